@@ -1,0 +1,3 @@
+fn main() {
+    println!("opencode-bridge {}", env!("CARGO_PKG_VERSION"));
+}

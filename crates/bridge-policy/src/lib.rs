@@ -1,0 +1,1 @@
+//! Delegation policy for opencode-bridge.

@@ -1,0 +1,1 @@
+//! Renders what the tools return as compact plain text.

@@ -1,0 +1,1 @@
+//! Supervises delegated opencode runs.

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs the pinned real binaries the live tests use
+# (opencode from npm, Claude Code from npm) into a cache outside the checkout, then runs formatting,
+# lints and every test. CI (.ci/run) calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OPENCODE_VERSION=1.18.33
+CLAUDE_CODE_VERSION=2.1.328
+cache="${OPENCODE_BRIDGE_TEST_CACHE:-$HOME/.cache/opencode-bridge-test}"
+mkdir -p "$cache"
+
+install_npm() { # dir package@version binary-path
+  local dir="$1" pkg="$2" bin="$3"
+  if [ ! -x "$dir/$bin" ] || ! grep -q "\"version\": \"${pkg##*@}\"" "$dir/node_modules/${pkg%@*}/package.json" 2>/dev/null; then
+    echo "test.sh: installing $pkg into $dir" >&2
+    npm install --no-audit --no-fund --loglevel=error --prefix "$dir" "$pkg" >&2
+  fi
+}
+install_npm "$cache/oc" "opencode-ai@$OPENCODE_VERSION" node_modules/opencode-linux-x64/bin/opencode
+install_npm "$cache/cc" "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" node_modules/.bin/claude
+
+export OPENCODE_BRIDGE_TEST_OPENCODE="$cache/oc/node_modules/opencode-linux-x64/bin/opencode"
+export OPENCODE_BRIDGE_TEST_CLAUDE="$cache/cc/node_modules/.bin/claude"
+export OPENCODE_BRIDGE_TEST_CACHE="$cache"
+"$OPENCODE_BRIDGE_TEST_OPENCODE" --version >/dev/null
+"$OPENCODE_BRIDGE_TEST_CLAUDE" --version >/dev/null
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# Fake helper binaries (fake opencode, ...) are exec'd by tests of other crates.
+cargo build --workspace --bins --locked
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+  cargo test --workspace --doc --locked
+else
+  cargo test --workspace --locked --no-fail-fast
+fi
