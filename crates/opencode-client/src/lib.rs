@@ -11,9 +11,11 @@
 //! Architecture invariant: nothing here writes to opencode's store, and nothing reads the
 //! account or credential tables.
 
+pub mod decode;
 pub mod error;
 pub mod model;
 pub mod source;
+pub mod state;
 
 pub use error::ClientError;
 pub use model::*;
