@@ -1,0 +1,892 @@
+//! An OpenAI-compatible fake LLM server that the real opencode talks to.
+//!
+//! In-process: a `std::net::TcpListener` on `127.0.0.1:0`, one thread per connection, a minimal
+//! hand-written HTTP/1.1 (every response closes its connection). It answers
+//! `GET /v1/models` and `POST /v1/chat/completions` (streamed as server-sent events:
+//! `data: {chat.completion.chunk}` lines, a `finish_reason`, a `usage` chunk, `data: [DONE]`).
+//!
+//! The **model name picks the behaviour**, so one server serves every scenario (see [`SCENARIOS`]):
+//!
+//! | model | answer |
+//! |---|---|
+//! | `ok` | text [`OK_TEXT`] |
+//! | `toolbash` | a `bash` call (`echo hello-from-bash`), then text once the tool result comes back |
+//! | `toolwrite` | a `write` call creating `hello.txt` (content `hi from fake\n`) in the working directory named in the system prompt, then text |
+//! | `toolread-denied` | a `read` of `/nonexistent/file.txt` (needs `external_directory`, auto-rejected by `opencode run`) |
+//! | `tooltask` | a `task` call (subagent `general`, prompt `do the sub job`); the subagent's request gets `sub job result` |
+//! | `toolbad` | a call of the unknown tool `nosuchtool`, then text |
+//! | `slow`, `slow<N>` | streams a word every 250 ms for [`FakeLlm::set_slow_secs`] seconds (default 30) or N seconds, then `DONE` |
+//! | `hang` | never answers (keeps the connection open until the client goes away) |
+//! | `e400` `e401` `e403` `e404` | HTTP errors with OpenAI-style bodies (`e404` = `model_not_found`) |
+//! | `e429` `equota` | 429 `rate_limit_exceeded` / `insufficient_quota` |
+//! | `e529` | 529 Anthropic-style `overloaded_error` |
+//! | `e500` `e503` | server errors |
+//! | `ectx` | 400 `context_length_exceeded` on every request with tools |
+//! | `ectx1` | the same once per server, then like `ok` |
+//! | `midstream` | one text chunk, then an `{"error":…}` chunk |
+//! | `length` | text `truncated answ` with `finish_reason: "length"` |
+//! | `reasoning` | `reasoning_content` `Let me think. OK.`, then text [`OK_TEXT`] |
+//!
+//! Retryable errors (429, 5xx, 529) carry `retry-after-ms: 10` so opencode retries at once.
+//! Requests without `tools` (title generation, compaction) get the text [`TITLE_TEXT`] whatever
+//! the model. A follow-up request whose last message is a tool result gets text: `tooltask` →
+//! `Task finished. DONE`, others → [`OK_TEXT`]. Every request is recorded ([`FakeLlm::requests`]).
+
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// The text of the `ok` scenario (and of most follow-ups).
+pub const OK_TEXT: &str = "Hello from the fake. DONE";
+/// The answer to requests without tools (title generation, compaction).
+pub const TITLE_TEXT: &str = "Fake title";
+/// The text a `tooltask` subagent answers with.
+pub const SUBTASK_TEXT: &str = "sub job result";
+
+/// Every model name the fake knows (declare them all in the opencode config).
+pub const SCENARIOS: &[&str] = &[
+    "ok",
+    "toolbash",
+    "toolwrite",
+    "toolread-denied",
+    "tooltask",
+    "toolbad",
+    "slow",
+    "slow3",
+    "hang",
+    "e400",
+    "e401",
+    "e403",
+    "e404",
+    "e429",
+    "equota",
+    "e529",
+    "e500",
+    "e503",
+    "ectx",
+    "ectx1",
+    "midstream",
+    "length",
+    "reasoning",
+];
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// Raw body text.
+    pub body: String,
+    /// The body parsed as JSON, when it is JSON.
+    pub json: Option<Value>,
+}
+
+impl RecordedRequest {
+    /// The `model` field of a chat request.
+    pub fn model(&self) -> Option<&str> {
+        self.json.as_ref()?.get("model")?.as_str()
+    }
+
+    /// Whether the request offered tools (false for title generation and compaction).
+    pub fn has_tools(&self) -> bool {
+        has_tools(self.json.as_ref())
+    }
+
+    /// A header value by (case-insensitive) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    stop: AtomicBool,
+    slow_secs: AtomicU64,
+    requests: Mutex<Vec<RecordedRequest>>,
+    counters: Mutex<HashMap<String, u32>>,
+}
+
+/// The running fake server. Dropping it stops the server.
+#[derive(Debug)]
+pub struct FakeLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl FakeLlm {
+    /// Starts a server on `127.0.0.1` with a free port.
+    pub fn start() -> io::Result<FakeLlm> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            slow_secs: AtomicU64::new(30),
+            requests: Mutex::new(Vec::new()),
+            counters: Mutex::new(HashMap::new()),
+        });
+        let s = Arc::clone(&shared);
+        let accept = thread::Builder::new()
+            .name("fake-llm-accept".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if s.stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = conn else { continue };
+                    let s2 = Arc::clone(&s);
+                    let _ = thread::Builder::new()
+                        .name("fake-llm-conn".into())
+                        .spawn(move || {
+                            let _ = serve_connection(stream, &s2);
+                        });
+                }
+            })?;
+        Ok(FakeLlm {
+            addr,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the provider `baseURL`.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.addr.port())
+    }
+
+    /// How long the `slow` model streams (default 30 s).
+    pub fn set_slow_secs(&self, secs: u64) {
+        self.shared.slow_secs.store(secs, Ordering::SeqCst);
+    }
+
+    /// Every request received so far, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// The chat requests for one model, oldest first.
+    pub fn chat_requests(&self, model: &str) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/chat/completions") && r.model() == Some(model))
+            .collect()
+    }
+
+    /// Waits until `pred` holds for the recorded requests, or `timeout` passes. Returns whether
+    /// it held.
+    pub fn wait_for(&self, timeout: Duration, pred: impl Fn(&[RecordedRequest]) -> bool) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            if pred(&lock(&self.shared.requests)) {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200));
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn has_tools(json: Option<&Value>) -> bool {
+    json.and_then(|j| j.get("tools"))
+        .and_then(Value::as_array)
+        .is_some_and(|a| !a.is_empty())
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let Some(req) = read_request(&mut reader)? else {
+        return Ok(());
+    };
+    lock(&shared.requests).push(req.clone());
+    let mut out = stream;
+    match (
+        req.method.as_str(),
+        req.path.split('?').next().unwrap_or(""),
+    ) {
+        ("GET", p) if p.ends_with("/models") => {
+            let data: Vec<Value> = SCENARIOS
+                .iter()
+                .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "fake"}))
+                .collect();
+            write_json(
+                &mut out,
+                200,
+                &json!({"object": "list", "data": data}),
+                false,
+            )
+        }
+        ("POST", p) if p.ends_with("/chat/completions") => {
+            let plan = plan(&req, shared);
+            play(&mut out, plan, shared)
+        }
+        _ => write_json(
+            &mut out,
+            404,
+            &json!({"error": {"message": format!("no route {} {}", req.method, req.path), "type": "invalid_request_error"}}),
+            false,
+        ),
+    }
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> io::Result<Option<RecordedRequest>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut it = line.split_whitespace();
+    let method = it.next().unwrap_or("").to_string();
+    let path = it.next().unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 {
+            break;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
+        loop {
+            let mut size_line = String::new();
+            if reader.read_line(&mut size_line)? == 0 {
+                break;
+            }
+            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
+                .unwrap_or(0);
+            if size == 0 {
+                let mut end = String::new();
+                let _ = reader.read_line(&mut end);
+                break;
+            }
+            let mut chunk = vec![0; size];
+            reader.read_exact(&mut chunk)?;
+            body.extend_from_slice(&chunk);
+            let mut crlf = String::new();
+            reader.read_line(&mut crlf)?;
+        }
+    } else if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        body = vec![0; len];
+        reader.read_exact(&mut body)?;
+    }
+    let body = String::from_utf8_lossy(&body).into_owned();
+    let json = serde_json::from_str(&body).ok();
+    Ok(Some(RecordedRequest {
+        method,
+        path,
+        headers,
+        body,
+        json,
+    }))
+}
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        529 => "Site is overloaded",
+        _ => "Status",
+    }
+}
+
+fn write_json(out: &mut TcpStream, status: u16, body: &Value, retry: bool) -> io::Result<()> {
+    let body = body.to_string();
+    let mut head = format!(
+        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        reason_phrase(status),
+        body.len()
+    );
+    if retry {
+        head.push_str("retry-after-ms: 10\r\n");
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    out.write_all(body.as_bytes())?;
+    out.flush()?;
+    let _ = out.shutdown(Shutdown::Write);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+enum Plan {
+    Error {
+        status: u16,
+        body: Value,
+        retry: bool,
+    },
+    Stream {
+        model: String,
+        events: Vec<Event>,
+    },
+    Slow {
+        model: String,
+        secs: u64,
+    },
+    Hang,
+}
+
+enum Event {
+    Text(String),
+    Reasoning(String),
+    ToolCall {
+        name: String,
+        args: Value,
+    },
+    RawError(Value),
+    Finish(&'static str),
+    Usage {
+        prompt: u64,
+        completion: u64,
+        cached: u64,
+    },
+}
+
+fn text_answer(text: &str, finish: &'static str) -> Vec<Event> {
+    vec![
+        Event::Text(text.to_string()),
+        Event::Finish(finish),
+        Event::Usage {
+            prompt: 10,
+            completion: 3,
+            cached: 2,
+        },
+    ]
+}
+
+fn tool_answer(name: &str, args: Value) -> Vec<Event> {
+    vec![
+        Event::ToolCall {
+            name: name.to_string(),
+            args,
+        },
+        Event::Finish("tool_calls"),
+        Event::Usage {
+            prompt: 20,
+            completion: 8,
+            cached: 0,
+        },
+    ]
+}
+
+fn openai_error(message: &str, kind: &str, code: Option<&str>) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+}
+
+fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
+    let body = req.json.as_ref();
+    let model = req.model().unwrap_or("ok").to_string();
+    let stream = |events| Plan::Stream {
+        model: model.clone(),
+        events,
+    };
+    if !has_tools(body) {
+        return stream(text_answer(TITLE_TEXT, "stop"));
+    }
+    let messages: &[Value] = body
+        .and_then(|b| b.get("messages"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let after_tool = messages
+        .last()
+        .and_then(|m| m.get("role"))
+        .and_then(Value::as_str)
+        == Some("tool");
+    let err = |status: u16, body: Value| Plan::Error {
+        status,
+        retry: status == 429 || status >= 500,
+        body,
+    };
+    let ctx_error = || {
+        err(
+            400,
+            openai_error(
+                "This model's maximum context length is 128000 tokens. However, your messages resulted in 200000 tokens. Please reduce the length of the messages.",
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+            ),
+        )
+    };
+    match model.as_str() {
+        "e400" => err(
+            400,
+            openai_error(
+                "Invalid request: bad parameter.",
+                "invalid_request_error",
+                None,
+            ),
+        ),
+        "e401" => err(
+            401,
+            openai_error(
+                "Incorrect API key provided: sk-xxx.",
+                "invalid_request_error",
+                Some("invalid_api_key"),
+            ),
+        ),
+        "e403" => err(
+            403,
+            openai_error(
+                "You are not allowed to access this model.",
+                "invalid_request_error",
+                Some("permission_denied"),
+            ),
+        ),
+        "e404" => err(
+            404,
+            openai_error(
+                "The model `gpt-9` does not exist or you do not have access to it.",
+                "invalid_request_error",
+                Some("model_not_found"),
+            ),
+        ),
+        "e429" => err(
+            429,
+            openai_error(
+                "Rate limit reached for requests",
+                "requests",
+                Some("rate_limit_exceeded"),
+            ),
+        ),
+        "equota" => err(
+            429,
+            openai_error(
+                "You exceeded your current quota, please check your plan and billing details.",
+                "insufficient_quota",
+                Some("insufficient_quota"),
+            ),
+        ),
+        "e529" => err(
+            529,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
+        "e500" => err(
+            500,
+            openai_error("Internal server error", "server_error", None),
+        ),
+        "e503" => err(
+            503,
+            openai_error("Service Unavailable", "server_error", None),
+        ),
+        "ectx" => ctx_error(),
+        "ectx1" => {
+            let mut counters = lock(&shared.counters);
+            let n = counters.entry("ectx1".into()).or_insert(0);
+            *n += 1;
+            if *n == 1 {
+                ctx_error()
+            } else {
+                stream(text_answer(OK_TEXT, "stop"))
+            }
+        }
+        "hang" => Plan::Hang,
+        m if m.starts_with("slow") => {
+            let secs = m[4..]
+                .parse::<u64>()
+                .unwrap_or_else(|_| shared.slow_secs.load(Ordering::SeqCst));
+            Plan::Slow {
+                model: model.clone(),
+                secs,
+            }
+        }
+        "midstream" => stream(vec![
+            Event::Text("partial ".into()),
+            Event::RawError(
+                json!({"error": {"message": "upstream model crashed", "type": "server_error", "code": "server_error"}}),
+            ),
+        ]),
+        "length" => stream(text_answer("truncated answ", "length")),
+        "reasoning" => {
+            let mut events = vec![Event::Reasoning("Let me think. OK.".into())];
+            events.extend(text_answer(OK_TEXT, "stop"));
+            stream(events)
+        }
+        _ if after_tool => {
+            let text = if model == "tooltask" {
+                "Task finished. DONE"
+            } else {
+                OK_TEXT
+            };
+            stream(text_answer(text, "stop"))
+        }
+        "toolbash" => stream(tool_answer(
+            "bash",
+            json!({"command": "echo hello-from-bash", "description": "Print greeting"}),
+        )),
+        "toolwrite" => {
+            let path = working_directory(req)
+                .map(|d| format!("{}/hello.txt", d.trim_end_matches('/')))
+                .unwrap_or_else(|| "hello.txt".into());
+            stream(tool_answer(
+                "write",
+                json!({"filePath": path, "content": "hi from fake\n"}),
+            ))
+        }
+        "toolread-denied" => stream(tool_answer(
+            "read",
+            json!({"filePath": "/nonexistent/file.txt"}),
+        )),
+        "toolbad" => stream(tool_answer("nosuchtool", json!({"x": 1}))),
+        "tooltask" => {
+            let last_user = messages
+                .iter()
+                .rev()
+                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+                .map(Value::to_string)
+                .unwrap_or_default();
+            if last_user.contains("do the sub job") {
+                stream(text_answer(SUBTASK_TEXT, "stop"))
+            } else {
+                stream(tool_answer(
+                    "task",
+                    json!({"description": "Sub job", "prompt": "do the sub job", "subagent_type": "general"}),
+                ))
+            }
+        }
+        _ => stream(text_answer(OK_TEXT, "stop")),
+    }
+}
+
+/// The `Working directory: …` line opencode puts in its system prompt.
+fn working_directory(req: &RecordedRequest) -> Option<String> {
+    let marker = "Working directory: ";
+    let messages = req.json.as_ref()?.get("messages")?.as_array()?;
+    for m in messages {
+        let text = match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => continue,
+        };
+        if let Some(i) = text.find(marker) {
+            let rest = &text[i + marker.len()..];
+            let end = rest.find(['\n', '\\', '<']).unwrap_or(rest.len());
+            let dir = rest[..end].trim();
+            if !dir.is_empty() {
+                return Some(dir.to_string());
+            }
+        }
+    }
+    None
+}
+
+struct Sse<'a> {
+    out: &'a mut TcpStream,
+    id: String,
+    model: String,
+    created: u64,
+}
+
+impl Sse<'_> {
+    fn start<'a>(out: &'a mut TcpStream, model: &str) -> io::Result<Sse<'a>> {
+        out.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
+        )?;
+        out.flush()?;
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Ok(Sse {
+            out,
+            id: format!("chatcmpl-fake{created}"),
+            model: model.to_string(),
+            created,
+        })
+    }
+
+    fn raw(&mut self, v: &Value) -> io::Result<()> {
+        self.out.write_all(format!("data: {v}\n\n").as_bytes())?;
+        self.out.flush()
+    }
+
+    fn chunk(&mut self, delta: Value, finish: Option<&str>) -> io::Result<()> {
+        let v = json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+        });
+        self.raw(&v)
+    }
+
+    fn event(&mut self, e: &Event) -> io::Result<()> {
+        match e {
+            Event::Text(t) => self.chunk(json!({"role": "assistant", "content": t}), None),
+            Event::Reasoning(t) => self.chunk(
+                json!({"role": "assistant", "content": "", "reasoning_content": t}),
+                None,
+            ),
+            Event::ToolCall { name, args } => self.chunk(
+                json!({"role": "assistant", "content": null, "tool_calls": [{
+                    "index": 0, "id": "call_abc123", "type": "function",
+                    "function": {"name": name, "arguments": args.to_string()}}]}),
+                None,
+            ),
+            Event::RawError(v) => self.raw(v),
+            Event::Finish(reason) => self.chunk(json!({}), Some(reason)),
+            Event::Usage {
+                prompt,
+                completion,
+                cached,
+            } => {
+                let v = json!({
+                    "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                    "choices": [],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion,
+                              "prompt_tokens_details": {"cached_tokens": cached}}
+                });
+                self.raw(&v)
+            }
+        }
+    }
+
+    fn done(self) -> io::Result<()> {
+        self.out.write_all(b"data: [DONE]\n\n")?;
+        self.out.flush()?;
+        let _ = self.out.shutdown(Shutdown::Write);
+        Ok(())
+    }
+}
+
+fn play(out: &mut TcpStream, plan: Plan, shared: &Shared) -> io::Result<()> {
+    match plan {
+        Plan::Error {
+            status,
+            body,
+            retry,
+        } => write_json(out, status, &body, retry),
+        Plan::Stream { model, events } => {
+            let mut sse = Sse::start(out, &model)?;
+            let mut errored = false;
+            for e in &events {
+                sse.event(e)?;
+                errored |= matches!(e, Event::RawError(_));
+            }
+            if errored {
+                let _ = sse.out.shutdown(Shutdown::Both);
+                Ok(())
+            } else {
+                sse.done()
+            }
+        }
+        Plan::Slow { model, secs } => {
+            let mut sse = Sse::start(out, &model)?;
+            let end = Instant::now() + Duration::from_secs(secs);
+            let mut n = 0u64;
+            while Instant::now() < end {
+                if shared.stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                sse.event(&Event::Text(format!("tick{n} ")))?;
+                n += 1;
+                thread::sleep(Duration::from_millis(250));
+            }
+            for e in text_answer("DONE", "stop") {
+                sse.event(&e)?;
+            }
+            sse.done()
+        }
+        Plan::Hang => {
+            // Keep the connection open until the client closes it or the server stops.
+            out.set_read_timeout(Some(Duration::from_millis(100)))?;
+            let mut buf = [0u8; 256];
+            loop {
+                if shared.stop.load(Ordering::SeqCst) {
+                    return Ok(());
+                }
+                match out.read(&mut buf) {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(llm: &FakeLlm, body: &Value) -> (u16, String, String) {
+        let mut s = TcpStream::connect(("127.0.0.1", llm.port())).unwrap();
+        let b = body.to_string();
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{b}",
+            b.len()
+        )
+        .unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, head.to_string(), body.to_string())
+    }
+
+    fn req(model: &str, messages: Value) -> Value {
+        json!({"model": model, "stream": true, "messages": messages,
+               "tools": [{"type": "function", "function": {"name": "bash"}}]})
+    }
+
+    #[test]
+    fn ok_streams_text_usage_and_done() {
+        let llm = FakeLlm::start().unwrap();
+        let (status, head, body) =
+            post(&llm, &req("ok", json!([{"role": "user", "content": "hi"}])));
+        assert_eq!(status, 200);
+        assert!(head.contains("text/event-stream"));
+        assert!(body.contains(OK_TEXT));
+        assert!(body.contains("\"finish_reason\":\"stop\""));
+        assert!(body.contains("\"prompt_tokens\":10"));
+        assert!(body.trim_end().ends_with("data: [DONE]"));
+        let reqs = llm.chat_requests("ok");
+        assert_eq!(reqs.len(), 1);
+        assert!(reqs[0].has_tools());
+    }
+
+    #[test]
+    fn tool_then_text_after_tool_result() {
+        let llm = FakeLlm::start().unwrap();
+        let (_, _, first) = post(
+            &llm,
+            &req("toolbash", json!([{"role": "user", "content": "go"}])),
+        );
+        assert!(first.contains("\"name\":\"bash\""));
+        assert!(first.contains("tool_calls"));
+        let (_, _, second) = post(
+            &llm,
+            &req(
+                "toolbash",
+                json!([{"role": "user", "content": "go"}, {"role": "tool", "content": "hello"}]),
+            ),
+        );
+        assert!(second.contains(OK_TEXT));
+    }
+
+    #[test]
+    fn toolwrite_uses_working_directory_from_system_prompt() {
+        let llm = FakeLlm::start().unwrap();
+        let (_, _, body) = post(
+            &llm,
+            &req(
+                "toolwrite",
+                json!([{"role": "system", "content": "x\n<env>\n  Working directory: /tmp/p q\n  Is directory a git repo: no\n"},
+                       {"role": "user", "content": "write"}]),
+            ),
+        );
+        assert!(
+            body.contains(r#"\"filePath\":\"/tmp/p q/hello.txt\""#),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn errors_carry_status_and_retry_header() {
+        let llm = FakeLlm::start().unwrap();
+        let msgs = json!([{"role": "user", "content": "x"}]);
+        let (s, h, b) = post(&llm, &req("e429", msgs.clone()));
+        assert_eq!(s, 429);
+        assert!(h.contains("retry-after-ms: 10"));
+        assert!(b.contains("rate_limit_exceeded"));
+        let (s, h, _) = post(&llm, &req("e401", msgs.clone()));
+        assert_eq!(s, 401);
+        assert!(!h.contains("retry-after-ms"));
+        let (s, _, b) = post(&llm, &req("e529", msgs.clone()));
+        assert_eq!(s, 529);
+        assert!(b.contains("overloaded_error"));
+        let (s, _, _) = post(&llm, &req("ectx1", msgs.clone()));
+        assert_eq!(s, 400);
+        let (s, _, b) = post(&llm, &req("ectx1", msgs.clone()));
+        assert_eq!(s, 200);
+        assert!(b.contains(OK_TEXT));
+        let (_, _, b) = post(&llm, &req("midstream", msgs));
+        assert!(b.contains("upstream model crashed"));
+        assert!(!b.contains("[DONE]"));
+    }
+
+    #[test]
+    fn title_requests_without_tools_get_a_title() {
+        let llm = FakeLlm::start().unwrap();
+        let (s, _, b) = post(
+            &llm,
+            &json!({"model": "e401", "stream": true, "messages": [{"role": "user", "content": "title?"}]}),
+        );
+        assert_eq!(s, 200);
+        assert!(b.contains(TITLE_TEXT));
+        assert!(!llm.requests()[0].has_tools());
+    }
+
+    #[test]
+    fn models_lists_every_scenario() {
+        let llm = FakeLlm::start().unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", llm.port())).unwrap();
+        s.write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        for m in SCENARIOS {
+            assert!(resp.contains(&format!("\"id\":\"{m}\"")), "{m}");
+        }
+    }
+}
