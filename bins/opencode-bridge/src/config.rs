@@ -1,0 +1,186 @@
+//! The server's own settings, read once from the environment.
+//!
+//! Library crates read the variables they own themselves (the policy its mode variables, the
+//! supervisor its limits, the client its backend settings); this module holds what only the
+//! binary uses, and the table of every variable that `doctor` and the README show.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One environment variable the bridge reads, with its default as shown to people.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvVar {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+/// Every variable the bridge reads. `doctor` prints the ones that are set.
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "OPENCODE_BRIDGE_ROOT",
+        default: "the server's working directory",
+        meaning: "directory tree delegated tasks may use as cwd",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_MODEL",
+        default: "opencode's default",
+        meaning: "model for delegated runs, provider/model[#variant]",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_AGENT",
+        default: "worker (explorer in sensitive mode)",
+        meaning: "agent used when opencode_start gets none",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_MODE",
+        default: "unset",
+        meaning: "force a routing mode: blueprint, sensitive or insensitive",
+    },
+    EnvVar {
+        name: "OPENCODE_MODE",
+        default: "unset",
+        meaning: "same as OPENCODE_BRIDGE_MODE",
+    },
+    EnvVar {
+        name: "CLAUDE_CONFIG_DIR",
+        default: "unset",
+        meaning: "also searched for an `insensitive` marker file",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_MAX_PARALLEL",
+        default: "6",
+        meaning: "delegated tasks running at once (1-64)",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_TIMEOUT_MIN",
+        default: "120",
+        meaning: "per-task timeout in minutes (timeout_minutes overrides it)",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_RETRIES",
+        default: "2",
+        meaning: "automatic retries of transient errors (read-only agents only)",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_RETRY_DELAY_S",
+        default: "20",
+        meaning: "first retry delay in seconds, then x3",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_API_TIMEOUT_MS",
+        default: "45000",
+        meaning: "timeout of one call to an opencode server",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_SCAN_DEADLINE_MS",
+        default: "35000",
+        meaning: "a session scan stops here and answers PARTIAL",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_KILL_GRACE_MS",
+        default: "5000",
+        meaning: "SIGTERM to SIGKILL grace when a task is stopped",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_BACKEND",
+        default: "auto",
+        meaning: "where sessions are read: store, server, api or auto",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_SERVER_URL",
+        default: "unset",
+        meaning: "an `opencode serve` URL for the server backend (and renames)",
+    },
+    EnvVar {
+        name: "OPENCODE_SERVER_USERNAME",
+        default: "opencode",
+        meaning: "Basic auth user for that server",
+    },
+    EnvVar {
+        name: "OPENCODE_SERVER_PASSWORD",
+        default: "unset",
+        meaning: "Basic auth password for that server",
+    },
+    EnvVar {
+        name: "OPENCODE_BIN",
+        default: "`opencode` on PATH",
+        meaning: "the opencode binary to run",
+    },
+    EnvVar {
+        name: "OPENCODE_DB",
+        default: "$XDG_DATA_HOME/opencode/opencode.db",
+        meaning: "opencode's SQLite store",
+    },
+    EnvVar {
+        name: "RUST_LOG",
+        default: "warn",
+        meaning: "log filter; logs go to stderr only",
+    },
+];
+
+/// What the binary itself needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The tree delegated tasks may use as their working directory (canonical when it exists).
+    pub root: PathBuf,
+    /// Deadline of one session scan.
+    pub scan_deadline: Duration,
+}
+
+impl Settings {
+    /// Reads the settings from the process environment; malformed numbers fall back to the
+    /// default with a warning on stderr.
+    pub fn from_env() -> Settings {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let root = std::env::var_os("OPENCODE_BRIDGE_ROOT")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or(cwd);
+        let root = absolute(&root);
+        let scan_ms = number_var("OPENCODE_BRIDGE_SCAN_DEADLINE_MS", 35_000, 100, 600_000);
+        Settings {
+            root,
+            scan_deadline: Duration::from_millis(scan_ms),
+        }
+    }
+}
+
+/// A path made absolute and canonical when possible (symlinks resolved), else cleaned lexically.
+pub fn absolute(path: &Path) -> PathBuf {
+    if let Ok(canonical) = std::fs::canonicalize(path) {
+        return canonical;
+    }
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .unwrap_or_else(|_| PathBuf::from("/"))
+            .join(path)
+    };
+    let mut out = PathBuf::new();
+    for component in joined.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// An integer variable within `[min, max]`; out of range or malformed → default, with a warning.
+pub fn number_var(name: &str, default: u64, min: u64, max: u64) -> u64 {
+    let Ok(raw) = std::env::var(name) else {
+        return default;
+    };
+    match raw.trim().parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => v,
+        _ => {
+            tracing::warn!("{name}={raw:?} is not a number in {min}-{max}; using {default}");
+            default
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The MCP side: rmcp's `ServerHandler` over stdio. Only this module knows MCP.
+//!
+//! rmcp answers `server/discover` (2026-07-28) and `initialize` (2025-11-25 and older) from
+//! [`Bridge::get_info`]; this module supplies the identity, the instructions and the tools, and
+//! turns every tool call into an [`App`] call that is abandoned when the client sends
+//! `notifications/cancelled` for it.
+
+use crate::app::App;
+use crate::tools::{self, ToolDef};
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+use std::sync::Arc;
+
+/// The server name clients see in `serverInfo`.
+pub const SERVER_NAME: &str = "opencode-bridge";
+
+/// The MCP handler: a thin layer over [`App`].
+#[derive(Debug, Clone)]
+pub struct Bridge {
+    app: Arc<App>,
+    tools: Arc<Vec<Tool>>,
+    instructions: Arc<String>,
+}
+
+impl Bridge {
+    pub fn new(app: Arc<App>) -> Bridge {
+        let tools = tools::definitions().into_iter().map(to_tool).collect();
+        let instructions = app.instructions();
+        Bridge {
+            app,
+            tools: Arc::new(tools),
+            instructions: Arc::new(instructions),
+        }
+    }
+}
+
+fn to_tool(def: ToolDef) -> Tool {
+    let schema = match def.schema {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("tool schemas are objects"),
+    };
+    let mut annotations = ToolAnnotations::with_title(def.title)
+        .read_only(def.read_only)
+        .open_world(false);
+    if !def.read_only {
+        annotations = annotations.destructive(def.destructive);
+    }
+    Tool::new(def.name, def.description, Arc::new(schema))
+        .with_title(def.title)
+        .with_annotations(annotations)
+}
+
+impl ServerHandler for Bridge {
+    fn get_info(&self) -> ServerConfig {
+        let mut implementation = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
+        implementation.title = Some("opencode bridge".into());
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(implementation)
+            .with_instructions(self.instructions.as_str())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.as_ref();
+        if !tools::is_tool(name) {
+            return Err(McpError::new(
+                ErrorCode::INVALID_PARAMS,
+                format!(
+                    "unknown tool `{name}`; this server has: {}",
+                    tools::TOOL_NAMES.join(", ")
+                ),
+                None,
+            ));
+        }
+        let call = match tools::parse_call(name, request.arguments.as_ref()) {
+            Ok(call) => call,
+            Err(message) => return Ok(error_result(message)),
+        };
+        tracing::debug!(tool = name, "tool call");
+        // Dropping this future (on cancellation) abandons the work; blocking scans stop at
+        // their deadline and their answer is discarded.
+        let work = self.app.call(call);
+        let outcome = tokio::select! {
+            outcome = work => outcome,
+            _ = context.ct.cancelled() => {
+                tracing::info!(tool = name, "call cancelled by the client");
+                // rmcp drops the response of a cancelled request; this value is never sent.
+                return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
+            }
+        };
+        Ok(match outcome {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]).into(),
+            Err(message) => error_result(message),
+        })
+    }
+}
+
+fn error_result(message: String) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(message)]).into()
+}
+
+/// Serves MCP on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives, then stops every
+/// task this process started.
+pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let bridge = Bridge::new(app.clone());
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let transport = rmcp::transport::io::stdio_pipes();
+    let reason = tokio::select! {
+        running = bridge.serve(transport) => match running {
+            Ok(running) => {
+                let ct = running.cancellation_token();
+                tokio::select! {
+                    quit = running.waiting() => format!("{quit:?}"),
+                    _ = sigterm.recv() => { ct.cancel(); "SIGTERM".to_string() }
+                    _ = sigint.recv() => { ct.cancel(); "SIGINT".to_string() }
+                }
+            }
+            Err(e) => format!("the client closed before the handshake ended ({e})"),
+        },
+        _ = sigterm.recv() => "SIGTERM".to_string(),
+        _ = sigint.recv() => "SIGINT".to_string(),
+    };
+    tracing::info!(%reason, "stopping: cancelling every task this server started");
+    app.shutdown().await;
+    Ok(())
+}

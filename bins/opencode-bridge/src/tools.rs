@@ -1,0 +1,606 @@
+//! The ten tools: names, descriptions, input schemas, annotations, and the validation that turns
+//! a `tools/call` argument object into typed arguments before anything runs.
+//!
+//! The schemas are written by hand, on purpose: optional parameters are plain optional
+//! properties (never `["type","null"]`), every object rejects unknown properties, and the
+//! validator below accepts exactly what the schema describes (a test checks both agree).
+
+use serde_json::{Map, Value, json};
+
+/// Tool names, in the order `tools/list` returns them.
+pub const TOOL_NAMES: [&str; 10] = [
+    "opencode_start",
+    "opencode_status",
+    "opencode_result",
+    "opencode_cancel",
+    "opencode_list",
+    "opencode_policy",
+    "opencode_sessions",
+    "opencode_session_output",
+    "opencode_session_rename",
+    "opencode_processes",
+];
+
+/// Tiers accepted by the schema; only the first two are delegated.
+pub const TIERS: [&str; 4] = ["easy", "medium", "hard", "unsure"];
+/// Routing modes.
+pub const MODES: [&str; 3] = ["blueprint", "sensitive", "insensitive"];
+/// Session states accepted by the `state` filter.
+pub const STATES: [&str; 5] = ["running", "succeeded", "failed", "interrupted", "stale"];
+/// Values of `children`.
+pub const CHILDREN: [&str; 3] = ["include", "exclude", "only"];
+/// Values of `mode` for `opencode_session_output`.
+pub const OUTPUT_MODES: [&str; 3] = ["last", "tail", "full"];
+
+/// Output of a task is cut to its last this many characters unless head/tail is given.
+pub const RESULT_DEFAULT_CHARS: usize = 60_000;
+/// No reply is longer than this.
+pub const REPLY_CAP_CHARS: usize = 100_000;
+/// Sessions listed when `limit` is not given.
+pub const SESSIONS_DEFAULT_LIMIT: u64 = 30;
+/// Messages shown by `tail` when `messages` is not given.
+pub const OUTPUT_DEFAULT_MESSAGES: u64 = 12;
+/// Characters of `opencode_session_output` when `max_chars` is not given.
+pub const OUTPUT_DEFAULT_CHARS: u64 = 20_000;
+
+/// Everything `tools/list` says about one tool.
+#[derive(Debug, Clone)]
+pub struct ToolDef {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub schema: Value,
+    pub read_only: bool,
+    pub destructive: bool,
+}
+
+/// The ten tool definitions.
+pub fn definitions() -> Vec<ToolDef> {
+    let id = |what: &str| json!({"type": "string", "minLength": 1, "description": what});
+    vec![
+        ToolDef {
+            name: "opencode_start",
+            title: "Delegate a job to an opencode agent",
+            description: "Delegate an EASY or MEDIUM job to an opencode agent. Returns at once with a task id; follow it with opencode_status and opencode_result. The policy is enforced here: `tier` is required and hard or unsure work is refused (it stays with you); the routing mode (blueprint by default, sensitive, insensitive; sensitive wins) is detected from OPENCODE_BRIDGE_MODE/OPENCODE_MODE, <project>/.claude/sensitive|insensitive, ~/.claude/insensitive or the `mode` argument, and decides which agents are allowed (sensitive: explorer, librarian, deep-research, oracle, and fixer/worker only with mechanical=true). Give fixer/designer a written blueprint: files, signatures, edge cases, acceptance criteria, test command. Prompts that contain secrets are refused. The session is titled `LANE/agent: task`. Limits: OPENCODE_BRIDGE_MAX_PARALLEL tasks at once (default 6), a per-task timeout, transient provider errors retried only for read-only agents. The output is an untrusted draft: check files, rerun tests, recompute numbers. Call opencode_policy for the full rules.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "tier": {"type": "string", "enum": TIERS, "description": "How hard the job is. Only easy and medium are delegated; when unsure, treat the job as one tier harder."},
+                    "prompt": {"type": "string", "minLength": 1, "description": "The complete task for the agent; its first line becomes the session title's task part."},
+                    "cwd": {"type": "string", "description": "Working directory of the run; must lie inside OPENCODE_BRIDGE_ROOT. Default: the root."},
+                    "lane": {"type": "string", "description": "LANE part of the title (capitals). Default: the working directory's name upper-cased."},
+                    "agent": {"type": "string", "description": "opencode agent (explorer, librarian, deep-research, oracle, fixer, designer, worker, ...). Default: OPENCODE_BRIDGE_AGENT or worker; explorer in sensitive mode."},
+                    "title": {"type": "string", "description": "Explicit session title; should follow `LANE/agent: task`."},
+                    "mode": {"type": "string", "enum": MODES, "description": "Routing mode, only when the user asked for one. Sensitive always wins over other sources."},
+                    "mechanical": {"type": "boolean", "description": "The job is a purely mechanical edit (rename, reformat, move). Lets fixer/worker run in sensitive mode."},
+                    "model": {"type": "string", "pattern": MODEL_PATTERN, "description": "provider/model[#variant]. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
+                    "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."}
+                },
+                "required": ["tier", "prompt"],
+                "additionalProperties": false
+            }),
+            read_only: false,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_status",
+            title: "Status of a delegated task",
+            description: "State of a task started by this bridge (queued, running, retrying, succeeded, failed, cancelled, timed out), elapsed time, attempts and its opencode session id. A failed task shows its failure kind and what to do.",
+            schema: json!({
+                "type": "object",
+                "properties": {"id": id("Task id returned by opencode_start.")},
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+            read_only: true,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_result",
+            title: "Output of a delegated task",
+            description: "What a task started by this bridge answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed. Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "id": id("Task id returned by opencode_start."),
+                    "head": {"type": "integer", "minimum": 1, "maximum": REPLY_CAP_CHARS, "description": "Return only the first N characters."},
+                    "tail": {"type": "integer", "minimum": 1, "maximum": REPLY_CAP_CHARS, "description": "Return only the last N characters."}
+                },
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+            read_only: true,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_cancel",
+            title: "Cancel a delegated task",
+            description: "Stop a queued, running or retrying task started by this bridge: SIGTERM, then SIGKILL after a grace period, to its whole process group. Never touches sessions or processes the bridge did not start. A task that already ended is reported as such.",
+            schema: json!({
+                "type": "object",
+                "properties": {"id": id("Task id returned by opencode_start.")},
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+            read_only: false,
+            destructive: true,
+        },
+        ToolDef {
+            name: "opencode_list",
+            title: "Tasks started by this bridge",
+            description: "Tasks started by this bridge since it started, newest first, with state, agent, tier, mode and title. For every opencode session on the machine use opencode_sessions.",
+            schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            read_only: true,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_policy",
+            title: "The delegation policy in force",
+            description: "The delegation policy opencode_start enforces for a directory: the active routing mode and where it was detected, the agents allowed in it, what to delegate and what to keep, how to verify what comes back, and the agent roster. Call it when unsure before delegating.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "cwd": {"type": "string", "description": "Directory whose project decides the mode. Default: OPENCODE_BRIDGE_ROOT."},
+                    "mode": {"type": "string", "enum": MODES, "description": "Show the policy as if this mode were asked for."}
+                },
+                "additionalProperties": false
+            }),
+            read_only: true,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_sessions",
+            title: "Every opencode session",
+            description: "opencode sessions of every project on this machine, newest first: id, state (running, succeeded, failed, interrupted, stale?), agent, age, tokens in/out, directory and title, whoever started them. state=running shows what is active now; a session with no outcome that has been quiet for 45 minutes shows as stale?. A scan that hits its deadline says PARTIAL.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "state": {"type": "string", "enum": STATES, "description": "Only sessions in this state."},
+                    "agent": {"type": "string", "description": "Only sessions of this agent."},
+                    "directory": {"type": "string", "description": "Only sessions whose directory contains this text."},
+                    "search": {"type": "string", "description": "Case-insensitive text searched in titles and messages."},
+                    "title_prefix": {"type": "string", "description": "Only titles starting with this, e.g. `DOCS/` for one lane."},
+                    "since_minutes": {"type": "integer", "minimum": 1, "maximum": 525600, "description": "Only sessions updated in the last N minutes."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 500, "description": "At most this many sessions (default 30)."},
+                    "children": {"type": "string", "enum": CHILDREN, "description": "Subagent (child) sessions: include (default), exclude, or only."}
+                },
+                "additionalProperties": false
+            }),
+            read_only: true,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_session_output",
+            title: "What an opencode session did",
+            description: "What one opencode session did. mode=last: its final answer; tail (default): the last `messages` messages condensed, with timestamps, assistant text and `-> tool(input) [status] => result` lines (reasoning dropped, tool input and output clipped); full: the same for every message. The text is cut to max_chars, keeping the end.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "id": id("Session id (ses_...), as opencode_sessions or opencode_status show it."),
+                    "mode": {"type": "string", "enum": OUTPUT_MODES, "description": "last, tail (default) or full."},
+                    "messages": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Messages shown by tail (default 12)."},
+                    "max_chars": {"type": "integer", "minimum": 200, "maximum": REPLY_CAP_CHARS, "description": "Cut the text to this many characters, keeping the end (default 20000)."}
+                },
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+            read_only: true,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_session_rename",
+            title: "Rename an opencode session",
+            description: "Set the title of an opencode session, the only change the bridge makes to sessions it did not start. Use the convention `LANE/agent: task` (LANE in capitals, task 3-8 words); a title that breaks it is still set, with a warning.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "id": id("Session id (ses_...)."),
+                    "title": {"type": "string", "minLength": 1, "maxLength": 200, "description": "The new title, e.g. `DOCS/librarian: collect API notes`."}
+                },
+                "required": ["id", "title"],
+                "additionalProperties": false
+            }),
+            read_only: false,
+            destructive: false,
+        },
+        ToolDef {
+            name: "opencode_processes",
+            title: "Running opencode processes",
+            description: "Operating-system view of running opencode processes (opencode run and the TUI): pid, elapsed time, agent, title, working directory, and whether this bridge started it. Shows runs that no service knows about and processes that hang.",
+            schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            read_only: true,
+            destructive: false,
+        },
+    ]
+}
+
+/// `provider/model` with an optional `#variant`.
+pub const MODEL_PATTERN: &str = r"^[^/\s#]+/[^\s#]+(#[^\s#]+)?$";
+
+/// A validated call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    Start(StartArgs),
+    Status {
+        id: String,
+    },
+    Result {
+        id: String,
+        head: Option<usize>,
+        tail: Option<usize>,
+    },
+    Cancel {
+        id: String,
+    },
+    List,
+    Policy {
+        cwd: Option<String>,
+        mode: Option<String>,
+    },
+    Sessions(SessionsArgs),
+    SessionOutput(OutputArgs),
+    Rename {
+        id: String,
+        title: String,
+    },
+    Processes,
+}
+
+/// Arguments of `opencode_start`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StartArgs {
+    pub tier: String,
+    pub prompt: String,
+    pub cwd: Option<String>,
+    pub lane: Option<String>,
+    pub agent: Option<String>,
+    pub title: Option<String>,
+    pub mode: Option<String>,
+    pub mechanical: bool,
+    pub model: Option<String>,
+    pub timeout_minutes: Option<u64>,
+}
+
+/// Arguments of `opencode_sessions`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SessionsArgs {
+    pub state: Option<String>,
+    pub agent: Option<String>,
+    pub directory: Option<String>,
+    pub search: Option<String>,
+    pub title_prefix: Option<String>,
+    pub since_minutes: Option<u64>,
+    pub limit: Option<u64>,
+    pub children: Option<String>,
+}
+
+/// Arguments of `opencode_session_output`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputArgs {
+    pub id: String,
+    pub mode: String,
+    pub messages: u64,
+    pub max_chars: u64,
+}
+
+/// Whether `name` is one of our tools.
+pub fn is_tool(name: &str) -> bool {
+    TOOL_NAMES.contains(&name)
+}
+
+/// Validates the arguments of a call to a known tool. The error is one line naming the field
+/// and what is accepted.
+pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call, String> {
+    let empty = Map::new();
+    let defs = definitions();
+    let def = defs
+        .iter()
+        .find(|d| d.name == tool)
+        .ok_or_else(|| format!("unknown tool `{tool}`"))?;
+    let a = Args {
+        map: args.unwrap_or(&empty),
+        schema: &def.schema,
+    };
+    a.check_unknown()?;
+    Ok(match tool {
+        "opencode_start" => Call::Start(StartArgs {
+            tier: a.required_enum("tier", &TIERS)?,
+            prompt: a.required_str("prompt")?,
+            cwd: a.opt_str("cwd")?,
+            lane: a.opt_str("lane")?,
+            agent: a.opt_str("agent")?,
+            title: a.opt_str("title")?,
+            mode: a.opt_enum("mode", &MODES)?,
+            mechanical: a.opt_bool("mechanical")?.unwrap_or(false),
+            model: a.opt_model("model")?,
+            timeout_minutes: a.opt_int("timeout_minutes", 1, 1440)?,
+        }),
+        "opencode_status" => Call::Status {
+            id: a.required_str("id")?,
+        },
+        "opencode_result" => Call::Result {
+            id: a.required_str("id")?,
+            head: a
+                .opt_int("head", 1, REPLY_CAP_CHARS as u64)?
+                .map(|v| v as usize),
+            tail: a
+                .opt_int("tail", 1, REPLY_CAP_CHARS as u64)?
+                .map(|v| v as usize),
+        },
+        "opencode_cancel" => Call::Cancel {
+            id: a.required_str("id")?,
+        },
+        "opencode_list" => Call::List,
+        "opencode_policy" => Call::Policy {
+            cwd: a.opt_str("cwd")?,
+            mode: a.opt_enum("mode", &MODES)?,
+        },
+        "opencode_sessions" => Call::Sessions(SessionsArgs {
+            state: a.opt_enum("state", &STATES)?,
+            agent: a.opt_str("agent")?,
+            directory: a.opt_str("directory")?,
+            search: a.opt_str("search")?,
+            title_prefix: a.opt_str("title_prefix")?,
+            since_minutes: a.opt_int("since_minutes", 1, 525_600)?,
+            limit: a.opt_int("limit", 1, 500)?,
+            children: a.opt_enum("children", &CHILDREN)?,
+        }),
+        "opencode_session_output" => Call::SessionOutput(OutputArgs {
+            id: a.required_str("id")?,
+            mode: a
+                .opt_enum("mode", &OUTPUT_MODES)?
+                .unwrap_or_else(|| "tail".into()),
+            messages: a
+                .opt_int("messages", 1, 1000)?
+                .unwrap_or(OUTPUT_DEFAULT_MESSAGES),
+            max_chars: a
+                .opt_int("max_chars", 200, REPLY_CAP_CHARS as u64)?
+                .unwrap_or(OUTPUT_DEFAULT_CHARS),
+        }),
+        "opencode_session_rename" => Call::Rename {
+            id: a.required_str("id")?,
+            title: a.required_str_max("title", 200)?,
+        },
+        "opencode_processes" => Call::Processes,
+        other => return Err(format!("unknown tool `{other}`")),
+    })
+}
+
+struct Args<'a> {
+    map: &'a Map<String, Value>,
+    schema: &'a Value,
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn shown(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 40 {
+        format!("{}...", s.chars().take(40).collect::<String>())
+    } else {
+        s
+    }
+}
+
+impl Args<'_> {
+    fn properties(&self) -> Vec<&str> {
+        self.schema["properties"]
+            .as_object()
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    fn check_unknown(&self) -> Result<(), String> {
+        let known = self.properties();
+        for key in self.map.keys() {
+            if !known.contains(&key.as_str()) {
+                let accepted = if known.is_empty() {
+                    "this tool takes no arguments".to_string()
+                } else {
+                    format!("accepted arguments: {}", known.join(", "))
+                };
+                return Err(format!("unknown argument `{key}`; {accepted}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A present, non-null value. `null` counts as absent (some clients send it for "unset").
+    fn get(&self, field: &str) -> Option<&Value> {
+        self.map.get(field).filter(|v| !v.is_null())
+    }
+
+    fn opt_str(&self, field: &str) -> Result<Option<String>, String> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(v) => Err(format!(
+                "bad argument `{field}`: expected a string, got {}",
+                kind(v)
+            )),
+        }
+    }
+
+    fn required_str(&self, field: &str) -> Result<String, String> {
+        match self.opt_str(field)? {
+            Some(s) if !s.trim().is_empty() => Ok(s),
+            Some(_) => Err(format!("bad argument `{field}`: must not be empty")),
+            None => Err(format!("missing required argument `{field}` (a string)")),
+        }
+    }
+
+    fn required_str_max(&self, field: &str, max: usize) -> Result<String, String> {
+        let s = self.required_str(field)?;
+        if s.chars().count() > max {
+            return Err(format!(
+                "bad argument `{field}`: longer than {max} characters"
+            ));
+        }
+        Ok(s)
+    }
+
+    fn opt_enum(&self, field: &str, accepted: &[&str]) -> Result<Option<String>, String> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::String(s)) if accepted.contains(&s.as_str()) => Ok(Some(s.clone())),
+            Some(v) => Err(format!(
+                "bad argument `{field}`: {} is not accepted; use one of {}",
+                shown(v),
+                accepted.join(", ")
+            )),
+        }
+    }
+
+    fn required_enum(&self, field: &str, accepted: &[&str]) -> Result<String, String> {
+        self.opt_enum(field, accepted)?.ok_or_else(|| {
+            format!(
+                "missing required argument `{field}`; use one of {}",
+                accepted.join(", ")
+            )
+        })
+    }
+
+    fn opt_bool(&self, field: &str) -> Result<Option<bool>, String> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(format!(
+                "bad argument `{field}`: expected true or false, got {}",
+                shown(v)
+            )),
+        }
+    }
+
+    fn opt_int(&self, field: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
+        let bad = |v: &Value| {
+            format!(
+                "bad argument `{field}`: {} is not accepted; use a whole number from {min} to {max}",
+                shown(v)
+            )
+        };
+        match self.get(field) {
+            None => Ok(None),
+            Some(v @ Value::Number(n)) => {
+                let int = n.as_u64().or_else(|| {
+                    n.as_f64()
+                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                        .map(|f| f as u64)
+                });
+                match int {
+                    Some(i) if (min..=max).contains(&i) => Ok(Some(i)),
+                    _ => Err(bad(v)),
+                }
+            }
+            Some(v) => Err(bad(v)),
+        }
+    }
+
+    fn opt_model(&self, field: &str) -> Result<Option<String>, String> {
+        let Some(model) = self.opt_str(field)? else {
+            return Ok(None);
+        };
+        if valid_model(&model) {
+            Ok(Some(model))
+        } else {
+            Err(format!(
+                "bad argument `{field}`: {model:?} is not accepted; use provider/model or provider/model#variant"
+            ))
+        }
+    }
+}
+
+/// Whether a model string has the `provider/model[#variant]` shape.
+pub fn valid_model(model: &str) -> bool {
+    let (main, variant) = match model.split_once('#') {
+        Some((m, v)) => (m, Some(v)),
+        None => (model, None),
+    };
+    let ok_part =
+        |s: &str| !s.is_empty() && !s.chars().any(char::is_whitespace) && !s.contains('#');
+    let Some((provider, name)) = main.split_once('/') else {
+        return false;
+    };
+    !provider.contains('/') && ok_part(provider) && ok_part(name) && variant.is_none_or(ok_part)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(tool: &str, args: Value) -> Result<Call, String> {
+        parse_call(tool, args.as_object())
+    }
+
+    #[test]
+    fn start_needs_tier_and_prompt() {
+        assert_eq!(
+            call("opencode_start", json!({"prompt": "x"})).unwrap_err(),
+            "missing required argument `tier`; use one of easy, medium, hard, unsure"
+        );
+        assert_eq!(
+            call("opencode_start", json!({"tier": "easy"})).unwrap_err(),
+            "missing required argument `prompt` (a string)"
+        );
+        let ok = call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "do it", "mechanical": true, "timeout_minutes": 5}),
+        )
+        .unwrap();
+        let Call::Start(args) = ok else { panic!() };
+        assert!(args.mechanical);
+        assert_eq!(args.timeout_minutes, Some(5));
+    }
+
+    #[test]
+    fn bad_values_name_the_field_and_the_accepted_values() {
+        assert_eq!(
+            call("opencode_start", json!({"tier": "trivial", "prompt": "x"})).unwrap_err(),
+            "bad argument `tier`: \"trivial\" is not accepted; use one of easy, medium, hard, unsure"
+        );
+        assert_eq!(
+            call("opencode_sessions", json!({"limit": 0})).unwrap_err(),
+            "bad argument `limit`: 0 is not accepted; use a whole number from 1 to 500"
+        );
+        assert_eq!(
+            call("opencode_list", json!({"x": 1})).unwrap_err(),
+            "unknown argument `x`; this tool takes no arguments"
+        );
+        assert!(
+            call(
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "model": "gpt"})
+            )
+            .unwrap_err()
+            .contains("provider/model")
+        );
+    }
+
+    #[test]
+    fn null_counts_as_absent() {
+        assert_eq!(
+            call("opencode_policy", json!({"cwd": null})).unwrap(),
+            Call::Policy {
+                cwd: None,
+                mode: None
+            }
+        );
+    }
+
+    #[test]
+    fn model_shapes() {
+        assert!(valid_model("anthropic/claude-sonnet"));
+        assert!(valid_model("openrouter/qwen/qwen3#high"));
+        assert!(!valid_model("noslash"));
+        assert!(!valid_model("a/b#"));
+        assert!(!valid_model("/b"));
+    }
+}
