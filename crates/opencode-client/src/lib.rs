@@ -11,9 +11,14 @@
 //! Architecture invariant: nothing here writes to opencode's store, and nothing reads the
 //! account or credential tables.
 
+pub mod api;
+pub mod backend;
 pub mod decode;
 pub mod error;
+pub mod http;
 pub mod model;
+mod remote;
+pub mod server;
 pub mod source;
 pub mod state;
 

@@ -1,0 +1,563 @@
+//! Configuration from the environment, the choice of backend (with the reason, for people), and
+//! renaming when only the store is at hand.
+//!
+//! Order of the choice ([`choose_backend`]):
+//! 1. `OPENCODE_BRIDGE_BACKEND=store|server|api` wins (any other value is an error naming the
+//!    accepted ones; `server` also needs `OPENCODE_BRIDGE_SERVER_URL`);
+//! 2. `OPENCODE_BRIDGE_SERVER_URL` is set → `server` (someone pointed us at a server on purpose);
+//! 3. opencode's SQLite store exists → `store` (no service needed, sees every session);
+//! 4. the `opencode` binary (`OPENCODE_BIN`, else `opencode` on `PATH`) has an `api` command
+//!    (opencode v2, judged from its `--help`) → `api`;
+//! 5. otherwise an error saying where the store was looked for.
+//!
+//! A store-backed source renames through a short-lived `opencode serve` of its own (see
+//! [`rename_with_ephemeral_server`]): the store itself is never written.
+
+use crate::api::{ApiCommand, ApiSource};
+use crate::error::ClientError;
+use crate::http::{BasicAuth, DEFAULT_MAX_REPLY_BYTES, HttpClient, encode_component, query};
+use crate::model::{Session, SessionFilter, SessionList, SessionTranscript};
+use crate::server::{ServerSource, check_id};
+use crate::source::{Liveness, ScanContext, SessionSource};
+use serde_json::json;
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Default service-call timeout (`OPENCODE_BRIDGE_API_TIMEOUT_MS`).
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_millis(45_000);
+/// Default session-scan deadline (`OPENCODE_BRIDGE_SCAN_DEADLINE_MS`).
+pub const DEFAULT_SCAN_DEADLINE: Duration = Duration::from_millis(35_000);
+/// The accepted values of `OPENCODE_BRIDGE_BACKEND`.
+pub const BACKENDS: [&str; 3] = ["store", "server", "api"];
+
+/// Which backend to use, when forced by `OPENCODE_BRIDGE_BACKEND`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Store,
+    Server,
+    Api,
+}
+
+impl BackendKind {
+    /// Parses `store`, `server` or `api` (case-insensitive).
+    pub fn parse(s: &str) -> Result<BackendKind, ClientError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "store" => Ok(BackendKind::Store),
+            "server" => Ok(BackendKind::Server),
+            "api" => Ok(BackendKind::Api),
+            other => Err(ClientError::InvalidArgument {
+                field: "OPENCODE_BRIDGE_BACKEND",
+                detail: format!("{other:?} is not a backend; use one of store, server, api"),
+            }),
+        }
+    }
+}
+
+/// Everything the client reads from the environment.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// `OPENCODE_BRIDGE_BACKEND`.
+    pub backend: Option<BackendKind>,
+    /// `OPENCODE_BRIDGE_SERVER_URL`.
+    pub server_url: Option<String>,
+    /// From `OPENCODE_SERVER_PASSWORD` (and `OPENCODE_SERVER_USERNAME`, default `opencode`).
+    pub server_auth: Option<BasicAuth>,
+    /// `OPENCODE_BRIDGE_API_TIMEOUT_MS` (default 45000): one service call, or one `opencode api`.
+    pub api_timeout: Duration,
+    /// `OPENCODE_BRIDGE_SCAN_DEADLINE_MS` (default 35000): a listing stops here and says PARTIAL.
+    pub scan_deadline: Duration,
+    /// Replies larger than this are refused (32 MiB).
+    pub max_reply_bytes: u64,
+    /// `OPENCODE_BIN`, else `opencode` (found on `PATH`).
+    pub opencode_bin: PathBuf,
+    /// The SQLite store: `OPENCODE_DB` when absolute, else `<data dir>/opencode/opencode.db`.
+    pub db_path: PathBuf,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("backend", &self.backend)
+            .field("server_url", &self.server_url)
+            .field("server_auth", &self.server_auth)
+            .field("api_timeout", &self.api_timeout)
+            .field("scan_deadline", &self.scan_deadline)
+            .field("max_reply_bytes", &self.max_reply_bytes)
+            .field("opencode_bin", &self.opencode_bin)
+            .field("db_path", &self.db_path)
+            .finish()
+    }
+}
+
+impl ClientConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<ClientConfig, ClientError> {
+        ClientConfig::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads variables through `get` (tests pass their own world). Empty values count as unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<ClientConfig, ClientError> {
+        let get = |k: &str| {
+            get(k)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let ms = |k: &'static str, default: Duration| -> Result<Duration, ClientError> {
+            match get(k) {
+                None => Ok(default),
+                Some(v) => match v.parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+                    _ => Err(ClientError::InvalidArgument {
+                        field: k,
+                        detail: format!("{v:?} is not a positive number of milliseconds"),
+                    }),
+                },
+            }
+        };
+        let backend = get("OPENCODE_BRIDGE_BACKEND")
+            .map(|v| BackendKind::parse(&v))
+            .transpose()?;
+        let server_auth = get("OPENCODE_SERVER_PASSWORD").map(|pw| {
+            BasicAuth::new(
+                get("OPENCODE_SERVER_USERNAME").unwrap_or_else(|| "opencode".into()),
+                pw,
+            )
+        });
+        Ok(ClientConfig {
+            backend,
+            server_url: get("OPENCODE_BRIDGE_SERVER_URL"),
+            server_auth,
+            api_timeout: ms("OPENCODE_BRIDGE_API_TIMEOUT_MS", DEFAULT_API_TIMEOUT)?,
+            scan_deadline: ms("OPENCODE_BRIDGE_SCAN_DEADLINE_MS", DEFAULT_SCAN_DEADLINE)?,
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
+            opencode_bin: get("OPENCODE_BIN")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("opencode")),
+            db_path: default_db_path(&get),
+        })
+    }
+
+    /// A context for one call: the deadline starts now.
+    pub fn scan_context(&self, liveness: Liveness) -> ScanContext {
+        ScanContext {
+            deadline: Instant::now() + self.scan_deadline,
+            now_ms: now_ms(),
+            liveness,
+        }
+    }
+
+    /// The HTTP client for `server_url`.
+    pub fn http_client(&self, url: &str) -> Result<HttpClient, ClientError> {
+        HttpClient::new(
+            url,
+            self.server_auth.clone(),
+            self.api_timeout,
+            self.max_reply_bytes,
+        )
+    }
+
+    /// The `opencode api` runner.
+    pub fn api_command(&self) -> ApiCommand {
+        ApiCommand::new(
+            self.opencode_bin.clone(),
+            self.api_timeout,
+            self.max_reply_bytes,
+        )
+    }
+}
+
+/// Current time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn default_db_path(get: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    let data_home = get("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| get("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from(".local/share"));
+    let data_dir = data_home.join("opencode");
+    match get("OPENCODE_DB") {
+        Some(p) if Path::new(&p).is_absolute() => PathBuf::from(p),
+        Some(p) if p != ":memory:" => data_dir.join(p),
+        _ => data_dir.join("opencode.db"),
+    }
+}
+
+/// Opens the store backend at a path (injected so this module does not depend on how the
+/// store is read).
+pub type StoreOpener<'a> = &'a dyn Fn(&Path) -> Result<Box<dyn SessionSource>, ClientError>;
+
+/// Picks the backend (see the module docs) and says why, e.g. `server: OPENCODE_BRIDGE_SERVER_URL
+/// is set (http://127.0.0.1:4096)`. A store-backed source renames through a short-lived server.
+pub fn choose_backend_with(
+    cfg: &ClientConfig,
+    open_store: StoreOpener<'_>,
+) -> Result<(Box<dyn SessionSource>, String), ClientError> {
+    let store = |why: String| -> Result<(Box<dyn SessionSource>, String), ClientError> {
+        let inner = open_store(&cfg.db_path)?;
+        let src: Box<dyn SessionSource> = Box::new(StoreWithRename {
+            inner,
+            cfg: cfg.clone(),
+        });
+        Ok((src, why))
+    };
+    let server = |why: String| -> Result<(Box<dyn SessionSource>, String), ClientError> {
+        let url = cfg
+            .server_url
+            .as_deref()
+            .ok_or(ClientError::InvalidArgument {
+                field: "OPENCODE_BRIDGE_SERVER_URL",
+                detail: "OPENCODE_BRIDGE_BACKEND=server needs the server's URL (http://host:port)"
+                    .into(),
+            })?;
+        let src: Box<dyn SessionSource> = Box::new(ServerSource::new(cfg.http_client(url)?));
+        Ok((src, why))
+    };
+    let api = |why: String| -> Result<(Box<dyn SessionSource>, String), ClientError> {
+        Ok((Box::new(ApiSource::new(cfg.api_command())), why))
+    };
+    match cfg.backend {
+        Some(BackendKind::Store) => {
+            return store(format!(
+                "store: OPENCODE_BRIDGE_BACKEND=store ({})",
+                cfg.db_path.display()
+            ));
+        }
+        Some(BackendKind::Server) => {
+            return server(format!(
+                "server: OPENCODE_BRIDGE_BACKEND=server ({})",
+                cfg.server_url.as_deref().unwrap_or("no URL")
+            ));
+        }
+        Some(BackendKind::Api) => {
+            return api(format!(
+                "api: OPENCODE_BRIDGE_BACKEND=api (`{} api`)",
+                cfg.opencode_bin.display()
+            ));
+        }
+        None => {}
+    }
+    if let Some(url) = &cfg.server_url {
+        return server(format!("server: OPENCODE_BRIDGE_SERVER_URL is set ({url})"));
+    }
+    if cfg.db_path.is_file() {
+        return store(format!(
+            "store: opencode's store exists at {}",
+            cfg.db_path.display()
+        ));
+    }
+    if has_api_command(&cfg.opencode_bin) {
+        return api(format!(
+            "api: no store at {}, and `{}` has an `api` command (opencode v2)",
+            cfg.db_path.display(),
+            cfg.opencode_bin.display()
+        ));
+    }
+    Err(ClientError::StoreMissing {
+        path: cfg.db_path.display().to_string(),
+    })
+}
+
+/// Whether `program --help` lists an `api` command (opencode v2 has one, 1.x does not).
+/// Bounded by 10 s; any failure means no.
+pub fn has_api_command(program: &Path) -> bool {
+    let Some(help) = run_capture(program, &["--help"], Duration::from_secs(10)) else {
+        return false;
+    };
+    help_lists_api(&help)
+}
+
+/// Whether a `--help` text lists an `api` command (`opencode api …` or an `api` entry).
+pub fn help_lists_api(help: &str) -> bool {
+    help.lines().any(|l| {
+        let mut words = l.split_whitespace();
+        match words.next() {
+            Some("api") => true,
+            Some(w) if w.ends_with("opencode") || w.ends_with("opencode2") => {
+                words.next() == Some("api")
+            }
+            _ => false,
+        }
+    })
+}
+
+fn run_capture(program: &Path, args: &[&str], timeout: Duration) -> Option<String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut out = child.stdout.take()?;
+    let mut err = child.stderr.take()?;
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = (&mut out).take(1 << 20).read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = (&mut err).take(1 << 20).read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let mut text = t_out.join().unwrap_or_default();
+    text.push_str(&t_err.join().unwrap_or_default());
+    Some(text)
+}
+
+/// The store backend plus rename through a short-lived `opencode serve`.
+struct StoreWithRename {
+    inner: Box<dyn SessionSource>,
+    cfg: ClientConfig,
+}
+
+impl fmt::Debug for StoreWithRename {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreWithRename")
+            .field("backend", &self.inner.name())
+            .finish()
+    }
+}
+
+impl SessionSource for StoreWithRename {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn list(&self, filter: &SessionFilter, ctx: &ScanContext) -> Result<SessionList, ClientError> {
+        self.inner.list(filter, ctx)
+    }
+    fn get(&self, id: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
+        self.inner.get(id, ctx)
+    }
+    fn transcript(
+        &self,
+        id: &str,
+        last: Option<usize>,
+        ctx: &ScanContext,
+    ) -> Result<SessionTranscript, ClientError> {
+        self.inner.transcript(id, last, ctx)
+    }
+    fn rename(&self, id: &str, title: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
+        let session = self.inner.get(id, ctx)?;
+        rename_with_ephemeral_server(&self.cfg, &session.directory, id, title)?;
+        self.inner.get(id, ctx)
+    }
+}
+
+/// Renames a session through a short-lived `opencode serve` of our own: started on
+/// `127.0.0.1` with a random password (same environment, so the same data dir and store),
+/// asked `PATCH /session/{id}?directory=<dir>`, then stopped (SIGTERM to its process group,
+/// SIGKILL after 3 s) and reaped, on every path. Start-up and the call are each bounded by
+/// the service-call timeout.
+pub fn rename_with_ephemeral_server(
+    cfg: &ClientConfig,
+    directory: &str,
+    id: &str,
+    title: &str,
+) -> Result<(), ClientError> {
+    check_id(id)?;
+    let password = random_password()?;
+    let dir = Path::new(directory);
+    let cwd = if dir.is_dir() {
+        dir.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let mut cmd = Command::new(&cfg.opencode_bin);
+    cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
+        .current_dir(&cwd)
+        .env("PWD", &cwd)
+        .env("OPENCODE_SERVER_PASSWORD", &password)
+        .env("OPENCODE_SERVER_USERNAME", "opencode")
+        .env_remove("OPENCODE_PID")
+        .env_remove("OPENCODE_RUN_ID")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+    }
+    let child = cmd.spawn().map_err(|e| ClientError::ApiCommand {
+        detail: format!(
+            "cannot start `{} serve` to rename the session: {e}",
+            cfg.opencode_bin.display()
+        ),
+    })?;
+    let mut guard = ServeGuard { child };
+    let stdout = guard.child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(pos) = line.find("http://") {
+                let _ = tx.send(line[pos..].trim().to_string());
+            }
+        }
+    });
+    let url = match rx.recv_timeout(cfg.api_timeout) {
+        Ok(url) => url,
+        Err(_) => {
+            return Err(ClientError::ServiceTimeout {
+                url: "a temporary `opencode serve` started for the rename".into(),
+                timeout_ms: cfg.api_timeout.as_millis() as u64,
+            });
+        }
+    };
+    let http = HttpClient::new(
+        &url,
+        Some(BasicAuth::new("opencode", password)),
+        cfg.api_timeout,
+        cfg.max_reply_bytes,
+    )?;
+    let path = format!(
+        "/session/{}{}",
+        encode_component(id),
+        query(&[("directory", Some(directory.to_string()))])
+    );
+    http.patch_json(&path, &json!({ "title": title }))?;
+    drop(guard);
+    Ok(())
+}
+
+/// Stops the temporary server (its whole process group, which only it and its children are
+/// in) and reaps it.
+struct ServeGuard {
+    child: std::process::Child,
+}
+
+impl Drop for ServeGuard {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        {
+            use nix::sys::signal::{Signal, killpg};
+            use nix::unistd::Pid;
+            if let Ok(pid) = i32::try_from(self.child.id()) {
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGTERM);
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(3) {
+                    if let Ok(Some(_)) = self.child.try_wait() {
+                        // The leader is gone; make sure nothing of the group lingers.
+                        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn random_password() -> Result<String, ClientError> {
+    let mut buf = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| ClientError::ApiCommand {
+            detail: format!("cannot read /dev/urandom for a temporary server password: {e}"),
+        })?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<ClientConfig, ClientError> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ClientConfig::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = cfg(&[("HOME", "/home/u")]).unwrap();
+        assert_eq!(c.api_timeout, DEFAULT_API_TIMEOUT);
+        assert_eq!(c.scan_deadline, DEFAULT_SCAN_DEADLINE);
+        assert_eq!(c.backend, None);
+        assert!(c.server_auth.is_none());
+        assert_eq!(c.opencode_bin, PathBuf::from("opencode"));
+        assert_eq!(
+            c.db_path,
+            PathBuf::from("/home/u/.local/share/opencode/opencode.db")
+        );
+    }
+
+    #[test]
+    fn env_values_are_read() {
+        let c = cfg(&[
+            ("OPENCODE_BRIDGE_BACKEND", "Server"),
+            ("OPENCODE_BRIDGE_SERVER_URL", "http://127.0.0.1:4096"),
+            ("OPENCODE_SERVER_PASSWORD", "pw-secret"),
+            ("OPENCODE_BRIDGE_API_TIMEOUT_MS", "1500"),
+            ("OPENCODE_BRIDGE_SCAN_DEADLINE_MS", "2500"),
+            ("OPENCODE_BIN", "/opt/oc"),
+            ("XDG_DATA_HOME", "/d"),
+            ("OPENCODE_DB", "custom.db"),
+        ])
+        .unwrap();
+        assert_eq!(c.backend, Some(BackendKind::Server));
+        assert_eq!(c.api_timeout, Duration::from_millis(1500));
+        assert_eq!(c.scan_deadline, Duration::from_millis(2500));
+        assert_eq!(c.opencode_bin, PathBuf::from("/opt/oc"));
+        assert_eq!(c.db_path, PathBuf::from("/d/opencode/custom.db"));
+        let auth = c.server_auth.clone().unwrap();
+        assert_eq!(auth.username, "opencode");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("pw-secret"), "{shown}");
+    }
+
+    #[test]
+    fn bad_values_are_one_line_errors_naming_the_variable() {
+        let e = cfg(&[("OPENCODE_BRIDGE_BACKEND", "sqlite")]).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("OPENCODE_BRIDGE_BACKEND") && m.contains("store, server, api"),
+            "{m}"
+        );
+        let e = cfg(&[("OPENCODE_BRIDGE_API_TIMEOUT_MS", "soon")]).unwrap_err();
+        assert!(
+            e.to_string().contains("OPENCODE_BRIDGE_API_TIMEOUT_MS"),
+            "{e}"
+        );
+        let e = cfg(&[("OPENCODE_BRIDGE_SCAN_DEADLINE_MS", "0")]).unwrap_err();
+        assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn help_with_an_api_command_is_recognised() {
+        let v2 = "Commands:\n  opencode api <request..>  call the service\n  opencode run\n";
+        assert!(help_lists_api(v2));
+        assert!(help_lists_api("COMMANDS\n  api     Send a request\n"));
+        let v1 = "Commands:\n  opencode acp\n  opencode run [message..]\n  opencode serve\n";
+        assert!(!help_lists_api(v1));
+        assert!(!help_lists_api("the api is great"));
+    }
+}

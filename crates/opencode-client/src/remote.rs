@@ -1,0 +1,237 @@
+//! The listing loop shared by the two service backends (`server` and `api`).
+//!
+//! A service hands out sessions page by page, newest first. For each session the loop applies
+//! the cheap filters first (children, directory, title prefix, age), then asks the service for
+//! the newest message to derive the state with [`crate::state::derive_state`], then the state
+//! and agent filters, and last the text search, which may read every message of the session.
+//! Paging stops when `limit` sessions matched, when the service has no more pages, when the
+//! sessions get older than `since_minutes`, or at the scan deadline (the answer then says
+//! PARTIAL and how far it got).
+
+use crate::error::ClientError;
+use crate::model::{Children, Message, Role, Session, SessionFilter, SessionList};
+use crate::source::ScanContext;
+use crate::state::derive_state;
+use std::collections::HashSet;
+use std::time::Instant;
+
+/// What a service backend must be able to do for the shared listing loop.
+pub(crate) trait Remote {
+    /// `server` or `api`.
+    fn backend(&self) -> &'static str;
+    /// One page of sessions, newest first, with the state not yet derived (the loop sets it),
+    /// and the cursor of the next page.
+    fn page(
+        &self,
+        cursor: Option<&str>,
+        filter: &SessionFilter,
+        ctx: &ScanContext,
+    ) -> Result<(Vec<Session>, Option<String>), ClientError>;
+    /// Ids of the given sessions that the service reports busy (running or retrying).
+    fn busy(&self, sessions: &[Session]) -> Result<HashSet<String>, ClientError>;
+    /// The newest message of a session (with parts), if any.
+    fn last_message(&self, session: &Session) -> Result<Option<Message>, ClientError>;
+    /// Messages of a session, oldest first: all of them, or the newest `last`; and the total
+    /// number of messages the session has. Paging stops at `deadline`.
+    fn messages(
+        &self,
+        session: &Session,
+        last: Option<usize>,
+        deadline: Instant,
+    ) -> Result<(Vec<Message>, usize), ClientError>;
+}
+
+/// Sets state, error, agent and model of `session` from its newest message.
+pub(crate) fn finish_session(
+    remote: &dyn Remote,
+    mut session: Session,
+    busy: &HashSet<String>,
+    ctx: &ScanContext,
+) -> Result<Session, ClientError> {
+    let last = remote.last_message(&session)?;
+    apply_last_message(&mut session, last.as_ref(), busy, ctx);
+    Ok(session)
+}
+
+/// Derives the state of `session` from its newest message (see [`crate::state`]).
+pub(crate) fn apply_last_message(
+    session: &mut Session,
+    last: Option<&Message>,
+    busy: &HashSet<String>,
+    ctx: &ScanContext,
+) {
+    let last_is_user = matches!(last, Some(m) if m.role == Role::User);
+    let last_assistant = last.filter(|m| m.role == Role::Assistant);
+    let mut activity = session.updated_ms;
+    if let Some(m) = last {
+        activity = activity.max(m.created_ms).max(m.completed_ms.unwrap_or(0));
+    }
+    let merged;
+    let ctx = if busy.contains(&session.id) && !ctx.liveness.busy.contains(&session.id) {
+        let mut c = ctx.clone();
+        c.liveness.busy.insert(session.id.clone());
+        merged = c;
+        &merged
+    } else {
+        ctx
+    };
+    let (state, error) = derive_state(last_assistant, last_is_user, activity, &session.id, ctx);
+    session.state = state;
+    session.error = error;
+    if let Some(m) = last_assistant {
+        if session.agent.is_none() {
+            session.agent = m.agent.clone();
+        }
+        if session.model.is_none() {
+            session.model = m.model.clone();
+        }
+    }
+}
+
+/// The listing loop; see the module docs.
+pub(crate) fn scan(
+    remote: &dyn Remote,
+    filter: &SessionFilter,
+    ctx: &ScanContext,
+) -> Result<SessionList, ClientError> {
+    let limit = if filter.limit == 0 {
+        usize::MAX
+    } else {
+        filter.limit
+    };
+    let since_ms = filter
+        .since_minutes
+        .map(|m| ctx.now_ms.saturating_sub((m as i64).saturating_mul(60_000)));
+    let needle = filter
+        .search
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_lowercase);
+    let mut out = Vec::new();
+    let mut scanned = 0usize;
+    let mut pages = 0usize;
+    let mut cursor: Option<String> = None;
+    let mut partial = None;
+    let mut seen = HashSet::new();
+    'pages: loop {
+        if Instant::now() >= ctx.deadline {
+            partial = Some(deadline_note(scanned, pages, out.len()));
+            break;
+        }
+        let (page, next) = remote.page(cursor.as_deref(), filter, ctx)?;
+        pages += 1;
+        if page.is_empty() {
+            break;
+        }
+        let mut too_old = false;
+        let mut candidates = Vec::new();
+        for s in page {
+            if !seen.insert(s.id.clone()) {
+                continue;
+            }
+            if let Some(since) = since_ms
+                && s.updated_ms < since
+            {
+                too_old = true;
+                continue;
+            }
+            scanned += 1;
+            if cheap_match(filter, &s) {
+                candidates.push(s);
+            }
+        }
+        let busy = if candidates.is_empty() {
+            HashSet::new()
+        } else {
+            remote.busy(&candidates)?
+        };
+        for mut s in candidates {
+            if Instant::now() >= ctx.deadline {
+                partial = Some(deadline_note(scanned, pages, out.len()));
+                break 'pages;
+            }
+            let last = remote.last_message(&s)?;
+            apply_last_message(&mut s, last.as_ref(), &busy, ctx);
+            if !late_match(filter, &s) {
+                continue;
+            }
+            if let Some(n) = &needle
+                && !s.title.to_lowercase().contains(n.as_str())
+            {
+                let (messages, _) = remote.messages(&s, None, ctx.deadline)?;
+                if !messages.iter().any(|m| message_contains(m, n)) {
+                    continue;
+                }
+            }
+            out.push(s);
+            if out.len() >= limit {
+                break 'pages;
+            }
+        }
+        match next {
+            Some(c) if !too_old && Some(&c) != cursor.as_ref() => cursor = Some(c),
+            _ => break,
+        }
+    }
+    out.sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then(b.id.cmp(&a.id)));
+    Ok(SessionList {
+        sessions: out,
+        scanned,
+        partial,
+        backend: remote.backend(),
+    })
+}
+
+fn deadline_note(scanned: usize, pages: usize, matched: usize) -> String {
+    format!(
+        "scan deadline reached after {scanned} session(s) on {pages} page(s) ({matched} matched so far); narrow the filters or raise OPENCODE_BRIDGE_SCAN_DEADLINE_MS"
+    )
+}
+
+/// Filters that need nothing but the session record.
+fn cheap_match(f: &SessionFilter, s: &Session) -> bool {
+    let child = s.parent_id.is_some();
+    match f.children {
+        Children::Include => {}
+        Children::Exclude if child => return false,
+        Children::Only if !child => return false,
+        _ => {}
+    }
+    if let Some(d) = f.directory.as_deref().filter(|d| !d.is_empty())
+        && !s.directory.contains(d)
+    {
+        return false;
+    }
+    if let Some(p) = f.title_prefix.as_deref().filter(|p| !p.is_empty())
+        && !s.title.starts_with(p)
+    {
+        return false;
+    }
+    true
+}
+
+/// Filters that need the derived state / agent.
+fn late_match(f: &SessionFilter, s: &Session) -> bool {
+    if let Some(state) = f.state
+        && s.state != state
+    {
+        return false;
+    }
+    if let Some(a) = f.agent.as_deref().filter(|a| !a.is_empty())
+        && !s
+            .agent
+            .as_deref()
+            .is_some_and(|x| x.eq_ignore_ascii_case(a))
+    {
+        return false;
+    }
+    true
+}
+
+fn message_contains(m: &Message, needle_lower: &str) -> bool {
+    m.parts.iter().any(|p| match p {
+        crate::model::Part::Text { text, .. } => text.to_lowercase().contains(needle_lower),
+        _ => false,
+    })
+}
