@@ -4,6 +4,7 @@
 //! - [`sandbox`]: the real opencode / Claude Code binaries in tests, and an isolated opencode
 //!   world ([`OpencodeSandbox`]) wired to the fake LLM.
 
+pub mod bins;
 pub mod fake_anthropic;
 pub mod fake_llm;
 pub mod sandbox;
