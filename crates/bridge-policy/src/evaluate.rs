@@ -1,0 +1,355 @@
+//! One delegation request in, a decision out.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::env::Environment;
+use crate::instructions::run_instructions;
+use crate::mode::{Mode, ModeDecision, detect_mode};
+use crate::roster::{AgentInfo, Roster, WORKER, config_overlay};
+use crate::secrets;
+use crate::tier::{ACCEPTED_TIERS, DELEGATE, KEEP, Tier};
+
+/// Env var naming the default agent in blueprint and insensitive modes.
+pub const ENV_DEFAULT_AGENT: &str = "OPENCODE_BRIDGE_AGENT";
+
+/// Agents sensitive mode always allows.
+const SENSITIVE_ALWAYS: [&str; 4] = ["explorer", "librarian", "deep-research", "oracle"];
+/// Agents sensitive mode allows only with `mechanical: true`.
+const SENSITIVE_MECHANICAL: [&str; 2] = ["fixer", "worker"];
+/// The default agent in sensitive mode.
+const SENSITIVE_DEFAULT: &str = "explorer";
+
+/// What the caller asked for. The working directory must already be checked against the
+/// allowed root (that is the supervisor's job).
+#[derive(Debug, Clone)]
+pub struct DelegationRequest<'a> {
+    /// The `tier` argument as given (`None` when missing).
+    pub tier: Option<&'a str>,
+    /// The `agent` argument (`None` for the default agent).
+    pub agent: Option<&'a str>,
+    /// The `mechanical` argument.
+    pub mechanical: bool,
+    /// The `mode` argument (only when the user asked for a mode).
+    pub mode: Option<&'a str>,
+    /// The task text.
+    pub prompt: &'a str,
+    /// The working directory of the run.
+    pub cwd: &'a Path,
+}
+
+impl<'a> DelegationRequest<'a> {
+    /// A request with a tier, a prompt and a working directory; other fields at their defaults.
+    pub fn new(tier: &'a str, prompt: &'a str, cwd: &'a Path) -> Self {
+        DelegationRequest {
+            tier: Some(tier),
+            agent: None,
+            mechanical: false,
+            mode: None,
+            prompt,
+            cwd,
+        }
+    }
+}
+
+/// An accepted delegation: everything the supervisor needs to start the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Delegation {
+    /// The routing mode and where it came from.
+    pub mode: ModeDecision,
+    /// The tier.
+    pub tier: Tier,
+    /// The agent that will run.
+    pub agent: AgentInfo,
+    /// Whether the caller declared the job mechanical.
+    pub mechanical: bool,
+    /// The run instructions ([`run_instructions`]).
+    pub instructions: String,
+    /// The prompt to send: the run instructions, a blank line, then the task.
+    pub prompt: String,
+    /// Config to merge into `OPENCODE_CONFIG_CONTENT` for this run ([`config_overlay`]).
+    pub config_overlay: Option<Value>,
+}
+
+/// Why a delegation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalKind {
+    /// Tier missing, unknown, hard or unsure.
+    Tier,
+    /// A mode source holds an unrecognised value.
+    Mode,
+    /// The agent is not allowed in this mode or not known to opencode.
+    Agent,
+    /// The prompt looks like it contains a secret.
+    Secret,
+    /// The prompt is empty.
+    Prompt,
+}
+
+/// A refusal: its kind and a message saying what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The kind of refusal.
+    pub kind: RefusalKind,
+    /// What was wrong and what to do instead (one paragraph, never containing a secret).
+    pub message: String,
+    /// For a secret: which kind and line.
+    pub secret: Option<secrets::SecretFinding>,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+impl Refusal {
+    fn new(kind: RefusalKind, message: String) -> Self {
+        Refusal {
+            kind,
+            message,
+            secret: None,
+        }
+    }
+}
+
+/// The agent used when the request names none.
+///
+/// Sensitive mode: always `explorer`. Otherwise `$OPENCODE_BRIDGE_AGENT` when set and not
+/// blank, else `worker`.
+pub fn default_agent(env: &dyn Environment, mode: Mode) -> String {
+    if mode == Mode::Sensitive {
+        return SENSITIVE_DEFAULT.to_owned();
+    }
+    env.var(ENV_DEFAULT_AGENT)
+        .map(|a| a.trim().to_owned())
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| WORKER.to_owned())
+}
+
+/// One entry of the allow-list of a mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllowedAgent {
+    /// The agent name.
+    pub name: String,
+    /// Whether it is allowed only for mechanical jobs (`mechanical: true`).
+    pub mechanical_only: bool,
+    /// Whether opencode knows it here (it is in the roster).
+    pub installed: bool,
+}
+
+/// The agents a mode allows. Blueprint and insensitive: every roster agent. Sensitive: explorer,
+/// librarian, deep-research, oracle, and fixer/worker for mechanical jobs, whether installed or
+/// not (`installed` says which).
+///
+/// ```
+/// use bridge_policy::{allowed_agents, Mode, Roster};
+/// let roster = Roster::default();
+/// let names: Vec<_> = allowed_agents(Mode::Sensitive, &roster).into_iter().map(|a| a.name).collect();
+/// assert_eq!(names, ["explorer", "librarian", "deep-research", "oracle", "fixer", "worker"]);
+/// ```
+pub fn allowed_agents(mode: Mode, roster: &Roster) -> Vec<AllowedAgent> {
+    match mode {
+        Mode::Sensitive => SENSITIVE_ALWAYS
+            .iter()
+            .map(|n| (n, false))
+            .chain(SENSITIVE_MECHANICAL.iter().map(|n| (n, true)))
+            .map(|(name, mechanical_only)| AllowedAgent {
+                name: (*name).to_owned(),
+                mechanical_only,
+                installed: roster.get(name).is_some(),
+            })
+            .collect(),
+        Mode::Blueprint | Mode::Insensitive => roster
+            .agents()
+            .map(|a| AllowedAgent {
+                name: a.name.clone(),
+                mechanical_only: false,
+                installed: true,
+            })
+            .collect(),
+    }
+}
+
+/// Decides a delegation request.
+///
+/// Checks, in order: the tier (required; only easy and medium pass), the mode (an unrecognised
+/// value refuses), the prompt (not empty, no secret), the agent (allowed in the mode, known to
+/// opencode). On success the prompt is prefixed with the run instructions.
+///
+/// # Errors
+/// A [`Refusal`] whose message says what to do instead.
+///
+/// ```
+/// use bridge_policy::{evaluate, DelegationRequest, FakeEnv, RefusalKind, Roster};
+/// use std::path::Path;
+/// let env = FakeEnv::new().with_var("OPENCODE_MODE", "sensitive");
+/// let cwd = Path::new("/p");
+/// let roster = Roster::load(&env, cwd);
+/// let mut req = DelegationRequest::new("medium", "Rename foo to bar in src/", cwd);
+/// req.agent = Some("worker");
+/// let refusal = evaluate(&req, &env, &roster).unwrap_err();
+/// assert_eq!(refusal.kind, RefusalKind::Agent);
+/// assert!(refusal.message.contains("mechanical: true"));
+/// req.mechanical = true;
+/// assert_eq!(evaluate(&req, &env, &roster).unwrap().agent.name, "worker");
+/// ```
+pub fn evaluate(
+    request: &DelegationRequest<'_>,
+    env: &dyn Environment,
+    roster: &Roster,
+) -> Result<Delegation, Refusal> {
+    let tier = check_tier(request.tier)?;
+    let decision = detect_mode(env, request.cwd, request.mode)
+        .map_err(|e| Refusal::new(RefusalKind::Mode, format!("Not delegated: {e}.")))?;
+    let mode = decision.mode;
+
+    if request.prompt.trim().is_empty() {
+        return Err(Refusal::new(
+            RefusalKind::Prompt,
+            "Not delegated: the prompt is empty; describe the task (files, expected result, how to check it).".to_owned(),
+        ));
+    }
+    if let Some(finding) = secrets::scan(request.prompt) {
+        return Err(Refusal {
+            kind: RefusalKind::Secret,
+            message: format!(
+                "Not delegated: {finding}. Remove it and refer to it by name instead (for example an environment variable the agent's tools can read), then retry."
+            ),
+            secret: Some(finding),
+        });
+    }
+
+    let (name, from_env) = match request.agent.map(str::trim).filter(|a| !a.is_empty()) {
+        Some(a) => (a.to_owned(), false),
+        None => {
+            let env_set = mode != Mode::Sensitive
+                && env
+                    .var(ENV_DEFAULT_AGENT)
+                    .is_some_and(|v| !v.trim().is_empty());
+            (default_agent(env, mode), env_set)
+        }
+    };
+    check_agent_allowed(&name, mode, request.mechanical, &decision)?;
+    let Some(agent) = roster.get(&name) else {
+        let origin = if from_env {
+            format!(" (the default from {ENV_DEFAULT_AGENT})")
+        } else if request.agent.is_none() {
+            " (the default agent)".to_owned()
+        } else {
+            String::new()
+        };
+        let usable: Vec<String> = match mode {
+            Mode::Sensitive => allowed_agents(mode, roster)
+                .into_iter()
+                .filter(|a| a.installed)
+                .map(|a| {
+                    if a.mechanical_only {
+                        format!("{} (mechanical only)", a.name)
+                    } else {
+                        a.name
+                    }
+                })
+                .collect(),
+            _ => roster.names().into_iter().map(str::to_owned).collect(),
+        };
+        return Err(Refusal::new(
+            RefusalKind::Agent,
+            format!(
+                "Not delegated: agent {name:?}{origin} is not known to opencode here, so opencode would silently run its default agent instead. Usable now: {}. Pick one of them, or install the agent (for the opencode-config roster: ~/.config/opencode/agents/).",
+                if usable.is_empty() {
+                    "none".to_owned()
+                } else {
+                    usable.join(", ")
+                }
+            ),
+        ));
+    };
+    let instructions = run_instructions(agent, mode, request.mechanical);
+    let prompt = format!("{instructions}\n{}", request.prompt);
+    Ok(Delegation {
+        mode: decision,
+        tier,
+        agent: agent.clone(),
+        mechanical: request.mechanical,
+        instructions,
+        prompt,
+        config_overlay: config_overlay(agent),
+    })
+}
+
+fn tier_help() -> String {
+    format!(
+        "Delegate (easy/medium): {}. Keep (hard): {}. If a silent mistake would change a result, do not delegate; if unsure, treat the job as one tier harder.",
+        DELEGATE.join("; "),
+        KEEP.join("; ")
+    )
+}
+
+fn check_tier(tier: Option<&str>) -> Result<Tier, Refusal> {
+    let Some(raw) = tier.filter(|t| !t.trim().is_empty()) else {
+        return Err(Refusal::new(
+            RefusalKind::Tier,
+            format!(
+                "Not delegated: tier is required (easy or medium are delegated; hard and unsure stay with you). {}",
+                tier_help()
+            ),
+        ));
+    };
+    match Tier::parse(raw) {
+        None => Err(Refusal::new(
+            RefusalKind::Tier,
+            format!(
+                "Not delegated: tier {:?} is not one of {ACCEPTED_TIERS}. {}",
+                raw.chars().take(40).collect::<String>(),
+                tier_help()
+            ),
+        )),
+        Some(t) if !t.is_delegable() => Err(Refusal::new(
+            RefusalKind::Tier,
+            format!(
+                "Not delegated: {t} work stays with you; do it yourself, or split off the easy/medium parts and delegate only those. {}",
+                tier_help()
+            ),
+        )),
+        Some(t) => Ok(t),
+    }
+}
+
+fn check_agent_allowed(
+    name: &str,
+    mode: Mode,
+    mechanical: bool,
+    decision: &ModeDecision,
+) -> Result<(), Refusal> {
+    if mode != Mode::Sensitive {
+        return Ok(());
+    }
+    if SENSITIVE_ALWAYS.contains(&name) {
+        return Ok(());
+    }
+    let why = format!("the mode is sensitive (from {})", decision.decided_by);
+    if SENSITIVE_MECHANICAL.contains(&name) {
+        if mechanical {
+            return Ok(());
+        }
+        return Err(Refusal::new(
+            RefusalKind::Agent,
+            format!(
+                "Not delegated: {why}, where {name} may only do mechanical edits. If the job is purely mechanical (renames, moves, formatting, applying a given pattern), retry with mechanical: true; otherwise use explorer, librarian, deep-research or oracle, or do it yourself."
+            ),
+        ));
+    }
+    Err(Refusal::new(
+        RefusalKind::Agent,
+        format!(
+            "Not delegated: {why}, which allows only explorer, librarian, deep-research, oracle, and fixer/worker with mechanical: true; {name:?} is not allowed. Use one of those, or do the work yourself."
+        ),
+    ))
+}

@@ -1,0 +1,649 @@
+//! The agents opencode will know when a delegated run starts, read from the same places opencode
+//! reads them, and what each one may do.
+//!
+//! Layers, later ones overriding earlier ones field by field (a deep merge, like opencode's):
+//!
+//! 1. opencode's built-in agents that can be delegated to: `build`, `plan`, `general`, `explore`;
+//! 2. the bridge's built-in `worker` ([`worker_agent_config`]);
+//! 3. the `agent` key of the global `config.json`, `opencode.json`, `opencode.jsonc`
+//!    (in `$XDG_CONFIG_HOME/opencode`, else `~/.config/opencode`);
+//! 4. the `agent` key of the file named by `OPENCODE_CONFIG`;
+//! 5. the `agent` key of `opencode.json`/`opencode.jsonc` in every directory from the worktree
+//!    root (nearest `.git`, else `/`) down to the working directory;
+//! 6. agent directories, in this order: the global config directory, every `.opencode` directory
+//!    from the worktree root down to the working directory (with its own `opencode.json(c)`),
+//!    `~/.opencode`, and `$OPENCODE_CONFIG_DIR`. In each: `agent/**/*.md` and `agents/**/*.md`
+//!    (the nested path is the name, `team/docs.md` → `team/docs`; default mode `all`) and
+//!    `mode/*.md`, `modes/*.md` (default mode `primary`);
+//! 7. the `agent` key of `OPENCODE_CONFIG_CONTENT`.
+//!
+//! An agent with `disable: true` is dropped. A file that cannot be parsed is recorded as a
+//! warning; a markdown agent whose frontmatter is broken is still listed (opencode lists it too),
+//! as mode `all` with editing access.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::env::Environment;
+use crate::yaml::{parse_jsonc, parse_yaml, split_frontmatter};
+
+/// Whether an agent can change files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Edit-class tools are denied and the shell is denied or restricted to listed commands.
+    ReadOnly,
+    /// Anything else: the agent can change files (with its edit tools or a free shell).
+    Editing,
+}
+
+impl Access {
+    /// `"read-only"` or `"editing"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadOnly => "read-only",
+            Access::Editing => "editing",
+        }
+    }
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the shell (`bash` tool) may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shell {
+    /// Denied (or `ask`, which a non-interactive run rejects).
+    Denied,
+    /// Only commands matching listed patterns; everything else is denied or asks.
+    Restricted,
+    /// Any command.
+    Full,
+}
+
+/// An agent's opencode mode. opencode 1.x replaces a `subagent` passed to `run --agent` by its
+/// default agent (it says so on stderr); [`config_overlay`] gives the config that avoids that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentMode {
+    /// Can be run directly.
+    Primary,
+    /// Only reachable through another agent's task tool.
+    Subagent,
+    /// Both (opencode's default for configured agents).
+    All,
+}
+
+impl AgentMode {
+    /// `"primary"`, `"subagent"` or `"all"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentMode::Primary => "primary",
+            AgentMode::Subagent => "subagent",
+            AgentMode::All => "all",
+        }
+    }
+
+    fn parse(text: &str) -> Option<AgentMode> {
+        match text {
+            "primary" => Some(AgentMode::Primary),
+            "subagent" => Some(AgentMode::Subagent),
+            "all" => Some(AgentMode::All),
+            _ => None,
+        }
+    }
+}
+
+/// Where an agent's final definition came from (the last layer that touched it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "path", rename_all = "snake_case")]
+pub enum AgentSource {
+    /// One of opencode's own agents.
+    OpencodeBuiltIn,
+    /// The bridge's `worker`, injected by the supervisor.
+    Bridge,
+    /// A markdown or JSON file.
+    File(PathBuf),
+    /// The `OPENCODE_CONFIG_CONTENT` variable.
+    ConfigContent,
+}
+
+impl fmt::Display for AgentSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgentSource::OpencodeBuiltIn => f.write_str("opencode built-in"),
+            AgentSource::Bridge => f.write_str("bridge built-in"),
+            AgentSource::File(p) => write!(f, "{}", p.display()),
+            AgentSource::ConfigContent => f.write_str("env OPENCODE_CONFIG_CONTENT"),
+        }
+    }
+}
+
+/// One agent opencode will know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentInfo {
+    /// The name passed to `opencode run --agent` (nested names keep their `/`).
+    pub name: String,
+    /// Its description, if it has one.
+    pub description: Option<String>,
+    /// Whether it can change files.
+    pub access: Access,
+    /// Whether its edit-class tools (edit, write, patch, multiedit, apply_patch) are allowed.
+    pub edit_tools: bool,
+    /// What its shell may do.
+    pub shell: Shell,
+    /// Its opencode mode.
+    pub opencode_mode: AgentMode,
+    /// Where its definition came from.
+    pub source: AgentSource,
+}
+
+impl AgentInfo {
+    /// Builds the info of an agent from its (merged) opencode config entry.
+    ///
+    /// ```
+    /// use bridge_policy::{Access, AgentInfo, AgentMode, AgentSource, Shell};
+    /// let cfg = serde_json::json!({"mode": "subagent", "permission": {"edit": "deny", "bash": {"rg *": "allow", "*": "deny"}}});
+    /// let a = AgentInfo::from_config("explorer", &cfg, AgentSource::ConfigContent);
+    /// assert_eq!((a.access, a.shell, a.opencode_mode), (Access::ReadOnly, Shell::Restricted, AgentMode::Subagent));
+    /// ```
+    pub fn from_config(name: &str, config: &Value, source: AgentSource) -> AgentInfo {
+        let edit_tools = edit_tools_allowed(config);
+        let shell = shell_access(config);
+        let access = if !edit_tools && shell != Shell::Full {
+            Access::ReadOnly
+        } else {
+            Access::Editing
+        };
+        let opencode_mode = config
+            .get("mode")
+            .and_then(Value::as_str)
+            .and_then(AgentMode::parse)
+            .unwrap_or(AgentMode::All);
+        AgentInfo {
+            name: name.to_owned(),
+            description: config
+                .get("description")
+                .and_then(Value::as_str)
+                .map(|d| d.trim().to_owned())
+                .filter(|d| !d.is_empty()),
+            access,
+            edit_tools,
+            shell,
+            opencode_mode,
+            source,
+        }
+    }
+
+    /// Whether `opencode run --agent NAME` runs this agent as is (not a subagent).
+    pub fn runs_directly(&self) -> bool {
+        self.opencode_mode != AgentMode::Subagent
+    }
+}
+
+/// The name of the bridge's built-in agent.
+pub const WORKER: &str = "worker";
+
+/// The opencode config entry (`agent.worker`) that defines the bridge's built-in `worker` agent:
+/// a primary agent with opencode's default permissions and a short prompt. The supervisor injects
+/// it through `OPENCODE_CONFIG_CONTENT` (see [`config_overlay`]).
+///
+/// ```
+/// let w = bridge_policy::worker_agent_config();
+/// assert_eq!(w["mode"], "primary");
+/// ```
+pub fn worker_agent_config() -> Value {
+    json!({
+        "description": "General worker of opencode-bridge: carries out one well-specified coding, data or documentation task in the working directory and reports what it changed.",
+        "mode": "primary",
+        "prompt": "You are worker, an agent that carries out one delegated task in the current working directory. Follow the task's instructions exactly, keep changes to what it asks for, prefer small verifiable steps, and finish with a short report: what you changed (file paths), the commands you ran and their results, and anything left undone or uncertain. Never commit, push, or delete work you did not create.",
+    })
+}
+
+/// The config to put into `OPENCODE_CONFIG_CONTENT` for a run of `agent`, if any: the `worker`
+/// definition when the bridge supplies it, and `mode: "all"` for a subagent, which opencode 1.x
+/// would otherwise replace by its default agent. `None` when the agent runs as it is.
+///
+/// ```
+/// use bridge_policy::{config_overlay, AgentInfo, AgentSource};
+/// let sub = AgentInfo::from_config("explorer", &serde_json::json!({"mode": "subagent"}), AgentSource::ConfigContent);
+/// assert_eq!(config_overlay(&sub).unwrap(), serde_json::json!({"agent": {"explorer": {"mode": "all"}}}));
+/// ```
+pub fn config_overlay(agent: &AgentInfo) -> Option<Value> {
+    let mut entry = match agent.source {
+        AgentSource::Bridge => worker_agent_config(),
+        _ => Value::Object(Map::new()),
+    };
+    if agent.opencode_mode == AgentMode::Subagent {
+        entry["mode"] = Value::from("all");
+    }
+    if entry.as_object().is_some_and(Map::is_empty) {
+        return None;
+    }
+    let mut agents = Map::new();
+    agents.insert(agent.name.clone(), entry);
+    Some(json!({ "agent": agents }))
+}
+
+/// Merges `overlay` into `base` the way opencode merges config sources: objects key by key,
+/// everything else replaced.
+///
+/// ```
+/// use serde_json::json;
+/// let mut base = json!({"agent": {"a": {"mode": "subagent", "model": "x/y"}}});
+/// bridge_policy::merge_config(&mut base, &json!({"agent": {"a": {"mode": "all"}}}));
+/// assert_eq!(base, json!({"agent": {"a": {"mode": "all", "model": "x/y"}}}));
+/// ```
+pub fn merge_config(base: &mut Value, overlay: &Value) {
+    match (base, overlay) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(k) {
+                    Some(existing) => merge_config(existing, v),
+                    None => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// The agents opencode will know for a working directory.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Roster {
+    agents: BTreeMap<String, AgentInfo>,
+    warnings: Vec<String>,
+}
+
+impl Roster {
+    /// Reads every agent source for `cwd` (see the module docs). Never fails: unreadable or
+    /// unparsable files become [`Roster::warnings`].
+    ///
+    /// ```
+    /// use bridge_policy::{Access, FakeEnv, Roster};
+    /// use std::path::Path;
+    /// let env = FakeEnv::new().with_home("/h").with_file(
+    ///     "/h/.config/opencode/agents/explorer.md",
+    ///     "---\ndescription: Finds code\nmode: subagent\npermission:\n  edit: deny\n  bash: deny\n---\nYou explore.\n",
+    /// );
+    /// let roster = Roster::load(&env, Path::new("/h/p"));
+    /// assert_eq!(roster.get("explorer").unwrap().access, Access::ReadOnly);
+    /// assert!(roster.get("worker").is_some());
+    /// ```
+    pub fn load(env: &dyn Environment, cwd: &Path) -> Roster {
+        let mut loader = Loader::default();
+        loader.builtins();
+        let global = global_config_dir(env);
+        if let Some(dir) = &global {
+            for file in ["config.json", "opencode.json", "opencode.jsonc"] {
+                loader.config_file(env, &dir.join(file));
+            }
+        }
+        if let Some(path) = env.var("OPENCODE_CONFIG").filter(|p| !p.trim().is_empty()) {
+            let path = PathBuf::from(path.trim());
+            if !env.exists(&path) {
+                loader.warnings.push(format!(
+                    "OPENCODE_CONFIG names {}, which does not exist",
+                    path.display()
+                ));
+            }
+            loader.config_file(env, &path);
+        }
+        let worktree = cwd
+            .ancestors()
+            .find(|d| env.exists(&d.join(".git")))
+            .unwrap_or_else(|| cwd.ancestors().last().unwrap_or(cwd));
+        let mut chain: Vec<&Path> = cwd
+            .ancestors()
+            .take_while(|d| d.starts_with(worktree))
+            .collect();
+        chain.reverse();
+        for dir in &chain {
+            for file in ["opencode.json", "opencode.jsonc"] {
+                loader.config_file(env, &dir.join(file));
+            }
+        }
+        let mut dirs: Vec<(PathBuf, bool)> = Vec::new();
+        if let Some(dir) = global {
+            dirs.push((dir, false));
+        }
+        for dir in &chain {
+            let dot = dir.join(".opencode");
+            if env.is_dir(&dot) {
+                dirs.push((dot, true));
+            }
+        }
+        if let Some(home) = env.home_dir() {
+            let dot = home.join(".opencode");
+            if env.is_dir(&dot) && !dirs.iter().any(|(d, _)| *d == dot) {
+                dirs.push((dot, true));
+            }
+        }
+        if let Some(dir) = env
+            .var("OPENCODE_CONFIG_DIR")
+            .filter(|p| !p.trim().is_empty())
+        {
+            dirs.push((PathBuf::from(dir.trim()), true));
+        }
+        for (dir, with_config) in dirs {
+            if with_config {
+                for file in ["opencode.json", "opencode.jsonc"] {
+                    loader.config_file(env, &dir.join(file));
+                }
+            }
+            for sub in ["agent", "agents"] {
+                loader.markdown_dir(env, &dir.join(sub), &dir.join(sub), true, AgentMode::All);
+            }
+            for sub in ["mode", "modes"] {
+                loader.markdown_dir(
+                    env,
+                    &dir.join(sub),
+                    &dir.join(sub),
+                    false,
+                    AgentMode::Primary,
+                );
+            }
+        }
+        if let Some(content) = env
+            .var("OPENCODE_CONFIG_CONTENT")
+            .filter(|c| !c.trim().is_empty())
+        {
+            match parse_jsonc(&content) {
+                Ok(value) => loader.config_value(&value, AgentSource::ConfigContent),
+                Err(e) => loader.warnings.push(format!(
+                    "OPENCODE_CONFIG_CONTENT is not valid JSON ({e}); ignored"
+                )),
+            }
+        }
+        loader.finish()
+    }
+
+    /// A roster made of the given agents (for tests and embedders).
+    pub fn from_agents(agents: impl IntoIterator<Item = AgentInfo>) -> Roster {
+        Roster {
+            agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The agent with this name.
+    pub fn get(&self, name: &str) -> Option<&AgentInfo> {
+        self.agents.get(name)
+    }
+
+    /// Every agent, sorted by name.
+    pub fn agents(&self) -> impl Iterator<Item = &AgentInfo> {
+        self.agents.values()
+    }
+
+    /// Every agent name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.agents.keys().map(String::as_str).collect()
+    }
+
+    /// Problems met while reading agent files (each one line).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+}
+
+/// `$XDG_CONFIG_HOME/opencode`, else `~/.config/opencode`.
+fn global_config_dir(env: &dyn Environment) -> Option<PathBuf> {
+    match env.var("XDG_CONFIG_HOME").filter(|v| !v.trim().is_empty()) {
+        Some(x) => Some(PathBuf::from(x).join("opencode")),
+        None => env.home_dir().map(|h| h.join(".config").join("opencode")),
+    }
+}
+
+#[derive(Default)]
+struct Loader {
+    configs: BTreeMap<String, (Value, AgentSource)>,
+    warnings: Vec<String>,
+}
+
+impl Loader {
+    fn builtins(&mut self) {
+        let builtins = [
+            (
+                "build",
+                json!({"description": "opencode's default agent: every tool allowed.", "mode": "primary"}),
+            ),
+            (
+                "plan",
+                json!({"description": "opencode's planning agent: edit tools denied except plan files.", "mode": "primary",
+                "permission": {"edit": {"*": "deny", ".opencode/plans/*.md": "allow"}}}),
+            ),
+            (
+                "general",
+                json!({"description": "opencode's general-purpose subagent for multi-step research and tasks.", "mode": "subagent",
+                "permission": {"todowrite": "deny"}}),
+            ),
+            (
+                "explore",
+                json!({"description": "opencode's read-only explorer subagent (search and read tools, shell allowed).", "mode": "subagent",
+                "permission": {"*": "deny", "grep": "allow", "glob": "allow", "list": "allow", "bash": "allow", "read": "allow", "webfetch": "allow", "websearch": "allow"}}),
+            ),
+        ];
+        for (name, cfg) in builtins {
+            self.configs
+                .insert(name.to_owned(), (cfg, AgentSource::OpencodeBuiltIn));
+        }
+        self.configs.insert(
+            WORKER.to_owned(),
+            (worker_agent_config(), AgentSource::Bridge),
+        );
+    }
+
+    fn merge(&mut self, name: &str, cfg: &Value, source: AgentSource) {
+        match self.configs.get_mut(name) {
+            Some((existing, src)) => {
+                merge_config(existing, cfg);
+                *src = source;
+            }
+            None => {
+                self.configs.insert(name.to_owned(), (cfg.clone(), source));
+            }
+        }
+    }
+
+    fn config_file(&mut self, env: &dyn Environment, path: &Path) {
+        if !env.exists(path) {
+            return;
+        }
+        let Some(text) = env.read_to_string(path) else {
+            self.warnings.push(format!(
+                "{}: cannot be read; its agents are ignored",
+                path.display()
+            ));
+            return;
+        };
+        match parse_jsonc(&text) {
+            Ok(value) => self.config_value(&value, AgentSource::File(path.to_path_buf())),
+            Err(e) => self.warnings.push(format!(
+                "{}: not valid JSON ({e}); its agents are ignored",
+                path.display()
+            )),
+        }
+    }
+
+    fn config_value(&mut self, value: &Value, source: AgentSource) {
+        let Some(agents) = value.get("agent").and_then(Value::as_object) else {
+            return;
+        };
+        for (name, cfg) in agents {
+            if cfg.is_object() {
+                self.merge(name, cfg, source.clone());
+            } else {
+                self.warnings.push(format!(
+                    "{source}: agent {name:?} is not an object; ignored"
+                ));
+            }
+        }
+    }
+
+    fn markdown_dir(
+        &mut self,
+        env: &dyn Environment,
+        root: &Path,
+        dir: &Path,
+        recursive: bool,
+        default_mode: AgentMode,
+    ) {
+        for path in env.read_dir(dir) {
+            if env.is_dir(&path) {
+                if recursive {
+                    self.markdown_dir(env, root, &path, recursive, default_mode);
+                }
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("md") {
+                continue;
+            }
+            let Ok(rel) = path
+                .with_extension("")
+                .strip_prefix(root)
+                .map(Path::to_path_buf)
+            else {
+                continue;
+            };
+            let name = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            let Some(text) = env.read_to_string(&path) else {
+                self.warnings.push(format!(
+                    "{}: cannot be read; agent {name} ignored",
+                    path.display()
+                ));
+                continue;
+            };
+            let mut cfg = json!({"mode": default_mode.as_str()});
+            let (front, body) = split_frontmatter(&text);
+            if let Some(front) = front {
+                match parse_yaml(front) {
+                    Ok(Value::Object(map)) => merge_config(&mut cfg, &Value::Object(map)),
+                    Ok(Value::Null) => {}
+                    Ok(_) => self.warnings.push(format!(
+                        "{}: frontmatter is not a mapping; agent {name} listed as mode all, editing",
+                        path.display()
+                    )),
+                    Err(e) => {
+                        self.warnings.push(format!(
+                            "{}: frontmatter {e}; agent {name} listed as mode all, editing",
+                            path.display()
+                        ));
+                        cfg = json!({"mode": "all"});
+                    }
+                }
+            }
+            let body = body.trim();
+            if !body.is_empty() {
+                cfg["prompt"] = Value::from(body);
+            }
+            self.merge(&name, &cfg, AgentSource::File(path.clone()));
+        }
+    }
+
+    fn finish(self) -> Roster {
+        let agents = self
+            .configs
+            .into_iter()
+            .filter(|(_, (cfg, _))| cfg.get("disable") != Some(&Value::Bool(true)))
+            .map(|(name, (cfg, source))| {
+                let info = AgentInfo::from_config(&name, &cfg, source);
+                (name, info)
+            })
+            .collect();
+        Roster {
+            agents,
+            warnings: self.warnings,
+        }
+    }
+}
+
+/// Tools that opencode's `edit` permission governs.
+const EDIT_TOOLS: [&str; 5] = ["edit", "write", "patch", "multiedit", "apply_patch"];
+
+/// How an action string reads in a non-interactive run: `ask` is rejected, so only `allow` allows.
+fn allows(action: &Value) -> Option<bool> {
+    action.as_str().map(|a| a == "allow")
+}
+
+/// Whether a permission entry (a string or a pattern map) allows anything, and whether it allows
+/// everything: `(any, all)`.
+fn permission_reach(entry: &Value) -> Option<(bool, bool)> {
+    if let Some(a) = allows(entry) {
+        return Some((a, a));
+    }
+    let map = entry.as_object()?;
+    let any = map.values().any(|v| allows(v) == Some(true));
+    // A pattern map without a catch-all leaves other patterns at the default, which allows.
+    let all = map.get("*").and_then(allows).unwrap_or(true);
+    Some((any || all, all))
+}
+
+/// Resolves one permission key: the key itself, else `*`, else the default (allow).
+fn resolve(config: &Value, key: &str) -> (bool, bool) {
+    let permission = config.get("permission");
+    if let Some(p) = permission
+        && let Some(a) = allows(p)
+    {
+        return (a, a);
+    }
+    permission
+        .and_then(|p| p.get(key).or_else(|| p.get("*")))
+        .and_then(permission_reach)
+        .unwrap_or((true, true))
+}
+
+fn tool_flag(config: &Value, tool: &str) -> Option<bool> {
+    config.get("tools")?.get(tool)?.as_bool()
+}
+
+fn edit_tools_allowed(config: &Value) -> bool {
+    let (any, _) = resolve(config, "edit");
+    let explicit = config
+        .get("permission")
+        .and_then(Value::as_object)
+        .map(|p| {
+            EDIT_TOOLS
+                .iter()
+                .filter(|t| **t != "edit")
+                .filter_map(|t| p.get(*t))
+                .any(|e| permission_reach(e).is_some_and(|(any, _)| any))
+        })
+        .unwrap_or(false);
+    // The deprecated `tools` map: any edit-class tool switched off denies the `edit` permission.
+    let tools_off = EDIT_TOOLS
+        .iter()
+        .any(|t| tool_flag(config, t) == Some(false));
+    let tools_on = EDIT_TOOLS
+        .iter()
+        .any(|t| tool_flag(config, t) == Some(true));
+    if tools_on {
+        return true;
+    }
+    (any || explicit) && !tools_off
+}
+
+fn shell_access(config: &Value) -> Shell {
+    if tool_flag(config, "bash") == Some(false) {
+        return Shell::Denied;
+    }
+    match resolve(config, "bash") {
+        (_, true) => Shell::Full,
+        (true, false) => Shell::Restricted,
+        (false, _) => Shell::Denied,
+    }
+}

@@ -1,0 +1,136 @@
+//! Everything the render crate needs for the `opencode_policy` text and the MCP instructions.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::env::Environment;
+use crate::error::PolicyError;
+use crate::evaluate::{AllowedAgent, allowed_agents, default_agent};
+use crate::instructions::VERIFICATION_RULES;
+use crate::mode::{Mode, ModeDecision, detect_mode};
+use crate::roster::{Access, AgentMode, Roster};
+use crate::tier::{DELEGATE, KEEP, TIER_RULES};
+
+/// One roster agent as shown to the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentView {
+    /// Its name.
+    pub name: String,
+    /// Its description.
+    pub description: Option<String>,
+    /// Read-only or editing.
+    pub access: Access,
+    /// Its opencode mode.
+    pub opencode_mode: AgentMode,
+    /// Where it is defined (a path, "opencode built-in", "bridge built-in", ...).
+    pub source: String,
+}
+
+/// A mode and what it allows, for the list of all modes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModeSummary {
+    /// The mode.
+    pub mode: Mode,
+    /// What it allows.
+    pub summary: &'static str,
+}
+
+/// The policy in force for one working directory, as data.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyView {
+    /// The mode decision: mode, deciding source, every consulted source, project root.
+    pub decision: ModeDecision,
+    /// One line: mode and the source that decided it.
+    pub reason: String,
+    /// What the active mode allows.
+    pub mode_summary: &'static str,
+    /// Every mode with its summary.
+    pub modes: Vec<ModeSummary>,
+    /// The agent used when none is named.
+    pub default_agent: String,
+    /// The agents the active mode allows.
+    pub allowed_agents: Vec<AllowedAgent>,
+    /// Agents the active mode refuses by name (sensitive: designer, general).
+    pub refused_agents: Vec<&'static str>,
+    /// How tiers decide delegation.
+    pub tier_rules: &'static [&'static str],
+    /// Work to delegate (easy/medium).
+    pub delegate: &'static [&'static str],
+    /// Work to keep (hard).
+    pub keep: &'static [&'static str],
+    /// How to check a delegated result.
+    pub verification_rules: &'static [&'static str],
+    /// Every agent opencode knows here.
+    pub roster: Vec<AgentView>,
+    /// Problems met while reading agent files.
+    pub roster_warnings: Vec<String>,
+}
+
+impl PolicyView {
+    /// Detects the mode, loads the roster and assembles the view.
+    ///
+    /// # Errors
+    /// [`PolicyError::InvalidMode`] when a mode source holds an unrecognised value.
+    ///
+    /// ```
+    /// use bridge_policy::{FakeEnv, Mode, PolicyView};
+    /// use std::path::Path;
+    /// let env = FakeEnv::new().with_var("OPENCODE_BRIDGE_MODE", "insensitive");
+    /// let view = PolicyView::build(&env, Path::new("/w"), None).unwrap();
+    /// assert_eq!(view.decision.mode, Mode::Insensitive);
+    /// assert_eq!(view.default_agent, "worker");
+    /// ```
+    pub fn build(
+        env: &dyn Environment,
+        cwd: &Path,
+        mode_arg: Option<&str>,
+    ) -> Result<PolicyView, PolicyError> {
+        let decision = detect_mode(env, cwd, mode_arg)?;
+        let roster = Roster::load(env, cwd);
+        Ok(PolicyView::from_parts(env, decision, &roster))
+    }
+
+    /// Assembles the view from a decision and a roster already at hand.
+    pub fn from_parts(
+        env: &dyn Environment,
+        decision: ModeDecision,
+        roster: &Roster,
+    ) -> PolicyView {
+        let mode = decision.mode;
+        PolicyView {
+            reason: decision.reason(),
+            mode_summary: mode.summary(),
+            modes: Mode::ALL
+                .iter()
+                .map(|m| ModeSummary {
+                    mode: *m,
+                    summary: m.summary(),
+                })
+                .collect(),
+            default_agent: default_agent(env, mode),
+            allowed_agents: allowed_agents(mode, roster),
+            refused_agents: if mode == Mode::Sensitive {
+                vec!["designer", "general"]
+            } else {
+                Vec::new()
+            },
+            tier_rules: TIER_RULES,
+            delegate: DELEGATE,
+            keep: KEEP,
+            verification_rules: VERIFICATION_RULES,
+            roster: roster
+                .agents()
+                .map(|a| AgentView {
+                    name: a.name.clone(),
+                    description: a.description.clone(),
+                    access: a.access,
+                    opencode_mode: a.opencode_mode,
+                    source: a.source.to_string(),
+                })
+                .collect(),
+            roster_warnings: roster.warnings().to_vec(),
+            decision,
+        }
+    }
+}
