@@ -5,7 +5,6 @@
 //! binary uses, and the table of every variable that `doctor` and the README show.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// One environment variable the bridge reads, with its default as shown to people.
 #[derive(Debug, Clone, Copy)]
@@ -119,13 +118,11 @@ pub const ENV_VARS: &[EnvVar] = &[
     },
 ];
 
-/// What the binary itself needs.
+/// What the binary itself needs (the libraries read their own variables).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The tree delegated tasks may use as their working directory (canonical when it exists).
     pub root: PathBuf,
-    /// Deadline of one session scan.
-    pub scan_deadline: Duration,
 }
 
 impl Settings {
@@ -138,11 +135,7 @@ impl Settings {
             .map(PathBuf::from)
             .unwrap_or(cwd);
         let root = absolute(&root);
-        let scan_ms = number_var("OPENCODE_BRIDGE_SCAN_DEADLINE_MS", 35_000, 100, 600_000);
-        Settings {
-            root,
-            scan_deadline: Duration::from_millis(scan_ms),
-        }
+        Settings { root }
     }
 }
 

@@ -1,1 +1,10 @@
-//! Renders what the tools return as compact plain text.
+//! Every text the opencode-bridge tools and CLI subcommands return: compact, aligned plain text
+//! with humanised times and sizes. Pure functions of plain values; the current time is an
+//! argument so the output is reproducible.
+
+pub mod human;
+pub mod policy;
+pub mod sessions;
+
+pub use policy::{instructions, policy};
+pub use sessions::{OutputMode, renamed, session_header, session_list, transcript};

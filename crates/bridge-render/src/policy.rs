@@ -1,0 +1,121 @@
+//! The `opencode_policy` text and the MCP server instructions.
+
+use bridge_policy::PolicyView;
+
+/// `opencode_policy`: the mode and why, every source consulted, the allowed agents, tier rules,
+/// verification rules and the roster.
+pub fn policy(view: &PolicyView) -> String {
+    let d = &view.decision;
+    let mut out = format!("mode: {}\n", view.reason);
+    out.push_str(&format!("  {}\n", view.mode_summary));
+    match &d.project_root {
+        Some(root) => out.push_str(&format!("project root: {}\n", root.display())),
+        None => out.push_str("project root: none (no .claude or .git above the directory)\n"),
+    }
+    out.push_str("sources consulted (sensitive wins; otherwise the first that names a mode):\n");
+    for c in &d.consulted {
+        out.push_str(&format!("  {}: {}\n", c.source, c.reading));
+    }
+    out.push_str("other modes:\n");
+    for m in view.modes.iter().filter(|m| m.mode != d.mode) {
+        out.push_str(&format!("  {}: {}\n", m.mode, m.summary));
+    }
+
+    out.push_str(&format!("\ndefault agent: {}\n", view.default_agent));
+    let allowed: Vec<String> = view
+        .allowed_agents
+        .iter()
+        .map(|a| {
+            let mut s = a.name.clone();
+            if a.mechanical_only {
+                s.push_str(" (mechanical: true only)");
+            }
+            if !a.installed {
+                s.push_str(" (not installed)");
+            }
+            s
+        })
+        .collect();
+    out.push_str(&format!("allowed agents: {}\n", allowed.join(", ")));
+    if !view.refused_agents.is_empty() {
+        out.push_str(&format!(
+            "refused agents: {}\n",
+            view.refused_agents.join(", ")
+        ));
+    }
+
+    out.push_str("\ntiers (opencode_start refuses hard and unsure):\n");
+    for r in view.tier_rules {
+        out.push_str(&format!("  - {r}\n"));
+    }
+    out.push_str("delegate (easy/medium):\n");
+    for r in view.delegate {
+        out.push_str(&format!("  - {r}\n"));
+    }
+    out.push_str("keep (hard):\n");
+    for r in view.keep {
+        out.push_str(&format!("  - {r}\n"));
+    }
+    out.push_str("verify every result (it is an untrusted draft):\n");
+    for r in view.verification_rules {
+        out.push_str(&format!("  - {r}\n"));
+    }
+
+    out.push_str(&format!("\nroster ({} agents):\n", view.roster.len()));
+    let rows: Vec<Vec<String>> = view
+        .roster
+        .iter()
+        .map(|a| {
+            vec![
+                a.name.clone(),
+                a.access.as_str().to_string(),
+                a.opencode_mode.as_str().to_string(),
+                a.source.clone(),
+                a.description
+                    .as_deref()
+                    .map(|d| crate::human::one_line(d, 100))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    for line in crate::human::table(&rows, &[]) {
+        out.push_str(&format!("  {line}\n"));
+    }
+    for w in &view.roster_warnings {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
+    out
+}
+
+/// The MCP server instructions: the active policy in a few lines.
+pub fn instructions(view: &PolicyView) -> String {
+    let agents: Vec<String> = view
+        .allowed_agents
+        .iter()
+        .map(|a| {
+            if a.mechanical_only {
+                format!("{} (mechanical only)", a.name)
+            } else {
+                a.name.clone()
+            }
+        })
+        .collect();
+    let mut out = format!(
+        "opencode-bridge delegates EASY and MEDIUM work to opencode agents; hard work stays with you.\n\
+         Active routing mode: {} — {}\n",
+        view.reason, view.mode_summary
+    );
+    out.push_str(&format!(
+        "Allowed agents: {} (default {}).\n",
+        agents.join(", "),
+        view.default_agent
+    ));
+    out.push_str(&format!("Delegate: {}.\n", view.delegate.join("; ")));
+    out.push_str(&format!(
+        "Keep: {}. If a silent mistake would change a result, do not delegate; if unsure, treat the job as one tier harder.\n",
+        view.keep.join("; ")
+    ));
+    out.push_str("Verify what comes back (an untrusted draft): check the files exist, rerun the tests, recompute numbers, read the git diff.\n");
+    out.push_str("Flow: opencode_start (tier required) -> opencode_status -> opencode_result. opencode_sessions and opencode_session_output show every opencode session; opencode_policy shows the full rules.\n");
+    out
+}
