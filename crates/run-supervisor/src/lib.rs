@@ -1,1 +1,75 @@
-//! Supervises delegated opencode runs.
+//! Supervises delegated `opencode run` tasks.
+//!
+//! - [`Supervisor`]: start a [`TaskSpec`] (returns a [`TaskId`] at once), then `status`,
+//!   `result`, `wait`, `cancel`, `list`, `shutdown`. Each run is `opencode run --format json`
+//!   in its own process group, in the task's directory (also as `PWD`, which opencode 1.18
+//!   uses instead of the real cwd), with the prompt on stdin (or in an attached file when it is
+//!   over ~100 KB).
+//! - [`events`]: the tolerant parser of opencode's JSON event lines.
+//! - [`classify`](mod@classify): failure kinds, the provider's message and advice.
+//! - [`proctable`]: every opencode process on the machine, from `/proc`.
+//!
+//! Architecture invariant: only processes this crate started (and their descendants) are ever
+//! signalled, each after checking its start time.
+
+#![deny(unsafe_code)]
+
+pub mod capture;
+pub mod classify;
+pub mod command;
+pub mod events;
+mod procs;
+pub mod proctable;
+mod spec;
+mod supervisor;
+
+use std::path::PathBuf;
+
+pub use capture::{Cut, cut_text};
+pub use classify::{ExitInfo, Failure, FailureKind};
+pub use command::Capabilities;
+pub use events::{RunSummary, TokenUsage, ToolCall};
+pub use procs::ProcId;
+pub use proctable::{OpencodeProcess, ProcessKind};
+pub use spec::{AgentMode, SupervisorConfig, TaskSpec};
+pub use supervisor::{CancelOutcome, Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState};
+
+/// Why a task was not started. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The parallel limit is reached.
+    #[error(
+        "{running} tasks are already running (limit OPENCODE_BRIDGE_MAX_PARALLEL={limit}): wait for one to finish or cancel one"
+    )]
+    Busy {
+        /// Unfinished tasks.
+        running: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The working directory resolves outside the allowed root.
+    #[error("cwd {} is outside OPENCODE_BRIDGE_ROOT ({}): use a directory inside it, or start the bridge with a wider OPENCODE_BRIDGE_ROOT", cwd.display(), root.display())]
+    CwdOutsideRoot {
+        /// The canonical cwd.
+        cwd: PathBuf,
+        /// The canonical root.
+        root: PathBuf,
+    },
+    /// The working directory does not exist or cannot be resolved.
+    #[error("cwd {} cannot be used ({reason}): pass an existing directory", cwd.display())]
+    CwdMissing {
+        /// The cwd as given.
+        cwd: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// No opencode binary.
+    #[error("{0}")]
+    BinaryMissing(String),
+    /// The task itself is unusable (empty prompt, no agent).
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// `shutdown` was called.
+    #[error("the bridge is shutting down: no new task is started")]
+    ShuttingDown,
+}

@@ -1,0 +1,262 @@
+//! Bounded output capture and text cutting.
+//!
+//! [`HeadTail`] keeps the first and the last bytes of a stream up to a cap (half each) and
+//! counts what was dropped in between, so a run that floods its output costs bounded memory
+//! and the reader still sees how it began and how it ended. [`cut_text`] applies the
+//! character limits of results and replies.
+
+use std::collections::VecDeque;
+
+/// Keeps at most `cap` bytes of a stream: its head and its tail, with the cut marked.
+#[derive(Debug, Clone)]
+pub struct HeadTail {
+    cap: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    dropped: u64,
+    total: u64,
+}
+
+impl HeadTail {
+    /// An empty buffer that keeps at most `cap` bytes (at least 2).
+    pub fn new(cap: usize) -> Self {
+        HeadTail {
+            cap: cap.max(2),
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            dropped: 0,
+            total: 0,
+        }
+    }
+
+    /// Appends bytes.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let head_cap = self.cap / 2;
+        if self.head.len() < head_cap {
+            let n = (head_cap - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        if bytes.is_empty() {
+            return;
+        }
+        let tail_cap = self.cap - head_cap;
+        if bytes.len() >= tail_cap {
+            self.dropped += (self.tail.len() + bytes.len() - tail_cap) as u64;
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - tail_cap..]);
+            return;
+        }
+        let overflow = (self.tail.len() + bytes.len()).saturating_sub(tail_cap);
+        if overflow > 0 {
+            self.tail.drain(..overflow);
+            self.dropped += overflow as u64;
+        }
+        self.tail.extend(bytes);
+    }
+
+    /// True when nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Bytes pushed in total.
+    pub fn total_bytes(&self) -> u64 {
+        self.total
+    }
+
+    /// Bytes dropped from the middle.
+    pub fn dropped_bytes(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Bytes currently kept.
+    pub fn kept_bytes(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// The kept text, with a marker line where bytes were dropped. Invalid UTF-8 (for example
+    /// a character split by the cut) is replaced.
+    pub fn to_string_lossy(&self) -> String {
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        if self.dropped > 0 {
+            out.push_str(&format!(
+                "\n[... {} bytes cut: output over the {} byte capture limit ...]\n",
+                self.dropped, self.cap
+            ));
+        }
+        let (a, b) = self.tail.as_slices();
+        let mut tail = Vec::with_capacity(a.len() + b.len());
+        tail.extend_from_slice(a);
+        tail.extend_from_slice(b);
+        out.push_str(&String::from_utf8_lossy(&tail));
+        out
+    }
+
+    /// The last `n` bytes kept, lossily decoded (for error messages).
+    pub fn tail_string(&self, n: usize) -> String {
+        let s = self.to_string_lossy();
+        let mut start = s.len().saturating_sub(n);
+        while !s.is_char_boundary(start) {
+            start += 1;
+        }
+        s[start..].to_owned()
+    }
+}
+
+/// Result of cutting a text to a character budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    /// The text after cutting, with a marker where something was removed.
+    pub text: String,
+    /// Characters in the original text.
+    pub total_chars: usize,
+    /// True when something was removed.
+    pub truncated: bool,
+}
+
+/// Default number of characters a result shows when neither head nor tail is asked for.
+pub const RESULT_CHARS: usize = 60_000;
+/// Hard cap on any reply.
+pub const REPLY_CHARS: usize = 100_000;
+
+fn first_chars(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+fn last_chars(s: &str, n: usize) -> &str {
+    if n == 0 {
+        return "";
+    }
+    match s.char_indices().rev().nth(n - 1) {
+        Some((i, _)) => &s[i..],
+        None => s,
+    }
+}
+
+/// Cuts `text` for a result: `head` keeps the first characters, `tail` the last ones, both
+/// keep both ends; with neither, texts over [`RESULT_CHARS`] keep their last
+/// [`RESULT_CHARS`] characters. The outcome never exceeds [`REPLY_CHARS`] characters plus the
+/// marker line.
+pub fn cut_text(text: &str, head: Option<usize>, tail: Option<usize>) -> Cut {
+    let total = text.chars().count();
+    let (h, t) = match (head, tail) {
+        (None, None) => (0, RESULT_CHARS),
+        (Some(h), None) => (h, 0),
+        (None, Some(t)) => (0, t),
+        (Some(h), Some(t)) => (h, t),
+    };
+    let h = h.min(REPLY_CHARS);
+    let t = t.min(REPLY_CHARS - h);
+    if h + t >= total {
+        return Cut {
+            text: text.to_owned(),
+            total_chars: total,
+            truncated: false,
+        };
+    }
+    let removed = total - h - t;
+    let marker = format!("[... {removed} of {total} characters cut ...]");
+    let mut out = String::new();
+    let head_part = first_chars(text, h);
+    let tail_part = last_chars(text, t);
+    out.push_str(head_part);
+    if !head_part.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(&marker);
+    if !tail_part.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(tail_part);
+    Cut {
+        text: out,
+        total_chars: total,
+        truncated: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_streams_are_kept_whole() {
+        let mut b = HeadTail::new(100);
+        b.push(b"hello ");
+        b.push(b"world");
+        assert_eq!(b.to_string_lossy(), "hello world");
+        assert_eq!(b.dropped_bytes(), 0);
+    }
+
+    #[test]
+    fn large_streams_keep_head_and_tail_and_mark_the_cut() {
+        let mut b = HeadTail::new(10);
+        for i in 0..100u8 {
+            b.push(&[b'a' + (i % 26)]);
+        }
+        assert_eq!(b.kept_bytes(), 10);
+        assert_eq!(b.dropped_bytes(), 90);
+        assert_eq!(b.total_bytes(), 100);
+        let s = b.to_string_lossy();
+        assert!(s.starts_with("abcde"), "{s}");
+        assert!(s.contains("90 bytes cut"), "{s}");
+        // bytes 95..100 are 'r'..'v' (i % 26 for 95 is 17 = 'r')
+        assert!(s.ends_with("rstuv"), "{s}");
+    }
+
+    #[test]
+    fn one_huge_push_is_bounded() {
+        let mut b = HeadTail::new(1000);
+        b.push(&vec![b'x'; 5_000_000]);
+        b.push(b"END");
+        assert_eq!(b.kept_bytes(), 1000);
+        assert!(b.to_string_lossy().ends_with("xEND"));
+    }
+
+    #[test]
+    fn results_are_cut_to_the_last_60000_characters_by_default() {
+        let text: String = "é".repeat(70_000);
+        let c = cut_text(&text, None, None);
+        assert!(c.truncated);
+        assert_eq!(c.total_chars, 70_000);
+        assert!(
+            c.text
+                .starts_with("[... 10000 of 70000 characters cut ...]\n")
+        );
+        assert_eq!(c.text.chars().filter(|&ch| ch == 'é').count(), 60_000);
+    }
+
+    #[test]
+    fn head_and_tail_keep_the_asked_ends() {
+        let text = "0123456789";
+        assert_eq!(
+            cut_text(text, Some(3), None).text,
+            "012\n[... 7 of 10 characters cut ...]"
+        );
+        assert_eq!(
+            cut_text(text, None, Some(2)).text,
+            "[... 8 of 10 characters cut ...]\n89"
+        );
+        assert_eq!(
+            cut_text(text, Some(2), Some(2)).text,
+            "01\n[... 6 of 10 characters cut ...]\n89"
+        );
+        assert!(!cut_text(text, Some(5), Some(5)).truncated);
+        assert!(!cut_text("short", None, None).truncated);
+    }
+
+    #[test]
+    fn replies_never_exceed_the_hard_cap() {
+        let text = "y".repeat(300_000);
+        let c = cut_text(&text, Some(90_000), Some(90_000));
+        let ys = c.text.chars().filter(|&ch| ch == 'y').count();
+        assert_eq!(ys, REPLY_CHARS);
+        let c = cut_text(&text, Some(500_000), None);
+        assert_eq!(c.text.chars().filter(|&ch| ch == 'y').count(), REPLY_CHARS);
+    }
+}

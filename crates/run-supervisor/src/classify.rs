@@ -1,0 +1,834 @@
+//! Failure kinds and how a finished run is classified.
+//!
+//! [`classify`] is pure: it looks at the events of one run, its stderr and how the process
+//! ended, and names what went wrong, with the provider's own message and advice. The rules are
+//! written up in `docs/ERRORS.md`.
+
+use serde_json::Value;
+
+use crate::events::{ErrorEvent, RunSummary};
+
+/// Why a task failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// HTTP 429 (not quota) or a rate-limit message.
+    RateLimit,
+    /// The account's quota or credit is used up (429 `insufficient_quota`, billing messages).
+    Quota,
+    /// The conversation does not fit the model's context window.
+    ContextLength,
+    /// The model stopped because it hit its output-token limit.
+    OutputLimit,
+    /// The provider is overloaded or failing (529, 500, 502, 503, 504, mid-stream server errors).
+    Overloaded,
+    /// Missing or rejected credentials (401, 403, ProviderAuthError).
+    Auth,
+    /// The model or provider does not exist or is not configured.
+    Model,
+    /// The agent does not exist, is not runnable as asked, or its permissions stopped the run.
+    Agent,
+    /// The provider refused the request as malformed (other 4xx, content filter).
+    InvalidRequest,
+    /// The provider could not be reached.
+    Network,
+    /// The task ran past its time limit.
+    Timeout,
+    /// opencode could not be started.
+    Spawn,
+    /// opencode ended abnormally without a recognisable provider error.
+    Exit,
+}
+
+impl FailureKind {
+    /// Every kind, in documentation order.
+    pub const ALL: [FailureKind; 13] = [
+        FailureKind::RateLimit,
+        FailureKind::Quota,
+        FailureKind::ContextLength,
+        FailureKind::OutputLimit,
+        FailureKind::Overloaded,
+        FailureKind::Auth,
+        FailureKind::Model,
+        FailureKind::Agent,
+        FailureKind::InvalidRequest,
+        FailureKind::Network,
+        FailureKind::Timeout,
+        FailureKind::Spawn,
+        FailureKind::Exit,
+    ];
+
+    /// The snake_case name used in tool output and docs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::RateLimit => "rate_limit",
+            FailureKind::Quota => "quota",
+            FailureKind::ContextLength => "context_length",
+            FailureKind::OutputLimit => "output_limit",
+            FailureKind::Overloaded => "overloaded",
+            FailureKind::Auth => "auth",
+            FailureKind::Model => "model",
+            FailureKind::Agent => "agent",
+            FailureKind::InvalidRequest => "invalid_request",
+            FailureKind::Network => "network",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Spawn => "spawn",
+            FailureKind::Exit => "exit",
+        }
+    }
+
+    /// True for kinds that may go away by waiting: the only ones ever retried.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            FailureKind::RateLimit | FailureKind::Overloaded | FailureKind::Network
+        )
+    }
+
+    /// What to do about it (generic advice for the kind).
+    pub fn advice(self) -> &'static str {
+        match self {
+            FailureKind::RateLimit => {
+                "The provider is rate-limiting requests. Wait a few minutes, run fewer tasks at once (OPENCODE_BRIDGE_MAX_PARALLEL), or use another model."
+            }
+            FailureKind::Quota => {
+                "The provider account is out of quota or credit. Check the plan and billing, or switch to another provider/model; retrying will not help."
+            }
+            FailureKind::ContextLength => {
+                "The conversation is too large for the model's context window. Split the task into smaller pieces, point the agent at fewer or smaller files, or use a model with a larger context."
+            }
+            FailureKind::OutputLimit => {
+                "The model hit its output-token limit and its answer is cut off. Ask for a shorter answer, split the task, or use a model with a larger output limit."
+            }
+            FailureKind::Overloaded => {
+                "The provider is overloaded or failing on its side. Wait and try again later, or use another model."
+            }
+            FailureKind::Auth => {
+                "The provider rejected or is missing the credentials. Check the API key with `opencode auth list` / the provider's environment variable, and that the key has access to this model."
+            }
+            FailureKind::Model => {
+                "The model or provider is not available. Check the model name (OPENCODE_BRIDGE_MODEL or the task's model, as provider/model) against `opencode models`; `opencode run --print-logs` shows the cause."
+            }
+            FailureKind::Agent => {
+                "The agent could not do the work as asked. Check the agent name with `opencode agent list`, and that its permissions allow what the task needs (work inside the task's directory)."
+            }
+            FailureKind::InvalidRequest => {
+                "The provider refused the request. Rephrase or shorten the task; if it persists, try another model."
+            }
+            FailureKind::Network => {
+                "The provider could not be reached. Check the network, proxy and the provider's base URL; try again when it is reachable."
+            }
+            FailureKind::Timeout => {
+                "The task ran past its time limit and was stopped. Split it into smaller tasks or give it a longer timeout (timeout_minutes, OPENCODE_BRIDGE_TIMEOUT_MIN)."
+            }
+            FailureKind::Spawn => {
+                "opencode could not be started. Install it or set OPENCODE_BIN to its path, and check that the working directory exists."
+            }
+            FailureKind::Exit => {
+                "opencode ended abnormally. Look at its stderr below; running the same task with `opencode run --print-logs` shows more."
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A classified failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The kind.
+    pub kind: FailureKind,
+    /// The provider's or opencode's own message (one line, possibly shortened).
+    pub message: String,
+    /// What to do about it.
+    pub advice: String,
+}
+
+impl Failure {
+    /// A failure with the kind's generic advice.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: one_line(&message.into(), 600),
+            advice: kind.advice().to_owned(),
+        }
+    }
+
+    /// A failure with specific advice.
+    pub fn with_advice(kind: FailureKind, message: impl Into<String>, advice: &str) -> Self {
+        Failure {
+            kind,
+            message: one_line(&message.into(), 600),
+            advice: advice.to_owned(),
+        }
+    }
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExitInfo {
+    /// Exit code, when it exited.
+    pub code: Option<i32>,
+    /// Signal number, when a signal killed it.
+    pub signal: Option<i32>,
+}
+
+fn one_line(s: &str, max: usize) -> String {
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if joined.chars().count() <= max {
+        joined
+    } else {
+        let mut out: String = joined.chars().take(max).collect();
+        out.push('…');
+        out
+    }
+}
+
+/// Lines of stderr that say the asked agent is not what runs.
+pub fn agent_fallback_line(stderr: &str) -> Option<String> {
+    stderr
+        .lines()
+        .map(strip_ansi)
+        .find(|l| {
+            (l.contains("Falling back") || l.contains("falling back"))
+                && (l.contains("agent") || l.contains("subagent"))
+        })
+        .map(|l| l.trim().trim_start_matches('!').trim().to_owned())
+}
+
+/// Permission requests that `run` auto-rejected, as stderr reports them.
+pub fn rejected_permission_lines(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains("permission requested:") && l.contains("auto-rejecting"))
+        .map(|l| l.trim().trim_start_matches('!').trim().to_owned())
+        .collect()
+}
+
+/// Removes ANSI escape sequences (opencode colours its stderr).
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c2 in chars.by_ref() {
+                    if c2.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The provider's error object out of a response body or a JSON message: `error.code`,
+/// `error.type`, `error.message` (missing fields are empty).
+fn provider_error_fields(text: &str) -> Option<(String, String, String)> {
+    let v: Value = serde_json::from_str(text.trim()).ok()?;
+    let e = v.get("error").filter(|e| e.is_object()).unwrap_or(&v);
+    let get = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let (code, typ, msg) = (get("code"), get("type"), get("message"));
+    if code.is_empty() && typ.is_empty() && msg.is_empty() {
+        return None;
+    }
+    Some((code, typ, msg))
+}
+
+fn contains_any(hay: &str, needles: &[&str]) -> bool {
+    needles.iter().any(|n| hay.contains(n))
+}
+
+const OVERFLOW_WORDS: &[&str] = &[
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "prompt is too long",
+    "context length",
+    "too many tokens",
+    "request entity too large",
+];
+const QUOTA_WORDS: &[&str] = &[
+    "insufficient_quota",
+    "exceeded your current quota",
+    "quota exceeded",
+    "billing",
+    "credit balance",
+    "out of credits",
+    "payment required",
+];
+const RATE_WORDS: &[&str] = &["rate limit", "rate_limit", "too many requests", "429"];
+const OVERLOAD_WORDS: &[&str] = &[
+    "overloaded",
+    "server_error",
+    "internal server error",
+    "service unavailable",
+    "bad gateway",
+    "gateway timeout",
+    "upstream",
+    "provider returned error",
+];
+const NETWORK_WORDS: &[&str] = &[
+    "cannot connect",
+    "unable to connect",
+    "econnrefused",
+    "econnreset",
+    "etimedout",
+    "enotfound",
+    "eai_again",
+    "fetch failed",
+    "socket hang up",
+    "network",
+];
+const AUTH_WORDS: &[&str] = &[
+    "api key",
+    "api_key",
+    "unauthorized",
+    "authentication",
+    "invalid_api_key",
+    "permission_denied",
+    "forbidden",
+];
+const MODEL_WORDS: &[&str] = &[
+    "model_not_found",
+    "model not found",
+    "does not exist",
+    "unknown model",
+    "providermodelnotfound",
+    "no such model",
+];
+
+/// Classifies free text (an UnknownError message, a mid-stream error, stderr) by its words.
+fn classify_text(text: &str) -> Option<FailureKind> {
+    let lower = text.to_lowercase();
+    if contains_any(&lower, OVERFLOW_WORDS) {
+        Some(FailureKind::ContextLength)
+    } else if contains_any(&lower, QUOTA_WORDS) {
+        Some(FailureKind::Quota)
+    } else if contains_any(&lower, RATE_WORDS) {
+        Some(FailureKind::RateLimit)
+    } else if contains_any(&lower, AUTH_WORDS) {
+        Some(FailureKind::Auth)
+    } else if contains_any(&lower, MODEL_WORDS) {
+        Some(FailureKind::Model)
+    } else if contains_any(&lower, OVERLOAD_WORDS) {
+        Some(FailureKind::Overloaded)
+    } else if contains_any(&lower, NETWORK_WORDS) {
+        Some(FailureKind::Network)
+    } else {
+        None
+    }
+}
+
+/// Classifies one error event.
+pub fn classify_error(e: &ErrorEvent) -> Failure {
+    let body = e.response_body.as_deref().unwrap_or("");
+    let fields = provider_error_fields(body);
+    let code_type = fields
+        .as_ref()
+        .map(|(c, t, _)| format!("{c} {t}").to_lowercase())
+        .unwrap_or_default();
+    let msg_lower = e.message.to_lowercase();
+    let all = format!("{msg_lower} {code_type}");
+    let status = e
+        .status_code
+        .map(|s| format!(" (HTTP {s})"))
+        .unwrap_or_default();
+    let message = format!("{}: {}{status}", e.name, e.message);
+    match e.name.as_str() {
+        "ContextOverflowError" => Failure::new(FailureKind::ContextLength, message),
+        "ProviderAuthError" => Failure::new(FailureKind::Auth, message),
+        "MessageOutputLengthError" => Failure::new(FailureKind::OutputLimit, message),
+        "ContentFilterError" => Failure::with_advice(
+            FailureKind::InvalidRequest,
+            message,
+            "The provider's content filter blocked the answer. Rephrase the task; if it persists, use another model.",
+        ),
+        "StructuredOutputError" => Failure::new(FailureKind::InvalidRequest, message),
+        "MessageAbortedError" => Failure::with_advice(
+            FailureKind::Exit,
+            message,
+            "The run was aborted inside opencode (not by the bridge). Start the task again; if it repeats, run it by hand with `opencode run --print-logs`.",
+        ),
+        "ProviderModelNotFoundError" | "ProviderInitError" => {
+            Failure::new(FailureKind::Model, message)
+        }
+        "APIError" => {
+            let kind = match e.status_code {
+                Some(401) | Some(403) => FailureKind::Auth,
+                Some(404) => FailureKind::Model,
+                Some(413) => FailureKind::ContextLength,
+                Some(429) if contains_any(&all, QUOTA_WORDS) => FailureKind::Quota,
+                Some(429) => FailureKind::RateLimit,
+                Some(402) => FailureKind::Quota,
+                Some(408) => FailureKind::Network,
+                Some(s) if s >= 500 => FailureKind::Overloaded,
+                Some(_) if contains_any(&all, OVERFLOW_WORDS) => FailureKind::ContextLength,
+                Some(_) if contains_any(&all, QUOTA_WORDS) => FailureKind::Quota,
+                Some(_) if contains_any(&all, MODEL_WORDS) => FailureKind::Model,
+                Some(_) => FailureKind::InvalidRequest,
+                None => classify_text(&all).unwrap_or(FailureKind::Network),
+            };
+            Failure::new(kind, message)
+        }
+        "UnknownError" => {
+            if e.message.contains("Unexpected server error") {
+                return Failure::with_advice(
+                    FailureKind::Model,
+                    message,
+                    "opencode hit an internal error, most often an unknown model or provider. Check the model name (provider/model) against `opencode models` and the provider config; `opencode run --print-logs` shows the real cause.",
+                );
+            }
+            // A mid-stream provider error arrives as the JSON of its error object.
+            let kind = match provider_error_fields(&e.message) {
+                Some((code, typ, msg)) => classify_text(&format!("{code} {typ}"))
+                    .or_else(|| classify_text(&msg))
+                    .unwrap_or(FailureKind::Exit),
+                None => classify_text(&e.message).unwrap_or(FailureKind::Exit),
+            };
+            Failure::new(kind, message)
+        }
+        _ => {
+            let lower = format!("{} {}", e.name, e.message).to_lowercase();
+            let kind = if lower.contains("badrequest") || lower.contains("validation") {
+                FailureKind::InvalidRequest
+            } else {
+                classify_text(&lower).unwrap_or(FailureKind::Exit)
+            };
+            Failure::new(kind, message)
+        }
+    }
+}
+
+/// Classifies a finished run. `None` means it succeeded.
+///
+/// Order of the rules: an agent fallback on stderr; an error event not followed by a finished
+/// step (a recovered error does not fail the run even though 1.x exits 1); a permission that
+/// was auto-rejected with nothing after it; a last step cut by the output limit; a signal or a
+/// non-zero exit with no error event; a run that printed no event at all.
+pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure> {
+    if let Some(line) = agent_fallback_line(stderr) {
+        return Some(Failure::with_advice(
+            FailureKind::Agent,
+            line,
+            "opencode ran its default agent instead of the one asked for. Check the name with `opencode agent list`; an agent with `mode: subagent` must be started by the bridge with its mode overridden (pass its opencode mode in the task).",
+        ));
+    }
+    if let Some(last) = summary.errors.last()
+        && !summary.finished_after_error
+    {
+        let mut f = classify_error(last);
+        if summary.errors.len() > 1 {
+            f.message = format!("{} ({} error events)", f.message, summary.errors.len());
+        }
+        return Some(f);
+    }
+    let rejected = rejected_permission_lines(stderr);
+    let last_tool_rejected = summary
+        .tool_calls
+        .last()
+        .is_some_and(|c| c.permission_rejected());
+    if last_tool_rejected && summary.last_finish_reason.as_deref() != Some("stop") {
+        let call = summary.tool_calls.last().cloned();
+        let what = rejected.first().cloned().unwrap_or_else(|| {
+            call.map(|c| format!("tool `{}` was refused", c.tool))
+                .unwrap_or_default()
+        });
+        return Some(Failure::with_advice(
+            FailureKind::Agent,
+            format!("permission auto-rejected, the run stopped: {what}"),
+            "A tool call needed a permission that non-interactive runs refuse (e.g. a path outside the task's directory) and opencode stopped the run. Keep the work inside the task's cwd, or use an agent whose permissions allow it.",
+        ));
+    }
+    if summary.last_finish_reason.as_deref() == Some("length") {
+        return Some(Failure::new(
+            FailureKind::OutputLimit,
+            "the model stopped at its output-token limit (finish reason `length`); the answer is cut off",
+        ));
+    }
+    let stderr_tail = {
+        let clean = strip_ansi(stderr);
+        let t = clean.trim();
+        let mut start = t.len().saturating_sub(400);
+        while !t.is_char_boundary(start) {
+            start += 1;
+        }
+        t[start..].to_owned()
+    };
+    if let Some(sig) = exit.signal {
+        return Some(Failure::new(
+            FailureKind::Exit,
+            format!("opencode was killed by signal {sig}. {stderr_tail}"),
+        ));
+    }
+    match exit.code {
+        Some(0) | None => {}
+        Some(code) => {
+            if summary.errors.is_empty() {
+                let kind = classify_text(&stderr_tail).unwrap_or(FailureKind::Exit);
+                let kind = if kind == FailureKind::Exit || summary.events > 0 {
+                    FailureKind::Exit
+                } else {
+                    kind
+                };
+                return Some(Failure::new(
+                    kind,
+                    format!("opencode exited with code {code}. {stderr_tail}"),
+                ));
+            }
+        }
+    }
+    if summary.events == 0 {
+        return Some(Failure::new(
+            FailureKind::Exit,
+            format!("opencode printed no events. {stderr_tail}"),
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(lines: &[&str]) -> RunSummary {
+        let mut s = RunSummary::new(1 << 20);
+        for l in lines {
+            assert!(s.push_line(l), "bad test line {l}");
+        }
+        s
+    }
+
+    fn err_line(error: &str) -> String {
+        format!(r#"{{"type":"error","timestamp":1,"sessionID":"ses_t","error":{error}}}"#)
+    }
+
+    fn api(status: Option<u16>, message: &str, body: &str, retry: bool) -> String {
+        let mut data = serde_json::json!({"message": message, "isRetryable": retry, "responseBody": body, "metadata": {"url": "http://127.0.0.1:1/v1/chat/completions"}});
+        if let Some(s) = status {
+            data["statusCode"] = s.into();
+        }
+        err_line(&serde_json::json!({"name": "APIError", "data": data}).to_string())
+    }
+
+    fn kind_of(line: &str) -> FailureKind {
+        classify(
+            &summary(&[line]),
+            "",
+            ExitInfo {
+                code: Some(1),
+                signal: None,
+            },
+        )
+        .expect("a failure")
+        .kind
+    }
+
+    #[test]
+    fn provider_errors_map_to_kinds() {
+        let cases: Vec<(String, FailureKind)> = vec![
+            (
+                api(
+                    Some(401),
+                    "Incorrect API key provided: sk-xxx.",
+                    r#"{"error": {"message": "Incorrect API key provided: sk-xxx.", "type": "invalid_request_error", "code": "invalid_api_key"}}"#,
+                    false,
+                ),
+                FailureKind::Auth,
+            ),
+            (api(Some(403), "Forbidden", "{}", false), FailureKind::Auth),
+            (
+                api(
+                    Some(404),
+                    "The model `gpt-9` does not exist or you do not have access to it.",
+                    r#"{"error": {"message": "The model `gpt-9` does not exist", "type": "invalid_request_error", "param": null, "code": "model_not_found"}}"#,
+                    false,
+                ),
+                FailureKind::Model,
+            ),
+            (
+                api(
+                    Some(429),
+                    "Rate limit reached for requests",
+                    r#"{"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}}"#,
+                    true,
+                ),
+                FailureKind::RateLimit,
+            ),
+            (
+                api(
+                    Some(429),
+                    "You exceeded your current quota, please check your plan and billing details.",
+                    r#"{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}}"#,
+                    true,
+                ),
+                FailureKind::Quota,
+            ),
+            (
+                api(
+                    Some(529),
+                    "Overloaded",
+                    r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+                    true,
+                ),
+                FailureKind::Overloaded,
+            ),
+            (
+                api(
+                    Some(503),
+                    r#"Service Unavailable: {"error": {"message": "Service Unavailable", "type": "server_error"}}"#,
+                    r#"{"error": {"message": "Service Unavailable", "type": "server_error"}}"#,
+                    true,
+                ),
+                FailureKind::Overloaded,
+            ),
+            (
+                api(Some(500), "Internal Server Error", "", true),
+                FailureKind::Overloaded,
+            ),
+            (
+                api(
+                    Some(400),
+                    "Bad Request: invalid tool schema",
+                    r#"{"error":{"message":"invalid tool schema"}}"#,
+                    false,
+                ),
+                FailureKind::InvalidRequest,
+            ),
+            (
+                api(
+                    None,
+                    "Cannot connect to API: Unable to connect. Is the computer able to access the url?",
+                    "",
+                    true,
+                ),
+                FailureKind::Network,
+            ),
+            (
+                err_line(
+                    r#"{"name":"ContextOverflowError","data":{"message":"This model's maximum context length is 128000 tokens.","responseBody":"{}"}}"#,
+                ),
+                FailureKind::ContextLength,
+            ),
+            (
+                err_line(
+                    r#"{"name":"ProviderAuthError","data":{"providerID":"nokey","message":"Anthropic API key is missing. Pass it using the 'apiKey' parameter or the ANTHROPIC_API_KEY environment variable."}}"#,
+                ),
+                FailureKind::Auth,
+            ),
+            (
+                err_line(
+                    r#"{"name":"UnknownError","data":{"message":"Unexpected server error. Check server logs for details.","ref":"err_bcb94fe7"}}"#,
+                ),
+                FailureKind::Model,
+            ),
+            (
+                err_line(
+                    r#"{"name":"UnknownError","data":{"message":"{\"message\":\"upstream model crashed\",\"type\":\"server_error\",\"code\":\"server_error\"}"}}"#,
+                ),
+                FailureKind::Overloaded,
+            ),
+            (
+                err_line(
+                    r#"{"name":"UnknownError","data":{"message":"{\"message\":\"context too big\",\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\"}"}}"#,
+                ),
+                FailureKind::ContextLength,
+            ),
+            (
+                err_line(r#"{"name":"MessageOutputLengthError","data":{}}"#),
+                FailureKind::OutputLimit,
+            ),
+            (
+                err_line(r#"{"name":"MessageAbortedError","data":{"message":"aborted"}}"#),
+                FailureKind::Exit,
+            ),
+            (
+                err_line(r#"{"name":"ContentFilterError","data":{"message":"blocked"}}"#),
+                FailureKind::InvalidRequest,
+            ),
+            (
+                err_line(r#"{"name":"UnknownError","data":{"message":"something odd"}}"#),
+                FailureKind::Exit,
+            ),
+        ];
+        for (line, kind) in cases {
+            assert_eq!(kind_of(&line), kind, "{line}");
+        }
+    }
+
+    #[test]
+    fn failure_keeps_provider_message_and_advice() {
+        let line = api(Some(429), "Rate limit reached for requests", "{}", true);
+        let f = classify(
+            &summary(&[&line]),
+            "",
+            ExitInfo {
+                code: Some(1),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert!(
+            f.message.contains("Rate limit reached for requests"),
+            "{}",
+            f.message
+        );
+        assert!(f.message.contains("HTTP 429"));
+        assert!(f.advice.contains("Wait"));
+        assert!(f.kind.is_transient());
+        assert!(!FailureKind::Quota.is_transient());
+    }
+
+    #[test]
+    fn recovered_error_is_success_despite_exit_1() {
+        let s = summary(&[
+            &err_line(
+                r#"{"name":"ContextOverflowError","data":{"message":"maximum context length is 10 tokens"}}"#,
+            ),
+            r#"{"type":"step_start","sessionID":"s","part":{"messageID":"m"}}"#,
+            r#"{"type":"text","sessionID":"s","part":{"messageID":"m","text":"DONE"}}"#,
+            r#"{"type":"step_finish","sessionID":"s","part":{"messageID":"m","reason":"stop"}}"#,
+        ]);
+        assert_eq!(
+            classify(
+                &s,
+                "",
+                ExitInfo {
+                    code: Some(1),
+                    signal: None
+                }
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn length_finish_is_output_limit() {
+        let s = summary(&[
+            r#"{"type":"text","sessionID":"s","part":{"messageID":"m","text":"truncated answ"}}"#,
+            r#"{"type":"step_finish","sessionID":"s","part":{"messageID":"m","reason":"length"}}"#,
+        ]);
+        let f = classify(
+            &s,
+            "",
+            ExitInfo {
+                code: Some(0),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(f.kind, FailureKind::OutputLimit);
+    }
+
+    #[test]
+    fn auto_rejected_permission_fails_as_agent() {
+        let s = summary(&[
+            r#"{"type":"tool_use","sessionID":"s","part":{"tool":"read","messageID":"m","state":{"status":"error","error":"The user rejected permission to use this specific tool call."}}}"#,
+            r#"{"type":"step_finish","sessionID":"s","part":{"messageID":"m","reason":"tool-calls"}}"#,
+        ]);
+        let stderr = "\u{1b}[93m\u{1b}[1m! \u{1b}[0mpermission requested: external_directory (/nonexistent/*); auto-rejecting\n";
+        let f = classify(
+            &s,
+            stderr,
+            ExitInfo {
+                code: Some(0),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(f.kind, FailureKind::Agent);
+        assert!(
+            f.message.contains("external_directory (/nonexistent/*)"),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn agent_fallback_on_stderr_fails_the_task() {
+        let ok = summary(&[
+            r#"{"type":"text","sessionID":"s","part":{"messageID":"m","text":"hi"}}"#,
+            r#"{"type":"step_finish","sessionID":"s","part":{"messageID":"m","reason":"stop"}}"#,
+        ]);
+        for line in [
+            "! agent \"nope\" not found. Falling back to default agent",
+            "! agent \"reviewer\" is a subagent, not a primary agent. Falling back to default agent",
+        ] {
+            let f = classify(
+                &ok,
+                line,
+                ExitInfo {
+                    code: Some(0),
+                    signal: None,
+                },
+            )
+            .unwrap();
+            assert_eq!(f.kind, FailureKind::Agent);
+            assert!(f.message.contains("Falling back"));
+        }
+        assert_eq!(
+            classify(
+                &ok,
+                "",
+                ExitInfo {
+                    code: Some(0),
+                    signal: None
+                }
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn exit_codes_and_signals_without_events() {
+        let empty = summary(&[]);
+        let f = classify(
+            &empty,
+            "boom: database is locked",
+            ExitInfo {
+                code: Some(3),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(f.kind, FailureKind::Exit);
+        assert!(f.message.contains("code 3") && f.message.contains("database is locked"));
+        let f = classify(
+            &empty,
+            "",
+            ExitInfo {
+                code: None,
+                signal: Some(9),
+            },
+        )
+        .unwrap();
+        assert_eq!(f.kind, FailureKind::Exit);
+        assert!(f.message.contains("signal 9"));
+        let f = classify(
+            &empty,
+            "",
+            ExitInfo {
+                code: Some(0),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert!(f.message.contains("no events"));
+    }
+
+    #[test]
+    fn every_kind_has_a_name_and_advice() {
+        for k in FailureKind::ALL {
+            assert!(!k.as_str().is_empty());
+            assert!(k.advice().len() > 30);
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! How an `opencode run` is invoked: binary lookup, capability detection, arguments,
+//! environment and the prompt's way in.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::spec::{AgentMode, TaskSpec};
+
+/// What the installed opencode binary supports, learnt once from `--version` and
+/// `run --help` (never guessed).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// First line of `opencode --version`.
+    pub version: String,
+    /// `run --standalone` exists (opencode v2).
+    pub standalone: bool,
+    /// `run --auto` exists.
+    pub auto: bool,
+    /// `run --variant` exists.
+    pub variant: bool,
+    /// `run --title` exists.
+    pub title: bool,
+}
+
+impl Capabilities {
+    /// Reads capabilities from the text of `--version` and `run --help`.
+    pub fn from_outputs(version: &str, run_help: &str) -> Capabilities {
+        let has = |flag: &str| {
+            run_help
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .any(|w| w == flag)
+        };
+        Capabilities {
+            version: version.lines().next().unwrap_or("").trim().to_owned(),
+            standalone: has("--standalone"),
+            auto: has("--auto"),
+            variant: has("--variant"),
+            title: has("--title"),
+        }
+    }
+}
+
+/// Finds the opencode binary: `explicit` (from `OPENCODE_BIN`) if given, else `opencode` on
+/// `PATH`.
+pub fn resolve_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = explicit {
+        return if is_executable(p) {
+            Ok(p.to_path_buf())
+        } else {
+            Err(format!(
+                "OPENCODE_BIN={} is not an executable file: fix the path or unset it to use `opencode` from PATH",
+                p.display()
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let cand = dir.join("opencode");
+        if is_executable(&cand) {
+            return Ok(cand);
+        }
+    }
+    Err("opencode was not found on PATH: install it (npm i -g opencode-ai) or set OPENCODE_BIN to its path".to_owned())
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Variables that tie a process to another opencode instance; a child run must not inherit
+/// them (an inherited server password or run id makes 1.x fail with "Session not found").
+pub const DROPPED_ENV: &[&str] = &[
+    "OPENCODE_SERVER_PASSWORD",
+    "OPENCODE_SERVER_USERNAME",
+    "OPENCODE_PID",
+    "OPENCODE_RUN_ID",
+    "OPENCODE_SESSION_ID",
+    "OPENCODE_WORKSPACE_ID",
+    "OPENCODE_CLIENT",
+    "OPENCODE_ROUTE",
+    "OPENCODE_CALLER",
+    "OPENCODE_EDITOR_SSE_PORT",
+    "OPENCODE",
+];
+
+/// Runs `bin --version` and `bin run --help` and reads the capabilities.
+pub async fn detect(bin: &Path, env: &[(String, String)]) -> Result<Capabilities, String> {
+    async fn out(bin: &Path, args: &[&str], env: &[(String, String)]) -> Result<String, String> {
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        for k in DROPPED_ENV {
+            cmd.env_remove(k);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let fut = cmd.output();
+        let o = tokio::time::timeout(Duration::from_secs(30), fut)
+            .await
+            .map_err(|_| {
+                format!(
+                    "`{} {}` did not answer within 30 s",
+                    bin.display(),
+                    args.join(" ")
+                )
+            })?
+            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+        let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
+        s.push('\n');
+        s.push_str(&String::from_utf8_lossy(&o.stderr));
+        Ok(s)
+    }
+    let version = out(bin, &["--version"], env).await?;
+    let help = out(bin, &["run", "--help"], env).await?;
+    if !help.contains("--format") {
+        return Err(format!(
+            "{} does not look like opencode: `run --help` lists no --format option",
+            bin.display()
+        ));
+    }
+    Ok(Capabilities::from_outputs(&version, &help))
+}
+
+/// The config entry of the bridge's built-in `worker` agent (injected through
+/// `OPENCODE_CONFIG_CONTENT`, so the agent exists without any file on disk).
+pub fn worker_agent_config() -> Value {
+    serde_json::json!({
+        "description": "General worker of opencode-bridge: does one delegated task in the working directory and reports what it changed.",
+        "mode": "primary",
+        "prompt": "You are worker. Do the one task you are given in the current working directory, keep changes to what it asks for, and finish with a short report of what you changed, the commands you ran with their results, and what is left undone. Never commit or push."
+    })
+}
+
+/// Splits `provider/model#variant`.
+pub fn split_model(spec: &str) -> (String, Option<String>) {
+    match spec.split_once('#') {
+        Some((m, v)) if !v.trim().is_empty() => (m.trim().to_owned(), Some(v.trim().to_owned())),
+        Some((m, _)) => (m.trim().to_owned(), None),
+        None => (spec.trim().to_owned(), None),
+    }
+}
+
+/// Deep-merges `over` into `base`: objects merge key by key, anything else in `over` wins.
+pub fn merge_json(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(k) {
+                    Some(existing) => merge_json(existing, v),
+                    None => {
+                        b.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// Builds the `OPENCODE_CONFIG_CONTENT` for a run: the bridge's `worker` agent underneath,
+/// the caller's existing config content on top (never clobbered), then the task's own overlay,
+/// and, for an agent that
+/// opencode only knows as a subagent, its mode switched to `all` so `run --agent` uses it
+/// instead of falling back to the default agent.
+pub fn config_content(
+    existing: Option<&str>,
+    worker: &Value,
+    overlay: Option<&Value>,
+    subagent_override: Option<&str>,
+) -> Result<String, String> {
+    let mut cfg = serde_json::json!({ "agent": { "worker": worker } });
+    if let Some(text) = existing.filter(|t| !t.trim().is_empty()) {
+        let user: Value = serde_json::from_str(text).map_err(|e| {
+            format!("OPENCODE_CONFIG_CONTENT is not valid JSON ({e}): fix it or unset it")
+        })?;
+        if !user.is_object() {
+            return Err("OPENCODE_CONFIG_CONTENT is not a JSON object: fix it or unset it".into());
+        }
+        merge_json(&mut cfg, &user);
+    }
+    if let Some(o) = overlay.filter(|o| o.is_object()) {
+        merge_json(&mut cfg, o);
+    }
+    if let Some(name) = subagent_override {
+        let agents = cfg
+            .as_object_mut()
+            .expect("config is an object")
+            .entry("agent")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !agents.is_object() {
+            *agents = Value::Object(Map::new());
+        }
+        let entry = agents
+            .as_object_mut()
+            .expect("agent map")
+            .entry(name.to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        entry
+            .as_object_mut()
+            .expect("agent entry")
+            .insert("mode".into(), Value::String("all".into()));
+    }
+    Ok(cfg.to_string())
+}
+
+/// Everything needed to spawn one attempt.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The binary.
+    pub program: PathBuf,
+    /// Arguments after the program.
+    pub args: Vec<OsString>,
+    /// Variables to remove from the inherited environment.
+    pub env_remove: Vec<String>,
+    /// Variables to set (after removal).
+    pub env_set: Vec<(String, String)>,
+    /// Bytes written to stdin, then stdin is closed.
+    pub stdin: Vec<u8>,
+    /// The prompt file written for an oversized prompt (deleted after the task).
+    pub prompt_file: Option<(PathBuf, String)>,
+}
+
+/// Inputs besides the spec that shape a launch.
+#[derive(Debug, Clone)]
+pub struct LaunchContext<'a> {
+    /// The binary.
+    pub program: &'a Path,
+    /// Its capabilities.
+    pub caps: &'a Capabilities,
+    /// The default model (`OPENCODE_BRIDGE_MODEL`).
+    pub default_model: Option<&'a str>,
+    /// Environment every child gets (config-level), applied before the task's own.
+    pub base_env: &'a [(String, String)],
+    /// The worker agent's config entry.
+    pub worker_agent: &'a Value,
+    /// Prompts longer than this many bytes go in an attached file.
+    pub prompt_file_threshold: usize,
+    /// Where an oversized prompt's file is written.
+    pub prompt_file_path: PathBuf,
+}
+
+/// Prepares the command line, environment and stdin of a run in `cwd` (already canonical).
+pub fn build_launch(
+    spec: &TaskSpec,
+    cwd: &Path,
+    ctx: &LaunchContext<'_>,
+) -> Result<Launch, String> {
+    let mut args: Vec<OsString> = vec!["run".into(), "--format".into(), "json".into()];
+    args.push("--agent".into());
+    args.push(spec.agent.clone().into());
+    if !spec.title.is_empty() {
+        args.push("--title".into());
+        args.push(spec.title.clone().into());
+    }
+    if spec.auto_approve && ctx.caps.auto {
+        args.push("--auto".into());
+    }
+    let model = spec
+        .model
+        .as_deref()
+        .or(ctx.default_model)
+        .filter(|m| !m.trim().is_empty());
+    if let Some(m) = model {
+        let (model, variant) = split_model(m);
+        args.push("-m".into());
+        args.push(model.into());
+        if let Some(v) = variant {
+            if ctx.caps.variant {
+                args.push("--variant".into());
+                args.push(v.into());
+            } else {
+                return Err(format!(
+                    "model variant `{v}` was asked for but opencode {} has no --variant option: drop `#{v}` from the model",
+                    ctx.caps.version
+                ));
+            }
+        }
+    }
+    if ctx.caps.standalone {
+        args.push("--standalone".into());
+    }
+
+    let mut env_set: Vec<(String, String)> = ctx.base_env.to_vec();
+    env_set.extend(spec.env.iter().cloned());
+    // opencode 1.18.33 works in $PWD, not in the process's cwd.
+    env_set.push(("PWD".into(), cwd.to_string_lossy().into_owned()));
+    let existing = spec
+        .env
+        .iter()
+        .rev()
+        .chain(ctx.base_env.iter().rev())
+        .find(|(k, _)| k == "OPENCODE_CONFIG_CONTENT")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("OPENCODE_CONFIG_CONTENT").ok());
+    let override_name = (spec.agent_mode == AgentMode::Subagent).then_some(spec.agent.as_str());
+    let content = config_content(
+        existing.as_deref(),
+        ctx.worker_agent,
+        spec.config_overlay.as_ref(),
+        override_name,
+    )?;
+    env_set.retain(|(k, _)| k != "OPENCODE_CONFIG_CONTENT");
+    env_set.push(("OPENCODE_CONFIG_CONTENT".into(), content));
+
+    let (stdin, prompt_file) = if spec.prompt.len() > ctx.prompt_file_threshold {
+        let path = ctx.prompt_file_path.clone();
+        let pointer = format!(
+            "The complete task is in the attached file {} ({} characters). Read all of it (in parts if one read is cut short), then do exactly what it says.",
+            path.display(),
+            spec.prompt.chars().count()
+        );
+        args.push("-f".into());
+        args.push(path.clone().into());
+        (
+            pointer.clone().into_bytes(),
+            Some((path, spec.prompt.clone())),
+        )
+    } else {
+        (spec.prompt.clone().into_bytes(), None)
+    };
+
+    Ok(Launch {
+        program: ctx.program.to_path_buf(),
+        args,
+        env_remove: DROPPED_ENV.iter().map(|s| s.to_string()).collect(),
+        env_set,
+        stdin,
+        prompt_file,
+    })
+}
+
+/// Canonicalises `cwd` and checks that it lies inside `root` (also canonicalised), so `..`
+/// and symlinks cannot lead a task out of the allowed tree.
+pub fn check_cwd(cwd: &Path, root: &Path) -> Result<PathBuf, crate::StartError> {
+    let canon = cwd
+        .canonicalize()
+        .map_err(|e| crate::StartError::CwdMissing {
+            cwd: cwd.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if !canon.is_dir() {
+        return Err(crate::StartError::CwdMissing {
+            cwd: cwd.to_path_buf(),
+            reason: "not a directory".into(),
+        });
+    }
+    let root_c = root
+        .canonicalize()
+        .map_err(|e| crate::StartError::CwdMissing {
+            cwd: root.to_path_buf(),
+            reason: format!("OPENCODE_BRIDGE_ROOT cannot be resolved: {e}"),
+        })?;
+    if canon.starts_with(&root_c) {
+        Ok(canon)
+    } else {
+        Err(crate::StartError::CwdOutsideRoot {
+            cwd: canon,
+            root: root_c,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELP_1_18: &str = "opencode run [message..]\n  -m, --model   model\n      --agent  agent\n      --format\n      --title  title\n      --variant   model variant\n      --auto   auto-approve\n";
+
+    fn ctx<'a>(caps: &'a Capabilities, worker: &'a Value) -> LaunchContext<'a> {
+        LaunchContext {
+            program: Path::new("/bin/opencode"),
+            caps,
+            default_model: Some("fk/default"),
+            base_env: &[],
+            worker_agent: worker,
+            prompt_file_threshold: 100,
+            prompt_file_path: PathBuf::from("/tmp/opencode/p.md"),
+        }
+    }
+
+    fn strs(a: &[OsString]) -> Vec<String> {
+        a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn capabilities_come_from_the_help_text() {
+        let c = Capabilities::from_outputs("1.18.33\n", HELP_1_18);
+        assert_eq!(c.version, "1.18.33");
+        assert!(c.auto && c.variant && c.title);
+        assert!(!c.standalone);
+        let c2 = Capabilities::from_outputs(
+            "2.2.7",
+            &format!("{HELP_1_18}      --standalone  run without the service\n"),
+        );
+        assert!(c2.standalone);
+    }
+
+    #[test]
+    fn args_carry_agent_title_model_variant_and_auto() {
+        let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
+        let worker = serde_json::json!({"mode": "primary"});
+        let mut spec = TaskSpec::new("do it", "/p", "worker", "P/worker: do it");
+        spec.model = Some("prov/m#high".into());
+        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker)).unwrap();
+        assert_eq!(
+            strs(&l.args),
+            [
+                "run",
+                "--format",
+                "json",
+                "--agent",
+                "worker",
+                "--title",
+                "P/worker: do it",
+                "--auto",
+                "-m",
+                "prov/m",
+                "--variant",
+                "high"
+            ]
+        );
+        assert_eq!(l.stdin, b"do it");
+        assert!(l.env_set.contains(&("PWD".into(), "/p".into())));
+        assert!(
+            l.env_remove
+                .contains(&"OPENCODE_SERVER_PASSWORD".to_owned())
+        );
+        assert!(l.env_remove.contains(&"OPENCODE_RUN_ID".to_owned()));
+        spec.model = None;
+        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker)).unwrap();
+        assert!(strs(&l.args).windows(2).any(|w| w == ["-m", "fk/default"]));
+    }
+
+    #[test]
+    fn standalone_only_when_advertised() {
+        let worker = serde_json::json!({});
+        let spec = TaskSpec::new("x", "/p", "worker", "t");
+        let c1 = Capabilities::from_outputs("1.18.33", HELP_1_18);
+        assert!(
+            !strs(
+                &build_launch(&spec, Path::new("/p"), &ctx(&c1, &worker))
+                    .unwrap()
+                    .args
+            )
+            .contains(&"--standalone".to_owned())
+        );
+        let mut c2 = c1.clone();
+        c2.standalone = true;
+        assert!(
+            strs(
+                &build_launch(&spec, Path::new("/p"), &ctx(&c2, &worker))
+                    .unwrap()
+                    .args
+            )
+            .contains(&"--standalone".to_owned())
+        );
+    }
+
+    #[test]
+    fn oversized_prompts_go_in_a_file() {
+        let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
+        let worker = serde_json::json!({});
+        let spec = TaskSpec::new("y".repeat(101), "/p", "worker", "t");
+        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker)).unwrap();
+        let a = strs(&l.args);
+        assert_eq!(&a[a.len() - 2..], ["-f", "/tmp/opencode/p.md"]);
+        assert!(
+            String::from_utf8(l.stdin)
+                .unwrap()
+                .contains("/tmp/opencode/p.md")
+        );
+        assert_eq!(l.prompt_file.unwrap().1.len(), 101);
+    }
+
+    #[test]
+    fn config_content_merges_and_overrides_subagent_mode() {
+        let worker = serde_json::json!({"mode": "primary", "prompt": "w"});
+        let c: Value = serde_json::from_str(
+            &config_content(Some(r#"{"model":"a/b","agent":{"worker":{"prompt":"mine"},"x":{"temperature":0.1}}}"#), &worker, Some(&serde_json::json!({"agent":{"x":{"steps":3}}})), Some("reviewer")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c["model"], "a/b");
+        assert_eq!(c["agent"]["worker"]["prompt"], "mine");
+        assert_eq!(c["agent"]["worker"]["mode"], "primary");
+        assert_eq!(c["agent"]["x"]["temperature"], 0.1);
+        assert_eq!(c["agent"]["x"]["steps"], 3);
+        assert_eq!(c["agent"]["reviewer"]["mode"], "all");
+        assert!(config_content(Some("not json"), &worker, None, None).is_err());
+        let plain: Value =
+            serde_json::from_str(&config_content(None, &worker, None, None).unwrap()).unwrap();
+        assert_eq!(plain["agent"]["worker"]["prompt"], "w");
+    }
+
+    #[test]
+    fn model_variants_split() {
+        assert_eq!(split_model("a/b#high"), ("a/b".into(), Some("high".into())));
+        assert_eq!(split_model("a/b"), ("a/b".into(), None));
+        assert_eq!(split_model("a/b#"), ("a/b".into(), None));
+    }
+
+    #[test]
+    fn cwd_must_stay_inside_root() {
+        let root = tempfile::tempdir().unwrap();
+        let inside = root.path().join("proj");
+        std::fs::create_dir(&inside).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("link")).unwrap();
+        assert!(check_cwd(&inside, root.path()).is_ok());
+        assert!(matches!(
+            check_cwd(&inside.join("../.."), root.path()),
+            Err(crate::StartError::CwdOutsideRoot { .. })
+        ));
+        assert!(matches!(
+            check_cwd(&root.path().join("link"), root.path()),
+            Err(crate::StartError::CwdOutsideRoot { .. })
+        ));
+        assert!(matches!(
+            check_cwd(&root.path().join("nope"), root.path()),
+            Err(crate::StartError::CwdMissing { .. })
+        ));
+    }
+}

@@ -1,0 +1,234 @@
+//! Process identity, descendants and the kill sequence.
+//!
+//! Architecture invariant: the supervisor only ever signals processes it started or their
+//! descendants, and only after checking that the pid still belongs to the same process (its
+//! start time, field 22 of `/proc/<pid>/stat`, is unchanged), so a reused pid is never hit.
+//!
+//! Descendants are found through `/proc` parent links, which also finds children that left
+//! the process group with `setsid`. Snapshots are taken while the run is alive and again at
+//! kill time, so a descendant whose parent already died is still known.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::wait::{WaitPidFlag, waitpid};
+use nix::unistd::Pid;
+
+/// A process known by pid and start time (clock ticks since boot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProcId {
+    /// Process id.
+    pub pid: i32,
+    /// `/proc/<pid>/stat` start time, in clock ticks after boot.
+    pub start_time: u64,
+}
+
+/// Basic facts of one `/proc` entry.
+#[derive(Debug, Clone, Copy)]
+struct StatInfo {
+    ppid: i32,
+    pgrp: i32,
+    state: char,
+    start_time: u64,
+}
+
+fn stat_of(pid: i32) -> Option<StatInfo> {
+    let st = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    Some(StatInfo {
+        ppid: st.ppid,
+        pgrp: st.pgrp,
+        state: st.state,
+        start_time: st.starttime,
+    })
+}
+
+/// Reads the start time of `pid`, if it exists.
+pub fn start_time(pid: i32) -> Option<u64> {
+    stat_of(pid).map(|s| s.start_time)
+}
+
+impl ProcId {
+    /// Identifies a running process by its pid.
+    pub fn of(pid: i32) -> Option<ProcId> {
+        start_time(pid).map(|start_time| ProcId { pid, start_time })
+    }
+
+    /// True while the same process exists and is not a zombie.
+    pub fn is_alive(&self) -> bool {
+        matches!(stat_of(self.pid), Some(s) if s.start_time == self.start_time && s.state != 'Z')
+    }
+
+    /// True while the same process exists (possibly as a zombie waiting to be reaped).
+    pub fn exists(&self) -> bool {
+        matches!(stat_of(self.pid), Some(s) if s.start_time == self.start_time)
+    }
+
+    /// Sends `sig` if the pid still belongs to this process. Returns true when sent.
+    pub fn signal(&self, sig: Signal) -> bool {
+        if !self.is_alive() {
+            return false;
+        }
+        kill(Pid::from_raw(self.pid), sig).is_ok()
+    }
+}
+
+fn all_stats() -> HashMap<i32, StatInfo> {
+    let mut map = HashMap::new();
+    let Ok(iter) = procfs::process::all_processes() else {
+        return map;
+    };
+    for p in iter.flatten() {
+        if let Ok(st) = p.stat() {
+            map.insert(
+                st.pid,
+                StatInfo {
+                    ppid: st.ppid,
+                    pgrp: st.pgrp,
+                    state: st.state,
+                    start_time: st.starttime,
+                },
+            );
+        }
+    }
+    map
+}
+
+/// Every live process that descends from `root` (through parent links) or sits in the
+/// process group `root.pid`, excluding `root` itself. Empty when `root` is gone.
+pub fn descendants(root: ProcId) -> BTreeSet<ProcId> {
+    let stats = all_stats();
+    let mut out = BTreeSet::new();
+    let root_alive = stats
+        .get(&root.pid)
+        .is_some_and(|s| s.start_time == root.start_time);
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for (&pid, s) in &stats {
+        children.entry(s.ppid).or_default().push(pid);
+    }
+    if root_alive {
+        let mut stack = vec![root.pid];
+        while let Some(p) = stack.pop() {
+            for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+                let s = stats[&c];
+                // A child cannot be older than its parent: guards against stale links.
+                if s.start_time >= root.start_time && s.state != 'Z' {
+                    out.insert(ProcId {
+                        pid: c,
+                        start_time: s.start_time,
+                    });
+                }
+                stack.push(c);
+            }
+        }
+    }
+    for (&pid, s) in &stats {
+        if s.pgrp == root.pid
+            && pid != root.pid
+            && s.start_time >= root.start_time
+            && s.state != 'Z'
+        {
+            out.insert(ProcId {
+                pid,
+                start_time: s.start_time,
+            });
+        }
+    }
+    out
+}
+
+/// Adds the live descendants of each known process to `known` (descendants of descendants
+/// that were reparented after their parent died are found through the known set).
+pub fn refresh_known(root: ProcId, known: &mut BTreeSet<ProcId>) {
+    let mut roots: Vec<ProcId> = vec![root];
+    roots.extend(known.iter().copied().filter(ProcId::is_alive));
+    for r in roots {
+        for d in descendants(r) {
+            known.insert(d);
+        }
+    }
+}
+
+/// Makes this process a child subreaper, so orphaned descendants of our children are
+/// reparented to us (and can be reaped) instead of to init.
+pub fn become_subreaper() -> bool {
+    nix::sys::prctl::set_child_subreaper(true).is_ok()
+}
+
+/// Reaps `p` if it became our child (we are a subreaper) and is a zombie. Never waits on a
+/// pid that is not a zombie child of ours, so no one else's child status is stolen.
+pub fn reap_if_our_zombie(p: ProcId) {
+    let me = std::process::id() as i32;
+    if let Some(s) = stat_of(p.pid)
+        && s.start_time == p.start_time
+        && s.ppid == me
+        && s.state == 'Z'
+    {
+        let _ = waitpid(Pid::from_raw(p.pid), Some(WaitPidFlag::WNOHANG));
+    }
+}
+
+/// Terminates a process tree: SIGTERM to the group `root.pid` (if `root` is still the same
+/// process) and to every known descendant, waits up to `grace` for all to exit, then SIGKILL to
+/// whatever is left. Returns the processes that were signalled. The root itself must be reaped
+/// by its owner (tokio's `Child::wait`); reparented zombies are reaped here.
+pub async fn terminate_tree(root: ProcId, known: &mut BTreeSet<ProcId>, grace: Duration) -> usize {
+    refresh_known(root, known);
+    let mut signalled = 0;
+    let group_ok = root.exists();
+    if group_ok && killpg(Pid::from_raw(root.pid), Signal::SIGTERM).is_ok() {
+        signalled += 1;
+    }
+    for p in known.iter() {
+        if p.signal(Signal::SIGTERM) {
+            signalled += 1;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        refresh_known(root, known);
+        let root_alive = root.is_alive();
+        let any_alive = root_alive || known.iter().any(ProcId::is_alive);
+        if !any_alive || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        for p in known.iter() {
+            reap_if_our_zombie(*p);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    refresh_known(root, known);
+    // The group may contain members not yet in `known`; the group id stays valid while the
+    // root (group leader) exists, even as a zombie.
+    if root.exists() {
+        let _ = killpg(Pid::from_raw(root.pid), Signal::SIGKILL);
+    }
+    for p in known.iter() {
+        if p.signal(Signal::SIGKILL) {
+            signalled += 1;
+        }
+    }
+    signalled
+}
+
+/// Kills any still-alive known descendant (SIGKILL, after the start-time check) and reaps
+/// those that became our zombies, waiting up to `wait` for them to disappear.
+pub async fn sweep(known: &BTreeSet<ProcId>, wait: Duration) {
+    for p in known {
+        p.signal(Signal::SIGKILL);
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        for p in known {
+            reap_if_our_zombie(*p);
+        }
+        let me = std::process::id() as i32;
+        let pending = known.iter().any(|p| {
+            matches!(stat_of(p.pid), Some(s) if s.start_time == p.start_time && (s.state != 'Z' || s.ppid == me))
+        });
+        if !pending || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

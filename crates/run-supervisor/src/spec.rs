@@ -1,0 +1,210 @@
+//! What a task is (given by the caller) and how the supervisor is configured.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How opencode itself knows the agent (`mode` in its definition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgentMode {
+    /// `mode: primary`: `run --agent` uses it as is.
+    Primary,
+    /// `mode: subagent`: 1.x would silently run its default agent instead, so the supervisor
+    /// switches the mode to `all` for this run through `OPENCODE_CONFIG_CONTENT`.
+    Subagent,
+    /// `mode: all` (opencode's default): usable as is.
+    #[default]
+    All,
+}
+
+/// One delegated task, as the caller (the MCP server, after policy checks) hands it over.
+#[derive(Debug, Clone)]
+pub struct TaskSpec {
+    /// The final prompt: policy instructions and the task, sent verbatim.
+    pub prompt: String,
+    /// Working directory; must resolve inside the configured root.
+    pub cwd: PathBuf,
+    /// opencode agent name (`--agent`).
+    pub agent: String,
+    /// How opencode knows the agent.
+    pub agent_mode: AgentMode,
+    /// Exact session title (`--title`).
+    pub title: String,
+    /// `provider/model` or `provider/model#variant`; `None` uses the configured default.
+    pub model: Option<String>,
+    /// Wall-clock limit for the whole task (all attempts); `None` uses the configured default.
+    pub timeout: Option<Duration>,
+    /// True for agents that cannot change files: only those are ever retried.
+    pub read_only: bool,
+    /// Pass `--auto` (approve permission asks that are not denied). Default true; false lets
+    /// opencode auto-reject every ask.
+    pub auto_approve: bool,
+    /// Extra config merged on top of `OPENCODE_CONFIG_CONTENT` for this run.
+    pub config_overlay: Option<serde_json::Value>,
+    /// Extra environment for the child.
+    pub env: Vec<(String, String)>,
+}
+
+impl TaskSpec {
+    /// A task with defaults: agent mode `all`, default model and timeout, not read-only,
+    /// `--auto` on, no extra config or environment.
+    pub fn new(
+        prompt: impl Into<String>,
+        cwd: impl AsRef<Path>,
+        agent: impl Into<String>,
+        title: impl Into<String>,
+    ) -> TaskSpec {
+        TaskSpec {
+            prompt: prompt.into(),
+            cwd: cwd.as_ref().to_path_buf(),
+            agent: agent.into(),
+            agent_mode: AgentMode::All,
+            title: title.into(),
+            model: None,
+            timeout: None,
+            read_only: false,
+            auto_approve: true,
+            config_overlay: None,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// Supervisor settings. [`SupervisorConfig::from_env`] reads the `OPENCODE_BRIDGE_*` variables.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    /// `OPENCODE_BIN`; `None` looks for `opencode` on PATH.
+    pub opencode_bin: Option<PathBuf>,
+    /// `OPENCODE_BRIDGE_ROOT` (default: the current directory): every task cwd must be inside.
+    pub root: PathBuf,
+    /// `OPENCODE_BRIDGE_MODEL`: `provider/model[#variant]` for tasks that name none.
+    pub default_model: Option<String>,
+    /// `OPENCODE_BRIDGE_MAX_PARALLEL` (default 6, clamped to 1..=64): tasks running at once.
+    pub max_parallel: usize,
+    /// `OPENCODE_BRIDGE_TIMEOUT_MIN` (default 120 min): per-task limit unless the task sets one.
+    pub default_timeout: Duration,
+    /// `OPENCODE_BRIDGE_KILL_GRACE_MS` (default 5000): SIGTERM to SIGKILL.
+    pub kill_grace: Duration,
+    /// `OPENCODE_BRIDGE_RETRIES` (default 2): automatic retries of transient failures.
+    pub retries: u32,
+    /// `OPENCODE_BRIDGE_RETRY_DELAY_S` (default 20 s): first retry delay, then ×3 each time.
+    pub retry_delay: Duration,
+    /// `OPENCODE_BRIDGE_QUIET_MIN` (default 10 min): a live run with no event for this long is
+    /// flagged as quiet in its status.
+    pub quiet_after: Duration,
+    /// Context-overflow errors in one attempt after which the run is stopped (default 3): 1.x
+    /// compacts and retries forever on a persistent overflow.
+    pub overflow_limit: usize,
+    /// Bytes of output kept per stream per task (default 2 MB, head and tail).
+    pub output_cap: usize,
+    /// Prompts longer than this many bytes are sent as an attached file (default 100 000).
+    pub prompt_file_threshold: usize,
+    /// Directory for oversized prompts' files (default `/tmp/opencode`, which opencode lets
+    /// agents read without asking).
+    pub prompt_dir: PathBuf,
+    /// Environment given to every child (before each task's own).
+    pub env: Vec<(String, String)>,
+    /// Make this process a child subreaper so escaped descendants come back to it to be reaped
+    /// (default true).
+    pub subreaper: bool,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        SupervisorConfig {
+            opencode_bin: None,
+            root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            default_model: None,
+            max_parallel: 6,
+            default_timeout: Duration::from_secs(120 * 60),
+            kill_grace: Duration::from_millis(5000),
+            retries: 2,
+            retry_delay: Duration::from_secs(20),
+            quiet_after: Duration::from_secs(10 * 60),
+            overflow_limit: 3,
+            output_cap: 2 * 1024 * 1024,
+            prompt_file_threshold: 100_000,
+            prompt_dir: PathBuf::from("/tmp/opencode"),
+            env: Vec::new(),
+            subreaper: true,
+        }
+    }
+}
+
+impl SupervisorConfig {
+    /// Reads the configuration from the process environment. Unparsable numbers fall back to
+    /// the defaults; the parallel limit is clamped to 1..=64.
+    pub fn from_env() -> SupervisorConfig {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Like [`from_env`](Self::from_env) with an injectable variable lookup.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> SupervisorConfig {
+        let mut c = SupervisorConfig::default();
+        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(b) = get("OPENCODE_BIN").filter(|s| !s.trim().is_empty()) {
+            c.opencode_bin = Some(PathBuf::from(b));
+        }
+        if let Some(r) = get("OPENCODE_BRIDGE_ROOT").filter(|s| !s.trim().is_empty()) {
+            c.root = PathBuf::from(r);
+        }
+        c.default_model = get("OPENCODE_BRIDGE_MODEL").filter(|s| !s.trim().is_empty());
+        if let Some(n) = num("OPENCODE_BRIDGE_MAX_PARALLEL") {
+            c.max_parallel = n.clamp(1, 64) as usize;
+        }
+        if let Some(n) = num("OPENCODE_BRIDGE_TIMEOUT_MIN").filter(|&n| n > 0) {
+            c.default_timeout = Duration::from_secs(n * 60);
+        }
+        if let Some(n) = num("OPENCODE_BRIDGE_KILL_GRACE_MS") {
+            c.kill_grace = Duration::from_millis(n);
+        }
+        if let Some(n) = num("OPENCODE_BRIDGE_RETRIES") {
+            c.retries = n.min(10) as u32;
+        }
+        if let Some(n) = num("OPENCODE_BRIDGE_RETRY_DELAY_S") {
+            c.retry_delay = Duration::from_secs(n);
+        }
+        if let Some(n) = num("OPENCODE_BRIDGE_QUIET_MIN").filter(|&n| n > 0) {
+            c.quiet_after = Duration::from_secs(n * 60);
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn env_values_are_read_and_clamped() {
+        let vars: HashMap<&str, &str> = [
+            ("OPENCODE_BRIDGE_MAX_PARALLEL", "100"),
+            ("OPENCODE_BRIDGE_TIMEOUT_MIN", "5"),
+            ("OPENCODE_BRIDGE_KILL_GRACE_MS", "250"),
+            ("OPENCODE_BRIDGE_RETRIES", "1"),
+            ("OPENCODE_BRIDGE_RETRY_DELAY_S", "0"),
+            ("OPENCODE_BRIDGE_MODEL", "fk/ok#high"),
+            ("OPENCODE_BRIDGE_ROOT", "/srv"),
+            ("OPENCODE_BIN", "/opt/opencode"),
+        ]
+        .into_iter()
+        .collect();
+        let c = SupervisorConfig::from_lookup(|k| vars.get(k).map(|v| v.to_string()));
+        assert_eq!(c.max_parallel, 64);
+        assert_eq!(c.default_timeout, Duration::from_secs(300));
+        assert_eq!(c.kill_grace, Duration::from_millis(250));
+        assert_eq!(c.retries, 1);
+        assert_eq!(c.retry_delay, Duration::ZERO);
+        assert_eq!(c.default_model.as_deref(), Some("fk/ok#high"));
+        assert_eq!(c.root, PathBuf::from("/srv"));
+        assert_eq!(c.opencode_bin, Some(PathBuf::from("/opt/opencode")));
+        let zero = SupervisorConfig::from_lookup(|k| {
+            (k == "OPENCODE_BRIDGE_MAX_PARALLEL").then(|| "0".to_owned())
+        });
+        assert_eq!(zero.max_parallel, 1);
+        let junk = SupervisorConfig::from_lookup(|_| Some("junk".to_owned()));
+        assert_eq!(junk.max_parallel, 6);
+        assert_eq!(junk.retries, 2);
+        assert_eq!(junk.default_timeout, Duration::from_secs(7200));
+    }
+}
