@@ -44,19 +44,21 @@ impl fmt::Display for SecretFinding {
     }
 }
 
-/// Returns the first secret-looking value in `text` (smallest offset), if any.
+/// Returns the first line holding a secret-looking value, if any. When several detectors fire on
+/// that line, the most specific one (a vendor format before a generic rule) names the kind.
 pub fn scan(text: &str) -> Option<SecretFinding> {
-    let mut best: Option<(usize, usize)> = None; // (offset, detector index)
+    let mut best: Option<(usize, usize)> = None; // (line, detector index)
     for (index, detector) in DETECTORS.iter().enumerate() {
-        if let Some(offset) = detector.first_match(text)
-            && best.is_none_or(|(o, _)| offset < o)
-        {
-            best = Some((offset, index));
+        if let Some(offset) = detector.first_match(text) {
+            let line = text[..offset].matches('\n').count() + 1;
+            if best.is_none_or(|(l, _)| line < l) {
+                best = Some((line, index));
+            }
         }
     }
-    best.map(|(offset, index)| SecretFinding {
+    best.map(|(line, index)| SecretFinding {
         kind: DETECTORS[index].kind,
-        line: text[..offset].matches('\n').count() + 1,
+        line,
     })
 }
 
@@ -66,6 +68,8 @@ pub fn scan(text: &str) -> Option<SecretFinding> {
 enum Check {
     /// Prefix formats: not a placeholder, and at least this many distinct characters.
     Varied(usize),
+    /// A key block body: varied enough to be key material (real headers hold runs of `A`).
+    KeyBlock,
     /// A JWT: three parts, not the jwt.io example.
     Jwt,
     /// A connection string: group 1 user, group 2 password.
@@ -91,6 +95,7 @@ impl Detector {
             let value = caps.get(1).map_or(whole.as_str(), |m| m.as_str());
             let ok = match self.check {
                 Check::Varied(n) => !is_placeholder(value) && distinct(value) >= n,
+                Check::KeyBlock => distinct(value) >= 16,
                 Check::Jwt => jwt_ok(whole.as_str()),
                 Check::Connection => {
                     let user = caps.get(1).map_or("", |m| m.as_str());
@@ -125,7 +130,7 @@ impl Detector {
 }
 
 /// Secret-ish names for assignments (the last word of the name).
-const SECRET_NAME: &str = r"(?:[A-Za-z0-9]+[_.-])*(?:password|passwd|passphrase|pwd|secret|secret[_-]?key|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?|PASSWORD|PASSWD|PASSPHRASE|PWD|SECRET|SECRET_KEY|TOKEN|ACCESS_TOKEN|AUTH_TOKEN|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY|CLIENT_SECRET|CREDENTIALS?|Password|Secret|Token|ApiKey|apiKey|accessToken|authToken|clientSecret|secretKey|privateKey|accessKey)";
+const SECRET_NAME: &str = r"(?:[A-Za-z0-9]+[_.-])*(?i:password|passwd|passphrase|pwd|secret|secret[_-]?key|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?)";
 
 /// Looser names for the entropy rule: anything with a secret-ish word in it.
 const LOOSE_NAME: &str = r"(?i:[A-Za-z0-9_.-]*(?:secret|token|passw|pwd|api[_-]?key|apikey|access[_-]?key|auth|credential|signing[_-]?key|encryption[_-]?key|master[_-]?key|private[_-]?key|webhook|session[_-]?key|app[_-]?key|license[_-]?key|sig)[A-Za-z0-9_.-]*)|[A-Z0-9_]*_KEY";
@@ -133,12 +138,12 @@ const LOOSE_NAME: &str = r"(?i:[A-Za-z0-9_.-]*(?:secret|token|passw|pwd|api[_-]?
 static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
     let value_assign = |name: &str| {
         format!(
-            r#"["']?\b{name}\b["']?\s*(?:[:=]|:=|=>|\s(?:=|is)\s)\s*(?:"([^"\n]*)"|'([^'\n]*)'|([^\s"',;)}}\]]+))"#
+            r#"["']?\b(?:{name})\b["']?\s*(?:[:=]|:=|=>|\s(?:=|is)\s)\s*(?:"([^"\n]*)"|'([^'\n]*)'|([^\s"',;)}}\]]+))"#
         )
     };
     let cli_flag = |name: &str| format!(r#"--{name}[= ](?:"([^"\n]*)"|'([^'\n]*)'|([^\s"']+))"#);
     let list: Vec<(&'static str, String, Check)> = vec![
-        ("private key block", r"-----BEGIN[A-Z ]{0,20}PRIVATE KEY(?: BLOCK)?-----(?:\\n|\s)*(?:[A-Za-z-]+: [^\n\\]*(?:\\n|\s)+)*([A-Za-z0-9+/=]{40,})".into(), Check::Varied(12)),
+        ("private key block", r"-----BEGIN[A-Z ]{0,20}PRIVATE KEY(?: BLOCK)?-----(?:\\n|\s)*(?:[A-Za-z-]+: [^\n\\]*(?:\\n|\s)+)*([A-Za-z0-9+/=]{40,})".into(), Check::KeyBlock),
         ("PuTTY private key", r"PuTTY-User-Key-File-\d: [a-z0-9-]+\s*\n(?:[A-Za-z-]+: [^\n]*\n){1,3}Public-Lines: \d+\s*\n([A-Za-z0-9+/=]{40,})".into(), Check::Varied(12)),
         ("AWS access key ID", r"\b((?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[0-9A-Z]{16})\b".into(), Check::Varied(8)),
         ("AWS secret access key", r#"(?i)aws.{0,20}(?:secret|private).{0,20}?[:=]\s*["']?([A-Za-z0-9/+]{40})\b"#.into(), Check::Varied(12)),
@@ -258,7 +263,9 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "lorem",
     "xxxx",
     "****",
-    "....",
+    "...",
+    "not-a-real",
+    "notreal",
     "…",
     "<",
     ">",
@@ -276,13 +283,27 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "here",
 ];
 
+/// Example values published in vendors' documentation.
+const DOCUMENTED_EXAMPLES: &[&str] = &[
+    "sk_test_4eC39HqLyjWDarjtT1zdp7dc",
+    "sk_test_BQokikJOvBiI2HlWgH4olfQ2",
+    "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+];
+
 /// Whether a matched value is a placeholder rather than a real secret.
 fn is_placeholder(value: &str) -> bool {
+    if DOCUMENTED_EXAMPLES.iter().any(|e| value.contains(e)) {
+        return true;
+    }
     let lower = value.to_ascii_lowercase();
     if PLACEHOLDER_WORDS.iter().any(|w| lower.contains(w)) {
         return true;
     }
-    if value.starts_with('$') || value.starts_with('%') || value.starts_with('@') {
+    // $TOKEN, %(password)s, @password, :password — a variable or parameter, not a value
+    if let Some(rest) = value.strip_prefix(['$', '%', '@', ':'])
+        && rest.starts_with(|c: char| c.is_ascii_alphabetic() || "_{(".contains(c))
+        && !looks_random(rest)
+    {
         return true;
     }
     // long runs of one character (xxxxxxxx, 00000000) or of sequential characters (abcdefgh, 12345678)
@@ -369,24 +390,49 @@ fn is_toy(value: &str) -> bool {
         || lower.starts_with("my")
 }
 
-/// Whether an unquoted value is code (an identifier, a call, an attribute, a type) rather than
-/// a literal.
+/// How often the character class changes (lower, upper, digit, other) per character: near 0 for
+/// words and identifiers (`getToken`, `settings.SECRET_KEY`), around 0.5 for random strings.
+fn class_switch_rate(value: &str) -> f64 {
+    fn class(c: char) -> u8 {
+        if c.is_ascii_lowercase() {
+            0
+        } else if c.is_ascii_uppercase() {
+            1
+        } else if c.is_ascii_digit() {
+            2
+        } else {
+            3
+        }
+    }
+    let chars: Vec<char> = value.chars().filter(char::is_ascii_alphanumeric).collect();
+    if chars.len() < 2 {
+        return 0.0;
+    }
+    let switches = chars
+        .windows(2)
+        .filter(|w| class(w[0]) != class(w[1]))
+        .count();
+    switches as f64 / (chars.len() - 1) as f64
+}
+
+/// Whether a value reads like generated random text rather than words or code.
+fn looks_random(value: &str) -> bool {
+    value.len() >= 8 && class_switch_rate(value) >= 0.25 && distinct(value) >= 6
+}
+
+/// Whether an unquoted value is code (an identifier, a call, an attribute, a number, a
+/// reference) rather than a literal.
 fn is_code(value: &str) -> bool {
     static CODE: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(
-            r"^(?:[A-Za-z_][A-Za-z0-9_]*(?:[.(\[:]|::|->|$)|&|\*|!|\?|\(|\[|[A-Z][A-Za-z]*<|-?\d+(?:\.\d+)?$)",
-        )
-        .expect("code pattern")
+        Regex::new(r"^(?:[&*]|[A-Za-z_][A-Za-z0-9_]*(?:\.|\(|\[|::|->|$))").expect("code pattern")
     });
-    if !value.chars().any(|c| c.is_ascii_digit())
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    {
+    if value.parse::<f64>().is_ok() {
+        return true;
+    }
+    if value.chars().all(|c| c.is_ascii_alphabetic() || c == '_') && !looks_random(value) {
         return true; // identifiers like user_password, API_KEY, secretValue
     }
-    CODE.is_match(value)
-        && !value
-            .chars()
-            .any(|c| "!#%^&+=/@~".contains(c) && !value.starts_with(c))
+    CODE.is_match(value) && !looks_random(value)
 }
 
 /// The value of an explicit `password=`/`api_key=`/`token=` assignment.
