@@ -1,0 +1,245 @@
+//! A raw JSON-RPC client for the built `opencode-bridge` binary: newline-delimited JSON over
+//! its stdin/stdout, no MCP library involved.
+
+#![allow(dead_code)]
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+/// An isolated world for one server: HOME, XDG dirs and the delegation root in a temp dir.
+pub struct World {
+    pub dir: tempfile::TempDir,
+}
+
+impl World {
+    pub fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in [
+            "home",
+            "root/demo",
+            "xdg/data",
+            "xdg/config",
+            "xdg/state",
+            "xdg/cache",
+        ] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        World { dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.path("root")
+    }
+
+    /// The environment of a server in this world (the caller's environment is not inherited,
+    /// except PATH).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let p = |s: &str| self.path(s).to_string_lossy().into_owned();
+        vec![
+            ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+            ("HOME".into(), p("home")),
+            ("XDG_DATA_HOME".into(), p("xdg/data")),
+            ("XDG_CONFIG_HOME".into(), p("xdg/config")),
+            ("XDG_STATE_HOME".into(), p("xdg/state")),
+            ("XDG_CACHE_HOME".into(), p("xdg/cache")),
+            ("OPENCODE_BRIDGE_ROOT".into(), p("root")),
+            ("RUST_LOG".into(), "opencode_bridge=debug,info".into()),
+        ]
+    }
+}
+
+/// A running server and its stdout lines.
+pub struct Server {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    pub stderr_path: PathBuf,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_opencode-bridge")
+}
+
+impl Server {
+    pub fn start(world: &World, extra_env: &[(&str, String)]) -> Server {
+        Server::start_in(world, extra_env, &world.root())
+    }
+
+    pub fn start_in(world: &World, extra_env: &[(&str, String)], cwd: &Path) -> Server {
+        let stderr_path = world.path(&format!(
+            "stderr-{}.log",
+            Instant::now().elapsed().as_nanos()
+        ));
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let mut cmd = Command::new(binary());
+        cmd.env_clear()
+            .envs(world.env())
+            .envs(extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        let mut child = cmd.spawn().expect("start opencode-bridge");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Server {
+            child,
+            stdin,
+            lines: rx,
+            stderr_path,
+        }
+    }
+
+    pub fn send(&mut self, msg: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next stdout line as JSON, or `None` after `timeout`.
+    pub fn recv_within(&mut self, timeout: Duration) -> Option<Value> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => Some(
+                serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line}")),
+            ),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// The response with this id (notifications before it are skipped).
+    pub fn response(&mut self, id: &Value) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = self
+                .recv_within(left)
+                .unwrap_or_else(|| panic!("no response to id {id}; stderr:\n{}", self.stderr()));
+            if msg.get("id") == Some(id) {
+                return msg;
+            }
+        }
+    }
+
+    pub fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.response(&json!(id))
+    }
+
+    /// `initialize` (2025-11-25) + `notifications/initialized`; returns the initialize result.
+    pub fn initialize(&mut self) -> Value {
+        let r = self.request(
+            0,
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw-test", "version": "0"}
+            }),
+        );
+        self.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        r["result"].clone()
+    }
+
+    /// A tools/call; returns the whole response.
+    pub fn call(&mut self, id: i64, tool: &str, args: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
+    }
+
+    /// A tools/call that must succeed at the protocol level; returns (text, isError).
+    pub fn call_text(&mut self, id: i64, tool: &str, args: Value) -> (String, bool) {
+        let r = self.call(id, tool, args);
+        let result = r
+            .get("result")
+            .unwrap_or_else(|| panic!("tools/call {tool} failed: {r}"));
+        let text = result["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        (text, result["isError"].as_bool().unwrap_or(false))
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback HTTP server that accepts connections and never answers (a hung service).
+pub fn hung_http_server() -> (u16, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(16) {
+            match stream {
+                Ok(s) => held.push(s),
+                Err(_) => break,
+            }
+        }
+    });
+    (port, handle)
+}
+
+/// Replaces run-dependent values (ids, times, paths, durations) so snapshots are stable.
+pub fn redact(text: &str, world: &World) -> String {
+    let mut out = text.replace(&world.dir.path().to_string_lossy().to_string(), "[TMP]");
+    let rules: &[(&str, &str)] = &[
+        (r"ses_[0-9A-Za-z]{20,}", "[SESSION]"),
+        (r"\b\d{2}:\d{2}:\d{2}\b", "[HH:MM:SS]"),
+        (r"\b\d+m\d{2}s\b|\b\d+h\d{2}m\b|\b\d+s\b", "[DUR]"),
+        (r"<1m ago|\b\d+[mhd] ago", "[AGE]"),
+        (r"\bpid \d+", "pid [PID]"),
+    ];
+    for (pattern, with) in rules {
+        out = regex_replace(&out, pattern, with);
+    }
+    out
+}
+
+fn regex_replace(text: &str, pattern: &str, with: &str) -> String {
+    regex::Regex::new(pattern)
+        .unwrap()
+        .replace_all(text, with)
+        .into_owned()
+}

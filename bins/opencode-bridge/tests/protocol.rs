@@ -1,0 +1,225 @@
+//! Raw JSON-RPC against the built binary, independent of rmcp: the handshakes Claude Code uses,
+//! the tool list, valid and invalid calls, cancellation, and exit on stdin EOF.
+
+mod common;
+
+use common::{Server, World, hung_http_server, redact};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+#[test]
+fn discover_reports_identity_versions_and_instructions() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    let r = server.request(1, "server/discover", json!({"_meta": modern_meta()}));
+    let result = &r["result"];
+    let versions: Vec<&str> = result["supportedVersions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(versions.contains(&"2026-07-28"), "{versions:?}");
+    assert!(versions.contains(&"2025-11-25"), "{versions:?}");
+    let info = &result["_meta"]["io.modelcontextprotocol/serverInfo"];
+    assert_eq!(info["name"], "opencode-bridge");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+    assert!(result["capabilities"]["tools"].is_object(), "{r}");
+    let instructions = result["instructions"].as_str().unwrap();
+    assert!(
+        instructions.contains("Active routing mode: blueprint"),
+        "{instructions}"
+    );
+
+    // The stateless era: a request carrying its own metadata works without initialize.
+    let r = server.request(2, "tools/list", json!({"_meta": modern_meta()}));
+    assert_eq!(
+        r["result"]["tools"].as_array().map(Vec::len),
+        Some(10),
+        "{r}"
+    );
+}
+
+#[test]
+fn initialize_then_ping() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    let result = server.initialize();
+    assert_eq!(result["protocolVersion"], "2025-11-25");
+    assert_eq!(result["serverInfo"]["name"], "opencode-bridge");
+    assert_eq!(result["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(result["capabilities"]["tools"].is_object());
+    let instructions = result["instructions"].as_str().unwrap();
+    insta::assert_snapshot!("instructions", redact(instructions, &world));
+    let pong = server.request(7, "ping", json!({}));
+    assert_eq!(pong["result"], json!({}), "{pong}");
+}
+
+#[test]
+fn tools_list_matches_snapshot() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    let r = server.request(1, "tools/list", json!({}));
+    let tools = r["result"]["tools"].clone();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "opencode_start",
+            "opencode_status",
+            "opencode_result",
+            "opencode_cancel",
+            "opencode_list",
+            "opencode_policy",
+            "opencode_sessions",
+            "opencode_session_output",
+            "opencode_session_rename",
+            "opencode_processes"
+        ]
+    );
+    for t in tools.as_array().unwrap() {
+        let read_only = t["annotations"]["readOnlyHint"].as_bool().unwrap();
+        let name = t["name"].as_str().unwrap();
+        let expect_ro = !matches!(
+            name,
+            "opencode_start" | "opencode_cancel" | "opencode_session_rename"
+        );
+        assert_eq!(read_only, expect_ro, "{name}");
+        if name == "opencode_cancel" {
+            assert_eq!(t["annotations"]["destructiveHint"], true);
+        }
+        assert_eq!(t["inputSchema"]["additionalProperties"], false, "{name}");
+    }
+    insta::assert_json_snapshot!("tools_list", tools);
+}
+
+#[test]
+fn valid_call_returns_text() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    let (text, is_error) = server.call_text(3, "opencode_policy", json!({}));
+    assert!(!is_error, "{text}");
+    assert!(text.starts_with("mode: blueprint (from default"), "{text}");
+    assert!(text.contains("allowed agents:"), "{text}");
+}
+
+#[test]
+fn invalid_arguments_are_a_one_line_is_error() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    let cases = [
+        ("opencode_sessions", json!({"limit": 0})),
+        ("opencode_sessions", json!({"state": "done"})),
+        ("opencode_start", json!({"prompt": "x"})),
+        (
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "x", "model": "gpt4"}),
+        ),
+        (
+            "opencode_session_output",
+            json!({"id": "ses_1", "mode": "all"}),
+        ),
+        ("opencode_list", json!({"verbose": true})),
+        ("opencode_result", json!({"id": 3})),
+    ];
+    let mut texts = Vec::new();
+    for (i, (tool, args)) in cases.iter().enumerate() {
+        let (text, is_error) = server.call_text(10 + i as i64, tool, args.clone());
+        assert!(is_error, "{tool} {args}: {text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        texts.push(format!("{tool} {args}\n  => {text}"));
+    }
+    insta::assert_snapshot!("validation_errors", texts.join("\n"));
+}
+
+#[test]
+fn unknown_tool_is_a_json_rpc_error() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    let r = server.call(4, "opencode_nope", json!({}));
+    assert!(r.get("result").is_none(), "{r}");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `opencode_nope`"),
+        "{r}"
+    );
+}
+
+#[test]
+fn cancelled_call_gets_no_response_and_the_server_keeps_serving() {
+    let world = World::new();
+    // A service that accepts and never answers: the listing blocks until cancelled.
+    let (port, _hung) = hung_http_server();
+    let mut server = Server::start(
+        &world,
+        &[(
+            "OPENCODE_BRIDGE_SERVER_URL",
+            format!("http://127.0.0.1:{port}"),
+        )],
+    );
+    server.initialize();
+    server.send(&json!({"jsonrpc": "2.0", "id": 50, "method": "tools/call",
+        "params": {"name": "opencode_sessions", "arguments": {}}}));
+    std::thread::sleep(Duration::from_millis(500));
+    server.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 50, "reason": "user pressed escape"}}),
+    );
+    let pong = server.request(51, "ping", json!({}));
+    assert_eq!(pong["result"], json!({}));
+    // Nothing ever answers request 50.
+    if let Some(msg) = server.recv_within(Duration::from_secs(2)) {
+        assert_ne!(
+            msg.get("id"),
+            Some(&json!(50)),
+            "cancelled call answered: {msg}"
+        );
+    }
+    let stderr = server.stderr();
+    assert!(stderr.contains("call cancelled by the client"), "{stderr}");
+}
+
+#[test]
+fn exits_on_stdin_eof() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    server.close_stdin();
+    let status = server
+        .wait_exit(Duration::from_secs(10))
+        .expect("server should exit after stdin closes");
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+}
+
+#[test]
+fn stdout_carries_only_json_rpc() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    server.call_text(2, "opencode_policy", json!({}));
+    server.close_stdin();
+    server.wait_exit(Duration::from_secs(10));
+    // recv_within panics on any non-JSON line; drain what is left.
+    while server.recv_within(Duration::from_millis(200)).is_some() {}
+    assert!(server.stderr().contains("INFO") || server.stderr().contains("DEBUG"));
+}
