@@ -130,7 +130,7 @@ impl Detector {
 }
 
 /// Secret-ish names for assignments (the last word of the name).
-const SECRET_NAME: &str = r"(?:[A-Za-z0-9]+[_.-])*(?i:password|passwd|passphrase|pwd|secret|secret[_-]?key|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?)";
+const SECRET_NAME: &str = r"[A-Za-z0-9_.-]*(?i:password|passwd|passphrase|pwd|secret|secret[_-]?key|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?)";
 
 /// Looser names for the entropy rule: anything with a secret-ish word in it.
 const LOOSE_NAME: &str = r"(?i:[A-Za-z0-9_.-]*(?:secret|token|passw|pwd|api[_-]?key|apikey|access[_-]?key|auth|credential|signing[_-]?key|encryption[_-]?key|master[_-]?key|private[_-]?key|webhook|session[_-]?key|app[_-]?key|license[_-]?key|sig)[A-Za-z0-9_.-]*)|[A-Z0-9_]*_KEY";
@@ -138,7 +138,7 @@ const LOOSE_NAME: &str = r"(?i:[A-Za-z0-9_.-]*(?:secret|token|passw|pwd|api[_-]?
 static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
     let value_assign = |name: &str| {
         format!(
-            r#"["']?\b(?:{name})\b["']?\s*(?:[:=]|:=|=>|\s(?:=|is)\s)\s*(?:"([^"\n]*)"|'([^'\n]*)'|([^\s"',;)}}\]]+))"#
+            r#"["']?\b(?:{name})\b["']?\s*(?:=>|:=|=|:\s|:["']|\s(?:=|is)\s)\s*(?:"([^"\n]*)"|'([^'\n]*)'|([^\s"',;)}}\]]+))"#
         )
     };
     let cli_flag = |name: &str| format!(r#"--{name}[= ](?:"([^"\n]*)"|'([^'\n]*)'|([^\s"']+))"#);
@@ -450,6 +450,14 @@ fn assigned_secret(value: &str, quoted: bool) -> bool {
     if quoted && value.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
         return false; // the name of an env var: "OPENAI_API_KEY"
     }
+    // base64 of a toy value, as in documentation samples of Kubernetes secrets
+    if let Some(decoded) = base64_decode(value)
+        && let Ok(text) = String::from_utf8(decoded)
+        && text.chars().all(|c| c.is_ascii_graphic())
+        && (is_toy(&text) || is_placeholder(&text))
+    {
+        return false;
+    }
     let classes = char_classes(value);
     classes >= 2 || value.len() >= 16
 }
@@ -478,7 +486,10 @@ fn random_looking(value: &str) -> bool {
     if hex {
         return value.len() >= 32 && entropy(value) >= 3.0;
     }
-    char_classes(value) >= 2 && entropy(value) >= 3.5 && distinct(value) >= 10
+    char_classes(value) >= 2
+        && entropy(value) >= 3.5
+        && distinct(value) >= 10
+        && looks_random(value)
 }
 
 fn auth_value(value: &str) -> bool {
