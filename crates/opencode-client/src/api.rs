@@ -36,10 +36,10 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Sessions asked for per page of `/api/session`.
-const SESSION_PAGE: usize = 100;
-/// Messages asked for per page of `/api/session/{id}/message`.
-const MESSAGE_PAGE: usize = 200;
+/// Default number of sessions asked for per page of `/api/session`.
+pub const SESSION_PAGE: usize = 100;
+/// Default number of messages asked for per page of `/api/session/{id}/message`.
+pub const MESSAGE_PAGE: usize = 200;
 /// How the service is named in error messages.
 const SERVICE_LABEL: &str = "the opencode v2 service (via `opencode api`)";
 
@@ -225,6 +225,8 @@ fn kill_group_only(pid: u32) {
 pub struct ApiSource {
     cmd: ApiCommand,
     active: Mutex<Option<HashSet<String>>>,
+    /// Sessions and messages asked for per page.
+    page_sizes: (usize, usize),
 }
 
 impl ApiSource {
@@ -233,7 +235,15 @@ impl ApiSource {
         ApiSource {
             cmd,
             active: Mutex::new(None),
+            page_sizes: (SESSION_PAGE, MESSAGE_PAGE),
         }
+    }
+
+    /// Asks for `sessions` sessions and `messages` messages per page (tests use small pages to
+    /// exercise paging).
+    pub fn with_page_sizes(mut self, sessions: usize, messages: usize) -> ApiSource {
+        self.page_sizes = (sessions.max(1), messages.max(1));
+        self
     }
 
     fn malformed(detail: &str) -> ClientError {
@@ -284,7 +294,12 @@ impl ApiSource {
             .pointer("/cursor/next")
             .and_then(Value::as_str)
             .map(str::to_string);
-        Ok((items.iter().map(message_from_v2).collect(), next))
+        let messages = items
+            .iter()
+            .filter(|m| is_conversation_message(m))
+            .map(message_from_v2)
+            .collect();
+        Ok((messages, next))
     }
 
     /// One page of v1 messages (fallback), oldest first inside the page, and the next cursor
@@ -314,7 +329,7 @@ impl Remote for ApiSource {
         let path = format!(
             "/api/session{}",
             query(&[
-                ("limit", Some(SESSION_PAGE.to_string())),
+                ("limit", Some(self.page_sizes.0.to_string())),
                 ("cursor", cursor.map(str::to_string)),
             ])
         );
@@ -348,7 +363,8 @@ impl Remote for ApiSource {
     }
 
     fn last_message(&self, session: &Session) -> Result<Option<Message>, ClientError> {
-        let (page, _) = self.v2_message_page(&session.id, 1, None)?;
+        // A few, because v2 also lists `system` messages (skipped), which can be the newest.
+        let (page, _) = self.v2_message_page(&session.id, 5, None)?;
         if let Some(m) = page.into_iter().next() {
             return Ok(Some(m));
         }
@@ -367,7 +383,7 @@ impl Remote for ApiSource {
         let mut cursor: Option<String> = None;
         loop {
             let (page, next) =
-                self.v2_message_page(&session.id, MESSAGE_PAGE, cursor.as_deref())?;
+                self.v2_message_page(&session.id, self.page_sizes.1, cursor.as_deref())?;
             let n = page.len();
             newest_first.extend(page);
             match next {
@@ -450,6 +466,17 @@ impl SessionSource for ApiSource {
     }
 }
 
+/// Whether a v2 message is part of the conversation: `user` and `assistant` are; the
+/// `system` messages v2 inserts (skill lists, reminders) are not shown and do not count.
+pub fn is_conversation_message(v: &Value) -> bool {
+    !matches!(
+        v.get("type")
+            .or_else(|| v.get("role"))
+            .and_then(Value::as_str),
+        Some("system")
+    )
+}
+
 /// A v2 session (`SessionV2Info`) → [`Session`], state not yet derived.
 pub fn session_from_v2(v: &Value) -> Option<Session> {
     let id = v.get("id")?.as_str()?.to_string();
@@ -491,8 +518,10 @@ pub fn session_from_v2(v: &Value) -> Option<Session> {
 /// (`{name, state{status, input, content[], error?}}`) → [`Part::Tool`], output = the text of
 /// its `content` items; anything else goes through the shared v1 part decoder (so v1-shaped
 /// parts are understood too). A v2 error (`{type, message, status?}`) becomes a
-/// [`MessageError`] named after its type, with `aborted` mapped to `MessageAbortedError` so
-/// the state rules see an interrupted run.
+/// [`MessageError`] named after its type (`unknown` → `UnknownError`, `provider` →
+/// `ProviderError`), with `aborted` mapped to `MessageAbortedError` so the state rules see an
+/// interrupted run. `system` messages are not conversation: filter them with
+/// [`is_conversation_message`] first.
 pub fn message_from_v2(v: &Value) -> Message {
     let role = match v
         .get("type")
@@ -603,10 +632,14 @@ fn error_v2(e: &Value) -> Option<MessageError> {
         Value::Object(_) if e.get("name").is_some() => crate::decode::decode_error(e),
         Value::Object(_) => {
             let kind = str_of(e, "type").unwrap_or_else(|| "unknown".into());
-            let name = if kind == "aborted" {
-                "MessageAbortedError".to_string()
-            } else {
-                kind
+            let name = match kind.as_str() {
+                "aborted" => "MessageAbortedError".to_string(),
+                k if k.ends_with("Error") => k.to_string(),
+                k => {
+                    let mut c = k.chars();
+                    let first = c.next().map(|f| f.to_ascii_uppercase()).unwrap_or('U');
+                    format!("{first}{}Error", c.as_str())
+                }
             };
             Some(MessageError {
                 name,

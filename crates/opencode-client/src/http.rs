@@ -185,10 +185,15 @@ impl HttpClient {
         if !(200..300).contains(&status) {
             return Err(status_error(&self.base, status, &bytes, path));
         }
-        let body = parse_json(&bytes).map_err(|detail| ClientError::MalformedReply {
-            url: self.base.clone(),
-            detail,
-        })?;
+        // `204 No Content` (e.g. `prompt_async`) has no body to parse.
+        let body = if status == 204 || (bytes.is_empty() && method != "GET") {
+            Value::Null
+        } else {
+            parse_json(&bytes).map_err(|detail| ClientError::MalformedReply {
+                url: self.base.clone(),
+                detail,
+            })?
+        };
         Ok(JsonReply {
             status,
             body,

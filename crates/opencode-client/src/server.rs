@@ -22,10 +22,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Sessions asked for per page of `/experimental/session`.
-const SESSION_PAGE: usize = 100;
-/// Messages asked for per page of `/session/{id}/message`.
-const MESSAGE_PAGE: usize = 200;
+/// Default number of sessions asked for per page of `/experimental/session`.
+pub const SESSION_PAGE: usize = 100;
+/// Default number of messages asked for per page of `/session/{id}/message`.
+pub const MESSAGE_PAGE: usize = 200;
 
 /// The `server` backend.
 #[derive(Debug)]
@@ -33,6 +33,8 @@ pub struct ServerSource {
     http: HttpClient,
     /// `/session/status` answers of the current call, by directory.
     status_cache: Mutex<HashMap<String, HashSet<String>>>,
+    /// Sessions and messages asked for per page.
+    page_sizes: (usize, usize),
 }
 
 impl ServerSource {
@@ -41,7 +43,15 @@ impl ServerSource {
         ServerSource {
             http,
             status_cache: Mutex::new(HashMap::new()),
+            page_sizes: (SESSION_PAGE, MESSAGE_PAGE),
         }
+    }
+
+    /// Asks for `sessions` sessions and `messages` messages per page (tests use small pages to
+    /// exercise paging).
+    pub fn with_page_sizes(mut self, sessions: usize, messages: usize) -> ServerSource {
+        self.page_sizes = (sessions.max(1), messages.max(1));
+        self
     }
 
     /// The HTTP client (its base URL names the server in messages).
@@ -145,7 +155,7 @@ impl Remote for ServerSource {
         let path = format!(
             "/experimental/session{}",
             query(&[
-                ("limit", Some(SESSION_PAGE.to_string())),
+                ("limit", Some(self.page_sizes.0.to_string())),
                 ("cursor", cursor.map(str::to_string)),
                 ("roots", roots),
                 ("start", start),
@@ -185,7 +195,8 @@ impl Remote for ServerSource {
         let mut total = 0usize;
         let mut before: Option<String> = None;
         loop {
-            let (page, next) = self.message_page(&session.id, MESSAGE_PAGE, before.as_deref())?;
+            let (page, next) =
+                self.message_page(&session.id, self.page_sizes.1, before.as_deref())?;
             total += page.len();
             pages.push(page);
             match next {

@@ -243,10 +243,7 @@ fn forward(url: &str, method: &str, path: &str, data: Option<&str>) -> ExitCode 
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = data.windows(2).position(|w| w == b"\r\n") {
         let size_text = String::from_utf8_lossy(&data[..eol]).to_string();
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
             .unwrap_or(0);
