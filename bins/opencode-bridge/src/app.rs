@@ -3,21 +3,27 @@
 //! functions, so a person sees exactly what the model sees.
 
 use crate::config::Settings;
-use crate::tools::{Call, OutputArgs, SESSIONS_DEFAULT_LIMIT, SessionsArgs};
-use bridge_policy::{PolicyView, SystemEnv};
+use crate::tools::{Call, OutputArgs, SESSIONS_DEFAULT_LIMIT, SessionsArgs, StartArgs};
+use bridge_policy::{
+    Access, AgentMode as PolicyAgentMode, DelegationRequest, PolicyView, Roster, SystemEnv,
+    evaluate,
+};
 use bridge_render as render;
 use opencode_client::backend::{ClientConfig, choose_backend_with};
 use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
+use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Everything the server holds: settings and the client configuration; the policy is read
 /// afresh on every call (marker files may appear at any time).
 pub struct App {
     pub settings: Settings,
     client: Result<ClientConfig, ClientError>,
+    supervisor: Supervisor,
 }
 
 impl fmt::Debug for App {
@@ -33,11 +39,22 @@ impl fmt::Debug for App {
 pub type Chosen = (Box<dyn SessionSource>, String);
 
 impl App {
-    pub fn new(settings: Settings) -> App {
+    /// `serving`: this process is the long-lived MCP server (it then becomes a child subreaper
+    /// so that escaped descendants of its tasks come back to it to be reaped).
+    pub fn new(settings: Settings, serving: bool) -> App {
+        let mut cfg = SupervisorConfig::from_env();
+        cfg.root = settings.root.clone();
+        cfg.subreaper = serving;
         App {
             settings,
             client: ClientConfig::from_env(),
+            supervisor: Supervisor::new(cfg),
         }
+    }
+
+    /// The task supervisor.
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
     }
 
     /// The MCP server instructions: the active policy for the root in a few lines.
@@ -57,15 +74,110 @@ impl App {
             Call::Sessions(args) => self.sessions(args).await,
             Call::SessionOutput(args) => self.session_output(args).await,
             Call::Rename { id, title } => self.rename(id, title).await,
-            other => Err(format!(
-                "{} is not available in this build yet",
-                call_name(&other)
-            )),
+            Call::Start(args) => self.start(args),
+            Call::Status { id } => {
+                let id = parse_task_id(&id)?;
+                let snap = self
+                    .supervisor
+                    .status(id)
+                    .ok_or_else(|| render::tasks::unknown_task(id))?;
+                Ok(render::tasks::status(&snap))
+            }
+            Call::Result { id, head, tail } => {
+                let id = parse_task_id(&id)?;
+                let out = self
+                    .supervisor
+                    .result(id, head, tail)
+                    .ok_or_else(|| render::tasks::unknown_task(id))?;
+                Ok(render::tasks::result(&out))
+            }
+            Call::Cancel { id } => {
+                let id = parse_task_id(&id)?;
+                render::tasks::cancelled(id, self.supervisor.cancel(id).await)
+            }
+            Call::List => {
+                let tasks = self.supervisor.list();
+                let running = tasks.iter().filter(|t| !t.state.is_finished()).count();
+                Ok(render::tasks::task_list(
+                    &tasks,
+                    running,
+                    self.supervisor.config().max_parallel,
+                ))
+            }
+            Call::Processes => Ok(self.processes()),
         }
     }
 
-    /// Stops every task this process started.
-    pub async fn shutdown(&self) {}
+    /// `opencode_processes`.
+    pub fn processes(&self) -> String {
+        render::tasks::processes(&self.supervisor.processes())
+    }
+
+    /// Stops every task this process started (their whole process groups) and waits for them.
+    pub async fn shutdown(&self) {
+        self.supervisor.shutdown().await;
+    }
+
+    /// `opencode_start`: policy first (tier, mode, prompt, secret, agent), then the supervisor
+    /// (cwd inside the root, parallel limit, opencode present). Returns at once.
+    pub fn start(&self, args: StartArgs) -> Result<String, String> {
+        let cwd = self.resolve_dir(args.cwd.as_deref());
+        let env = SystemEnv;
+        let roster = Roster::load(&env, &cwd);
+        let request = DelegationRequest {
+            tier: Some(&args.tier),
+            agent: args.agent.as_deref(),
+            mechanical: args.mechanical,
+            mode: args.mode.as_deref(),
+            prompt: &args.prompt,
+            cwd: &cwd,
+        };
+        let delegation = evaluate(&request, &env, &roster).map_err(|r| r.message)?;
+        let agent = &delegation.agent;
+        let title = bridge_policy::naming::session_title(
+            args.lane.as_deref(),
+            &cwd,
+            &agent.name,
+            &args.prompt,
+            args.title.as_deref(),
+        );
+        let title_warning = args.title.as_ref().and_then(|_| {
+            let problems = bridge_policy::naming::check_title(&title);
+            (!problems.is_empty()).then(|| {
+                format!(
+                    "the title breaks the LANE/agent: task convention: {}",
+                    problems.join("; ")
+                )
+            })
+        });
+        let mut spec = TaskSpec::new(&delegation.prompt, &cwd, &agent.name, &title);
+        spec.agent_mode = match agent.opencode_mode {
+            PolicyAgentMode::Primary => AgentMode::Primary,
+            PolicyAgentMode::Subagent => AgentMode::Subagent,
+            PolicyAgentMode::All => AgentMode::All,
+        };
+        spec.read_only = agent.access == Access::ReadOnly;
+        spec.model = args.model.clone();
+        spec.timeout = args.timeout_minutes.map(|m| Duration::from_secs(m * 60));
+        spec.config_overlay = delegation.config_overlay.clone();
+        let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
+        let model = args
+            .model
+            .clone()
+            .or_else(|| self.supervisor.config().default_model.clone());
+        let mode = delegation.mode.reason();
+        let cwd_text = cwd.display().to_string();
+        Ok(render::tasks::started(&render::tasks::Started {
+            id,
+            agent: &agent.name,
+            mode: &mode,
+            tier: delegation.tier.as_str(),
+            title: &title,
+            cwd: &cwd_text,
+            model: model.as_deref(),
+            title_warning: title_warning.as_deref(),
+        }))
+    }
 
     /// A directory argument: relative paths are taken from the root.
     pub fn resolve_dir(&self, dir: Option<&str>) -> PathBuf {
@@ -96,8 +208,20 @@ impl App {
         choose_backend_with(cfg, &open_store).map_err(|e| e.to_string())
     }
 
+    /// What the bridge knows beyond the store: its unfinished tasks' sessions are busy, its
+    /// finished tasks' sessions have no process any more.
     fn liveness(&self) -> Liveness {
-        Liveness::default()
+        let mut l = Liveness::default();
+        for t in self.supervisor.list() {
+            if let Some(sid) = t.session_id {
+                if t.state.is_finished() {
+                    l.gone.insert(sid);
+                } else {
+                    l.busy.insert(sid);
+                }
+            }
+        }
+        l
     }
 
     /// `opencode_sessions`.
@@ -215,17 +339,13 @@ fn describe_filter(a: &SessionsArgs) -> String {
     parts.join(", ")
 }
 
-fn call_name(call: &Call) -> &'static str {
-    match call {
-        Call::Start(_) => "opencode_start",
-        Call::Status { .. } => "opencode_status",
-        Call::Result { .. } => "opencode_result",
-        Call::Cancel { .. } => "opencode_cancel",
-        Call::List => "opencode_list",
-        Call::Policy { .. } => "opencode_policy",
-        Call::Sessions(_) => "opencode_sessions",
-        Call::SessionOutput(_) => "opencode_session_output",
-        Call::Rename { .. } => "opencode_session_rename",
-        Call::Processes => "opencode_processes",
-    }
+/// A task id as the tools show it (`3`); `task 3`, `task-3`, `t3` and `#3` are accepted too.
+pub fn parse_task_id(text: &str) -> Result<TaskId, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let digits = t
+        .trim_start_matches("task")
+        .trim_start_matches(['-', ' ', '_', '#', 't']);
+    digits.parse::<TaskId>().map_err(|_| {
+        format!("bad argument `id`: {text:?} is not a task id; use the number opencode_start returned (opencode_list shows them)")
+    })
 }

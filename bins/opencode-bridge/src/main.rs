@@ -13,7 +13,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let app = Arc::new(app::App::new(config::Settings::from_env()));
+    let app = Arc::new(app::App::new(config::Settings::from_env(), true));
     runtime.block_on(server::serve(app))
 }
 

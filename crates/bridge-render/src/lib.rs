@@ -5,6 +5,7 @@
 pub mod human;
 pub mod policy;
 pub mod sessions;
+pub mod tasks;
 
 pub use policy::{instructions, policy};
 pub use sessions::{OutputMode, renamed, session_header, session_list, transcript};

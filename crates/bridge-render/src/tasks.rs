@@ -1,0 +1,255 @@
+//! Tasks started by this bridge (`opencode_start`, `opencode_status`, `opencode_result`,
+//! `opencode_cancel`, `opencode_list`) and the process table (`opencode_processes`).
+
+use crate::human::{clip, dir_tail, duration_ms, one_line, table, tokens};
+use run_supervisor::{CancelOutcome, OpencodeProcess, TaskId, TaskOutput, TaskSnapshot, TaskState};
+
+/// What `opencode_start` reports about an accepted task.
+#[derive(Debug, Clone)]
+pub struct Started<'a> {
+    pub id: TaskId,
+    pub agent: &'a str,
+    /// The mode with its reason, e.g. `sensitive (from env OPENCODE_MODE)`.
+    pub mode: &'a str,
+    pub tier: &'a str,
+    pub title: &'a str,
+    pub cwd: &'a str,
+    pub model: Option<&'a str>,
+    /// A warning about an explicit title that breaks the convention.
+    pub title_warning: Option<&'a str>,
+}
+
+/// `opencode_start`.
+pub fn started(s: &Started<'_>) -> String {
+    let mut out = format!(
+        "started task {}: agent {}, tier {}, mode {}\ntitle: {}\ncwd: {}\n",
+        s.id, s.agent, s.tier, s.mode, s.title, s.cwd
+    );
+    if let Some(m) = s.model {
+        out.push_str(&format!("model: {m}\n"));
+    }
+    if let Some(w) = s.title_warning {
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    out.push_str(&format!(
+        "next: opencode_status id={id} until it ends, then opencode_result id={id}; treat the result as an untrusted draft and verify it.\n",
+        id = s.id
+    ));
+    out
+}
+
+fn state_word(s: &TaskSnapshot) -> String {
+    match s.state {
+        TaskState::Running if s.quiet => "running (quiet)".into(),
+        other => other.as_str().to_string(),
+    }
+}
+
+/// `opencode_status`: state, timing, attempts, session, and for a failure its kind and advice.
+pub fn status(s: &TaskSnapshot) -> String {
+    let mut out = format!(
+        "task {}  {}  {}  elapsed {}  attempt {}\n",
+        s.id,
+        state_word(s),
+        s.agent,
+        duration_ms(s.elapsed.as_millis() as u64),
+        s.attempts.max(1)
+    );
+    out.push_str(&format!("title: {}\n", s.title));
+    out.push_str(&format!("cwd: {}\n", s.cwd.display()));
+    out.push_str(&format!(
+        "session: {}\n",
+        s.session_id.as_deref().unwrap_or("(not known yet)")
+    ));
+    if let Some(m) = &s.model {
+        out.push_str(&format!("model: {m}\n"));
+    }
+    out.push_str(&format!(
+        "tokens: {}  tool calls: {}",
+        tokens(s.tokens.input, s.tokens.output),
+        s.tool_calls
+    ));
+    if s.cost > 0.0 {
+        out.push_str(&format!("  cost: ${:.4}", s.cost));
+    }
+    out.push('\n');
+    if let Some(pid) = s.pid.filter(|_| !s.state.is_finished()) {
+        out.push_str(&format!("pid {pid}"));
+        if let Some(age) = s.last_event_age {
+            out.push_str(&format!(
+                ", last event {} ago",
+                duration_ms(age.as_millis() as u64)
+            ));
+        }
+        out.push('\n');
+    }
+    if let Some(wait) = s.retry_in {
+        out.push_str(&format!(
+            "next attempt in {}\n",
+            duration_ms(wait.as_millis() as u64)
+        ));
+    }
+    if let Some(f) = &s.failure {
+        out.push_str(&format!(
+            "failure: {}: {}\nadvice: {}\n",
+            f.kind.as_str(),
+            one_line(&f.message, 600),
+            f.advice
+        ));
+    }
+    if let Some(code) = s.exit_code.filter(|_| s.state.is_finished()) {
+        out.push_str(&format!("exit code: {code}\n"));
+    }
+    match s.state {
+        TaskState::Succeeded => out.push_str(&format!(
+            "next: opencode_result id={} (verify it before relying on it)\n",
+            s.id
+        )),
+        TaskState::Starting | TaskState::Running | TaskState::Retrying => {
+            out.push_str("still working: check again later; opencode_cancel stops it\n")
+        }
+        _ => {}
+    }
+    out
+}
+
+/// `opencode_result`: the status header, then the agent's text (already cut by the
+/// supervisor), tool calls, and stderr when the task failed.
+pub fn result(o: &TaskOutput) -> String {
+    let mut out = status(&o.snapshot);
+    if !o.tool_calls.is_empty() {
+        out.push_str(&format!("tool calls ({}):\n", o.tool_calls.len()));
+        let skip = o.tool_calls.len().saturating_sub(30);
+        if skip > 0 {
+            out.push_str(&format!("  ... {skip} earlier calls\n"));
+        }
+        for c in o.tool_calls.iter().skip(skip) {
+            let mut line = format!("  -> {}", c.tool);
+            if let Some(t) = &c.title {
+                line.push_str(&format!("({})", clip(&one_line(t, 200), 120)));
+            }
+            line.push_str(&format!(" [{}]", c.status));
+            if let Some(e) = &c.error {
+                line.push_str(&format!(" => {}", one_line(e, 160)));
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    out.push_str(&"-".repeat(40));
+    out.push('\n');
+    let text = o.text.text.trim();
+    if text.is_empty() {
+        out.push_str(match o.snapshot.state {
+            s if s.is_finished() => "(the agent wrote no text)\n",
+            _ => "(no text yet)\n",
+        });
+    } else {
+        if o.text.truncated {
+            out.push_str(&format!(
+                "[output cut: {} characters in total; pass head or tail to choose a part]\n",
+                o.text.total_chars
+            ));
+        }
+        out.push_str(text);
+        out.push('\n');
+    }
+    let failed = matches!(o.snapshot.state, TaskState::Failed | TaskState::TimedOut);
+    if failed && !o.stderr_tail.trim().is_empty() {
+        out.push_str("stderr (end):\n");
+        out.push_str(o.stderr_tail.trim_end());
+        out.push('\n');
+    }
+    if o.stdout_bytes_dropped > 0 {
+        out.push_str(&format!(
+            "note: {} bytes of raw output were not kept (2 MB cap)\n",
+            o.stdout_bytes_dropped
+        ));
+    }
+    out
+}
+
+/// `opencode_cancel`.
+pub fn cancelled(id: TaskId, outcome: CancelOutcome) -> Result<String, String> {
+    match outcome {
+        CancelOutcome::Cancelled => Ok(format!(
+            "task {id} cancelled: its process group was stopped (SIGTERM, then SIGKILL after the grace period)\n"
+        )),
+        CancelOutcome::AlreadyFinished(state) => Ok(format!(
+            "task {id} had already ended ({state}); nothing was signalled\n"
+        )),
+        CancelOutcome::NotFound => Err(unknown_task(id)),
+    }
+}
+
+/// The error for an id no task has.
+pub fn unknown_task(id: TaskId) -> String {
+    format!(
+        "no task {id} was started by this bridge; opencode_list shows its tasks (for any opencode session use opencode_sessions)"
+    )
+}
+
+/// `opencode_list`: newest first.
+pub fn task_list(tasks: &[TaskSnapshot], running: usize, limit: usize) -> String {
+    let mut out = format!(
+        "{} task(s) started by this bridge; {running} unfinished (limit {limit})\n",
+        tasks.len()
+    );
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .rev()
+        .map(|s| {
+            vec![
+                format!("task {}", s.id),
+                state_word(s),
+                s.agent.clone(),
+                duration_ms(s.elapsed.as_millis() as u64),
+                tokens(s.tokens.input, s.tokens.output),
+                s.session_id.clone().unwrap_or_else(|| "-".into()),
+                s.title.clone(),
+            ]
+        })
+        .collect();
+    for line in table(&rows, &[3, 4]) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if tasks.is_empty() {
+        out.push_str("(none yet; opencode_sessions lists every opencode session)\n");
+    }
+    out
+}
+
+/// `opencode_processes`.
+pub fn processes(procs: &[OpencodeProcess]) -> String {
+    let mut out = format!("{} opencode process(es)\n", procs.len());
+    let rows: Vec<Vec<String>> = procs
+        .iter()
+        .map(|p| {
+            let mut what = p.title.clone().unwrap_or_default();
+            if let Some(t) = p.task_id {
+                what = format!("[task {t}] {what}");
+            }
+            vec![
+                format!("pid {}", p.pid),
+                p.kind.as_str().to_string(),
+                duration_ms(p.elapsed.as_millis() as u64),
+                p.agent.clone().unwrap_or_else(|| "-".into()),
+                p.cwd
+                    .as_ref()
+                    .map(|c| dir_tail(&c.to_string_lossy()))
+                    .unwrap_or_else(|| "?".into()),
+                p.session_id.clone().unwrap_or_else(|| "-".into()),
+                what,
+            ]
+        })
+        .collect();
+    for line in table(&rows, &[2]) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if procs.is_empty() {
+        out.push_str("(no opencode process is running)\n");
+    }
+    out
+}
