@@ -1,0 +1,234 @@
+//! Task tools against a stand-in `opencode` (a shell script): start returns at once, status and
+//! list see the task, cancel and stdin EOF stop its whole process group, refusals say why.
+
+mod common;
+
+use common::{Server, World, redact};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A stand-in `opencode`: answers `--version` and `run --help`; `run` records its pid and
+/// its child's pid, prints one event, then sleeps (a long-running agent).
+fn fake_opencode(world: &World) -> PathBuf {
+    let path = world.path("bin/opencode");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let pids = world.path("pids");
+    let script = format!(
+        r#"#!/bin/sh
+case "$1" in
+  --version) echo "1.18.33"; exit 0 ;;
+esac
+if [ "$1" = run ] && [ "$2" = --help ]; then
+  echo "  --format --title --agent --model --auto --variant"; exit 0
+fi
+if [ "$1" = run ]; then
+  echo $$ > "{pids}.group"
+  sleep 600 &
+  echo $! > "{pids}.child"
+  echo '{{"type":"step_start","timestamp":1,"sessionID":"ses_fakefakefakefakefake0001","part":{{"type":"step-start"}}}}'
+  wait
+fi
+"#,
+        pids = pids.display()
+    );
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn wait_for_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = read_pid(path) {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn group_alive(pgid: i32) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
+}
+
+fn start_env(world: &World) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "OPENCODE_BIN",
+            fake_opencode(world).to_string_lossy().into_owned(),
+        ),
+        ("OPENCODE_BRIDGE_KILL_GRACE_MS", "500".into()),
+    ]
+}
+
+#[test]
+fn stdin_eof_stops_a_running_task_and_its_process_group() {
+    let world = World::new();
+    let mut server = Server::start(&world, &start_env(&world));
+    server.initialize();
+    let (text, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "List the files in src and summarise them", "cwd": "demo"}),
+    );
+    assert!(!is_error, "{text}");
+    assert!(
+        text.starts_with("started task 1: agent worker, tier easy, mode blueprint"),
+        "{text}"
+    );
+    assert!(
+        text.contains("title: DEMO/worker: List the files in src"),
+        "{text}"
+    );
+    let pgid = wait_for_pid(&world.path("pids.group"));
+    let child = wait_for_pid(&world.path("pids.child"));
+    assert!(group_alive(pgid));
+
+    let (status, _) = server.call_text(3, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  "), "{status}");
+    assert!(
+        status.contains("running") || status.contains("starting"),
+        "{status}"
+    );
+    let (list, _) = server.call_text(4, "opencode_list", json!({}));
+    assert!(
+        list.contains("1 task(s) started by this bridge; 1 unfinished"),
+        "{list}"
+    );
+
+    server.close_stdin();
+    let status = server
+        .wait_exit(Duration::from_secs(20))
+        .expect("the server exits after stdin closes");
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(
+        !group_alive(pgid),
+        "process group {pgid} survived the server"
+    );
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), None).is_err(),
+        "grandchild {child} survived"
+    );
+}
+
+#[test]
+fn cancel_stops_the_task_then_reports_it_ended() {
+    let world = World::new();
+    let mut server = Server::start(&world, &start_env(&world));
+    server.initialize();
+    let (text, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "medium", "prompt": "Write unit tests for the date parser"}),
+    );
+    assert!(!is_error, "{text}");
+    let pgid = wait_for_pid(&world.path("pids.group"));
+    let (cancelled, is_error) = server.call_text(3, "opencode_cancel", json!({"id": "task 1"}));
+    assert!(!is_error, "{cancelled}");
+    assert!(cancelled.starts_with("task 1 cancelled"), "{cancelled}");
+    assert!(!group_alive(pgid));
+    let (again, _) = server.call_text(4, "opencode_cancel", json!({"id": "1"}));
+    assert_eq!(
+        again.trim(),
+        "task 1 had already ended (cancelled); nothing was signalled"
+    );
+    let (status, _) = server.call_text(5, "opencode_status", json!({"id": "1"}));
+    assert!(status.contains("cancelled"), "{status}");
+    let (unknown, is_error) = server.call_text(6, "opencode_status", json!({"id": "9"}));
+    assert!(is_error);
+    assert!(
+        unknown.starts_with("no task 9 was started by this bridge"),
+        "{unknown}"
+    );
+}
+
+#[test]
+fn refusals_say_why_and_what_to_do() {
+    let world = World::new();
+    std::fs::create_dir_all(world.path("outside")).unwrap();
+    let mut env = start_env(&world);
+    env.push(("OPENCODE_BRIDGE_MAX_PARALLEL", "1".into()));
+    let mut server = Server::start(&world, &env);
+    server.initialize();
+    let outside = world.path("outside").to_string_lossy().into_owned();
+    let cases = [
+        (
+            "hard tier",
+            json!({"tier": "hard", "prompt": "Design the evaluation protocol"}),
+        ),
+        (
+            "unsure tier",
+            json!({"tier": "unsure", "prompt": "Fix the flaky test"}),
+        ),
+        (
+            "agent refused in sensitive mode",
+            json!({"tier": "easy", "prompt": "Make the landing page", "mode": "sensitive", "agent": "designer"}),
+        ),
+        (
+            "fixer needs mechanical in sensitive mode",
+            json!({"tier": "easy", "prompt": "Rename foo to bar everywhere", "mode": "sensitive", "agent": "fixer"}),
+        ),
+        (
+            "secret in the prompt",
+            json!({"tier": "easy", "prompt": "Deploy it with\nexport GITHUB_TOKEN=ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi\nthen check the logs"}),
+        ),
+        (
+            "cwd outside the root",
+            json!({"tier": "easy", "prompt": "List the files", "cwd": outside}),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (i, (what, args)) in cases.iter().enumerate() {
+        let (text, is_error) = server.call_text(10 + i as i64, "opencode_start", args.clone());
+        assert!(is_error, "{what}: {text}");
+        out.push(format!("{what}:\n  {}", redact(&text, &world)));
+    }
+    // The parallel limit: one task runs, the second is refused.
+    let (first, is_error) = server.call_text(
+        30,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "List the files in the project"}),
+    );
+    assert!(!is_error, "{first}");
+    let (busy, is_error) = server.call_text(
+        31,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Count the lines in the project"}),
+    );
+    assert!(is_error, "{busy}");
+    out.push(format!(
+        "parallel limit reached:\n  {}",
+        redact(&busy, &world)
+    ));
+    insta::assert_snapshot!("refusals", out.join("\n"));
+}
+
+#[test]
+fn unknown_mode_value_in_the_environment_refuses() {
+    let world = World::new();
+    let mut env = start_env(&world);
+    env.push(("OPENCODE_MODE", "sensitve".into()));
+    let mut server = Server::start(&world, &env);
+    server.initialize();
+    let (text, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "List the files"}),
+    );
+    assert!(is_error, "{text}");
+    assert!(text.contains("OPENCODE_MODE"), "{text}");
+    assert!(
+        text.contains("blueprint, sensitive or insensitive"),
+        "{text}"
+    );
+}
