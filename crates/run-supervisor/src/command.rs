@@ -310,7 +310,7 @@ pub fn build_launch(
         spec.config_overlay.as_ref(),
         override_name,
     )?;
-    env_set.retain(|(k, _)| k != "OPENCODE_CONFIG_CONTENT");
+    env_set.retain(|(k, _)| k != "OPENCODE_CONFIG_CONTENT" && !DROPPED_ENV.contains(&k.as_str()));
     env_set.push(("OPENCODE_CONFIG_CONTENT".into(), content));
 
     let (stdin, prompt_file) = if spec.prompt.len() > ctx.prompt_file_threshold {

@@ -1,1 +1,352 @@
-fn main() {}
+//! A stand-in for `opencode` (1.x CLI) used by the supervisor's process-tree tests.
+//!
+//! `--version` prints `FAKE_OPENCODE_VERSION` (default `1.18.33`); `run --help` prints a help
+//! text shaped like 1.18.33's, listing `--standalone` too when `FAKE_OPENCODE_STANDALONE=1`.
+//! `run ...` reads the prompt from stdin and behaves as `FAKE_OPENCODE_SCENARIO` says (or, when
+//! unset, as a first prompt line `scenario: NAME` says; default `ok`):
+//!
+//! | scenario | behaviour |
+//! |---|---|
+//! | `ok` | one step whose text is a report: `stdin_bytes=… file=… file_bytes=… pwd=… cwd=… agent=… title=… model=… variant=… auto=… standalone=… dropped_env=… config=…`, exit 0 |
+//! | `exit:N` | a line on stderr, exit N, no events |
+//! | `replay` | prints the lines of the file `FAKE_OPENCODE_EVENTS`, then exits with `FAKE_OPENCODE_EXIT` (default 0) |
+//! | `flood` | text events of 64 KiB until `FAKE_OPENCODE_FLOOD_MB` (default 50) MB were written, then a final text `FLOOD END` and exit 0 |
+//! | `hang` | one `step_start`, then silence forever |
+//! | `silent` | no output at all, forever |
+//! | `tree` | starts a grandchild that ignores SIGTERM and a `setsid` escapee (their pids go to `FAKE_OPENCODE_PIDFILE`), prints one `step_start`, then hangs |
+//! | `ignore-term` | ignores SIGTERM itself, prints one `step_start`, then hangs |
+//! | `overflow-loop` | a `ContextOverflowError` event every 50 ms, forever |
+//! | `flaky:N` | the first N runs (counted in the file `FAKE_OPENCODE_COUNTER`) print a 429 `APIError` and exit 1; later runs behave like `ok` |
+//! | `fallback` | prints 1.x's "is a subagent ... Falling back" line on stderr, then like `ok` |
+//!
+//! With `FAKE_OPENCODE_RECORD=<path>` the report of `ok` is also written to that file.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const SESSION: &str = "ses_fake0000000000000000000001";
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+fn emit(out: &mut impl Write, v: serde_json::Value) {
+    let mut line = v.to_string();
+    line.push('\n');
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
+}
+
+fn step_start(msg: &str) -> serde_json::Value {
+    serde_json::json!({"type":"step_start","timestamp":now_ms(),"sessionID":SESSION,
+        "part":{"id":"prt_s","messageID":msg,"sessionID":SESSION,"type":"step-start"}})
+}
+
+fn text(msg: &str, t: &str) -> serde_json::Value {
+    serde_json::json!({"type":"text","timestamp":now_ms(),"sessionID":SESSION,
+        "part":{"id":"prt_t","messageID":msg,"sessionID":SESSION,"type":"text","text":t,
+        "time":{"start":now_ms(),"end":now_ms()}}})
+}
+
+fn step_finish(msg: &str) -> serde_json::Value {
+    serde_json::json!({"type":"step_finish","timestamp":now_ms(),"sessionID":SESSION,
+        "part":{"id":"prt_f","reason":"stop","messageID":msg,"sessionID":SESSION,"type":"step-finish",
+        "tokens":{"total":13,"input":8,"output":3,"reasoning":0,"cache":{"write":0,"read":2}},"cost":0.001}})
+}
+
+fn hang() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn help(standalone: bool) -> String {
+    let mut h = String::from(
+        "opencode run [message..]\n\nrun opencode with a message\n\nOptions:\n  -m, --model        model to use in the format of provider/model   [string]\n      --agent        agent to use   [string]\n      --format       format: default (formatted) or json (raw JSON events)   [string]\n  -f, --file         file(s) to attach to message   [array]\n      --title        title for the session   [string]\n      --dir          directory to run in   [string]\n      --variant      model variant   [string]\n      --auto         auto-approve permissions that are not explicitly denied   [boolean]\n",
+    );
+    if standalone {
+        h.push_str("      --standalone   run without the background service   [boolean]\n");
+    }
+    h
+}
+
+struct Args {
+    file: Option<String>,
+    agent: Option<String>,
+    title: Option<String>,
+    model: Option<String>,
+    variant: Option<String>,
+    auto: bool,
+    standalone: bool,
+}
+
+fn parse(args: &[String]) -> Args {
+    let mut a = Args {
+        file: None,
+        agent: None,
+        title: None,
+        model: None,
+        variant: None,
+        auto: false,
+        standalone: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let next = args.get(i + 1).cloned();
+        match args[i].as_str() {
+            "-f" | "--file" => {
+                a.file = next;
+                i += 1;
+            }
+            "--agent" => {
+                a.agent = next;
+                i += 1;
+            }
+            "--title" => {
+                a.title = next;
+                i += 1;
+            }
+            "-m" | "--model" => {
+                a.model = next;
+                i += 1;
+            }
+            "--variant" => {
+                a.variant = next;
+                i += 1;
+            }
+            "--format" => i += 1,
+            "--auto" => a.auto = true,
+            "--standalone" => a.standalone = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    a
+}
+
+fn report(args: &Args, stdin: &str) -> String {
+    let file_bytes = args
+        .file
+        .as_ref()
+        .and_then(|f| std::fs::metadata(f).ok())
+        .map(|m| m.len().to_string())
+        .unwrap_or_else(|| "-".into());
+    let dropped: Vec<&str> = [
+        "OPENCODE_SERVER_PASSWORD",
+        "OPENCODE_SERVER_USERNAME",
+        "OPENCODE_PID",
+        "OPENCODE_RUN_ID",
+    ]
+    .into_iter()
+    .filter(|k| std::env::var_os(k).is_some())
+    .collect();
+    let config = std::env::var("OPENCODE_CONFIG_CONTENT").unwrap_or_default();
+    let cwd = std::env::current_dir()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!(
+        "stdin_bytes={} file={} file_bytes={} pwd={} cwd={} agent={} title={} model={} variant={} auto={} standalone={} dropped_env={} config={}",
+        stdin.len(),
+        args.file.as_deref().unwrap_or("-"),
+        file_bytes,
+        std::env::var("PWD").unwrap_or_default(),
+        cwd,
+        args.agent.as_deref().unwrap_or("-"),
+        args.title.as_deref().unwrap_or("-"),
+        args.model.as_deref().unwrap_or("-"),
+        args.variant.as_deref().unwrap_or("-"),
+        args.auto,
+        args.standalone,
+        if dropped.is_empty() {
+            "-".to_owned()
+        } else {
+            dropped.join(",")
+        },
+        config,
+    )
+}
+
+fn ok_run(out: &mut impl Write, args: &Args, stdin: &str) {
+    let r = report(args, stdin);
+    if let Ok(path) = std::env::var("FAKE_OPENCODE_RECORD") {
+        let _ = std::fs::write(path, &r);
+    }
+    emit(out, step_start("msg_1"));
+    emit(out, text("msg_1", &r));
+    emit(out, step_finish("msg_1"));
+}
+
+fn spawn_tree() {
+    let mut pids = Vec::new();
+    // Ignored signals stay ignored across exec, so `sleep` ignores SIGTERM too.
+    if let Ok(c) = Command::new("sh")
+        .args(["-c", "trap '' TERM; exec sleep 100000"])
+        .stdin(Stdio::null())
+        .spawn()
+    {
+        pids.push(c.id());
+    }
+    let setsid = Command::new("setsid")
+        .args(["sleep", "100001"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn();
+    if let Ok(c) = setsid {
+        pids.push(c.id());
+    }
+    if let Ok(path) = std::env::var("FAKE_OPENCODE_PIDFILE") {
+        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
+        let _ = std::fs::write(path, text);
+    }
+    // Give the children time to exec (and setsid) before anyone looks at them.
+    std::thread::sleep(Duration::from_millis(150));
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--version" || a == "-v")
+        && args.first().map(String::as_str) != Some("run")
+    {
+        println!(
+            "{}",
+            std::env::var("FAKE_OPENCODE_VERSION").unwrap_or_else(|_| "1.18.33".into())
+        );
+        return;
+    }
+    if args.first().map(String::as_str) != Some("run") {
+        eprintln!("fake-opencode: only `run`, `--version` and `run --help` are supported");
+        std::process::exit(2);
+    }
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!(
+            "{}",
+            help(std::env::var("FAKE_OPENCODE_STANDALONE").as_deref() == Ok("1"))
+        );
+        return;
+    }
+    let parsed = parse(&args[1..]);
+    let mut stdin = String::new();
+    let _ = std::io::stdin().read_to_string(&mut stdin);
+    let scenario = std::env::var("FAKE_OPENCODE_SCENARIO")
+        .ok()
+        .unwrap_or_else(|| {
+            stdin
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("scenario: "))
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|| "ok".into())
+        });
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match scenario.as_str() {
+        "ok" => ok_run(&mut out, &parsed, &stdin),
+        "fallback" => {
+            eprintln!(
+                "! agent \"{}\" is a subagent, not a primary agent. Falling back to default agent",
+                parsed.agent.as_deref().unwrap_or("?")
+            );
+            ok_run(&mut out, &parsed, &stdin);
+        }
+        s if s.starts_with("exit:") => {
+            let code: i32 = s[5..].parse().unwrap_or(1);
+            eprintln!("fake-opencode: failing on purpose with code {code}");
+            std::process::exit(code);
+        }
+        "replay" => {
+            let path = std::env::var("FAKE_OPENCODE_EVENTS").unwrap_or_default();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for line in text.lines() {
+                let _ = writeln!(out, "{line}");
+            }
+            let _ = out.flush();
+            let code = std::env::var("FAKE_OPENCODE_EXIT")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            std::process::exit(code);
+        }
+        "flood" => {
+            let mb: usize = std::env::var("FAKE_OPENCODE_FLOOD_MB")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(50);
+            let chunk = "x".repeat(64 * 1024);
+            let mut written = 0usize;
+            emit(&mut out, step_start("msg_1"));
+            while written < mb * 1024 * 1024 {
+                emit(&mut out, text("msg_1", &chunk));
+                written += chunk.len();
+            }
+            emit(&mut out, text("msg_2", "FLOOD END"));
+            emit(&mut out, step_finish("msg_2"));
+        }
+        "hang" => {
+            emit(&mut out, step_start("msg_1"));
+            hang();
+        }
+        "silent" => hang(),
+        "tree" => {
+            spawn_tree();
+            emit(&mut out, step_start("msg_1"));
+            hang();
+        }
+        "ignore-term" => {
+            if std::env::var_os("FAKE_OPENCODE_TERM_IGNORED").is_none() {
+                // Re-exec through a shell that ignores SIGTERM; the pid stays the same.
+                use std::os::unix::process::CommandExt;
+                let me = std::env::current_exe().expect("own path");
+                let err = Command::new("sh")
+                    .arg("-c")
+                    .arg("trap '' TERM; exec \"$0\" \"$@\"")
+                    .arg(me)
+                    .args(&args)
+                    .env("FAKE_OPENCODE_TERM_IGNORED", "1")
+                    .env("FAKE_OPENCODE_SCENARIO", "ignore-term")
+                    .exec();
+                eprintln!("fake-opencode: exec failed: {err}");
+                std::process::exit(3);
+            }
+            emit(&mut out, step_start("msg_1"));
+            hang();
+        }
+        "overflow-loop" => loop {
+            emit(
+                &mut out,
+                serde_json::json!({"type":"error","timestamp":now_ms(),"sessionID":SESSION,
+                    "error":{"name":"ContextOverflowError","data":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 200000 tokens."}}}),
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        },
+        s if s.starts_with("flaky:") => {
+            let fails: u32 = s[6..].parse().unwrap_or(1);
+            let counter = std::env::var("FAKE_OPENCODE_COUNTER").unwrap_or_default();
+            let n: u32 = std::fs::read_to_string(&counter)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0);
+            if !counter.is_empty() {
+                let _ = std::fs::write(Path::new(&counter), (n + 1).to_string());
+            }
+            if n < fails {
+                emit(
+                    &mut out,
+                    serde_json::json!({"type":"error","timestamp":now_ms(),"sessionID":SESSION,
+                        "error":{"name":"APIError","data":{"message":"Rate limit reached for requests","statusCode":429,"isRetryable":true,
+                        "responseBody":"{\"error\":{\"message\":\"Rate limit reached for requests\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}"}}}),
+                );
+                std::process::exit(1);
+            }
+            ok_run(&mut out, &parsed, &stdin);
+        }
+        other => {
+            eprintln!("fake-opencode: unknown scenario {other}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Helpers shared by the supervisor's integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use run_supervisor::{ProcId, Supervisor, TaskId, TaskSnapshot, TaskState};
+
+/// Tests in one binary share the process: those that count our zombie children run one at a
+/// time.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Zombie processes whose parent is this test process.
+pub fn zombie_children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    if let Ok(iter) = procfs::process::all_processes() {
+        for p in iter.flatten() {
+            if let Ok(st) = p.stat()
+                && st.ppid == me
+                && st.state == 'Z'
+            {
+                out.push(st.pid);
+            }
+        }
+    }
+    out
+}
+
+/// Asserts that no zombie child of ours remains (waiting briefly for in-flight reaps).
+pub async fn assert_no_zombies() {
+    for _ in 0..100 {
+        if zombie_children().is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    panic!("zombie children left: {:?}", zombie_children());
+}
+
+/// Asserts every process is gone (or its pid now belongs to another process).
+pub fn assert_all_dead(procs: &[ProcId]) {
+    for p in procs {
+        assert!(!p.exists(), "process {} survived", p.pid);
+    }
+}
+
+/// Waits until `pred` holds for the task's snapshot, or panics after `timeout`.
+pub async fn wait_until(
+    sup: &Supervisor,
+    id: TaskId,
+    timeout: Duration,
+    pred: impl Fn(&TaskSnapshot) -> bool,
+) -> TaskSnapshot {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let s = sup.status(id).expect("task exists");
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached within {timeout:?}; last status {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits for a task to finish within `timeout`.
+pub async fn finish(sup: &Supervisor, id: TaskId, timeout: Duration) -> TaskSnapshot {
+    tokio::time::timeout(timeout, sup.wait(id))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "task {id} did not finish within {timeout:?}: {:?}",
+                sup.status(id)
+            )
+        })
+        .expect("task exists")
+}
+
+/// Reads pids written by the fake (one per line) and identifies them.
+pub async fn read_pidfile(path: &Path, want: usize) -> Vec<ProcId> {
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.len() >= want {
+                return pids.into_iter().filter_map(ProcId::of).collect();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the fake did not write {want} pids to {}", path.display());
+}
+
+/// Shorthand.
+pub fn finished(s: &TaskSnapshot) -> bool {
+    s.state.is_finished()
+}
+
+/// Shorthand.
+pub fn running(s: &TaskSnapshot) -> bool {
+    s.state == TaskState::Running && s.pid.is_some()
+}
