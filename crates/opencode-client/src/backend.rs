@@ -24,7 +24,8 @@ use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Default service-call timeout (`OPENCODE_BRIDGE_API_TIMEOUT_MS`).
@@ -267,12 +268,19 @@ pub fn choose_backend_with(
 }
 
 /// Whether `program --help` lists an `api` command (opencode v2 has one, 1.x does not).
-/// Bounded by 10 s; any failure means no.
+/// Asked once per program path per process (bounded by 10 s); any failure means no.
 pub fn has_api_command(program: &Path) -> bool {
-    let Some(help) = run_capture(program, &["--help"], Duration::from_secs(10)) else {
-        return false;
-    };
-    help_lists_api(&help)
+    static SEEN: OnceLock<Mutex<HashMap<PathBuf, bool>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(hit) = seen.lock().unwrap_or_else(|e| e.into_inner()).get(program) {
+        return *hit;
+    }
+    let found = run_capture(program, &["--help"], Duration::from_secs(10))
+        .is_some_and(|help| help_lists_api(&help));
+    seen.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(program.to_path_buf(), found);
+    found
 }
 
 /// Whether a `--help` text lists an `api` command (`opencode api …` or an `api` entry).
@@ -486,7 +494,6 @@ fn random_password() -> Result<String, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<ClientConfig, ClientError> {
         let map: HashMap<String, String> = pairs
