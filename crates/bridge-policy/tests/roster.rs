@@ -1,0 +1,440 @@
+//! Roster parsing from opencode agent files (`tests/agents/`), and a live comparison with what
+//! the real opencode lists for the same files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bridge_policy::{
+    Access, AgentMode, AgentSource, Environment, FakeEnv, Roster, Shell, SystemEnv, config_overlay,
+    merge_config, worker_agent_config,
+};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agents")
+}
+
+/// Adds every file under `from` to `env`, re-rooted at `to`.
+fn add_tree(mut env: FakeEnv, from: &Path, to: &Path) -> FakeEnv {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            env = add_tree(env.with_dir(&target), &path, &target);
+        } else {
+            env = env.with_file(&target, &std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    env
+}
+
+/// Home `/h` with the fixture config as `~/.config/opencode`, and the fixture project at
+/// `/h/proj` (a git worktree).
+fn fixture_env() -> FakeEnv {
+    let env = FakeEnv::new().with_home("/h");
+    let env = add_tree(env, &fixtures().join("config"), Path::new("/h/.config"));
+    let env = add_tree(env, &fixtures().join("project"), Path::new("/h/proj"));
+    env.with_dir("/h/proj/.git")
+}
+
+#[test]
+fn roster_from_fixture_files() {
+    let roster = Roster::load(&fixture_env(), Path::new("/h/proj/src"));
+    assert!(roster.warnings().is_empty(), "{:?}", roster.warnings());
+    // (name, access, shell, edit tools, opencode mode)
+    let expected: Vec<(&str, Access, Shell, bool, AgentMode)> = vec![
+        (
+            "auditor",
+            Access::ReadOnly,
+            Shell::Denied,
+            false,
+            AgentMode::All,
+        ),
+        (
+            "build",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Primary,
+        ),
+        (
+            "deep-research",
+            Access::ReadOnly,
+            Shell::Denied,
+            false,
+            AgentMode::Subagent,
+        ),
+        (
+            "designer",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Subagent,
+        ),
+        (
+            "explorer",
+            Access::ReadOnly,
+            Shell::Restricted,
+            false,
+            AgentMode::Subagent,
+        ),
+        (
+            "fixer",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Subagent,
+        ),
+        (
+            "general",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Subagent,
+        ),
+        (
+            "librarian",
+            Access::ReadOnly,
+            Shell::Denied,
+            false,
+            AgentMode::Subagent,
+        ),
+        (
+            "local-helper",
+            Access::ReadOnly,
+            Shell::Denied,
+            false,
+            AgentMode::All,
+        ),
+        (
+            "oracle",
+            Access::ReadOnly,
+            Shell::Restricted,
+            false,
+            AgentMode::Subagent,
+        ),
+        (
+            "plan",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Primary,
+        ),
+        (
+            "planner",
+            Access::ReadOnly,
+            Shell::Denied,
+            false,
+            AgentMode::Primary,
+        ),
+        (
+            "review",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Primary,
+        ),
+        (
+            "team/docs",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Subagent,
+        ),
+        (
+            "worker",
+            Access::Editing,
+            Shell::Full,
+            true,
+            AgentMode::Primary,
+        ),
+    ];
+    let got: Vec<(&str, Access, Shell, bool, AgentMode)> = roster
+        .agents()
+        .map(|a| {
+            (
+                a.name.as_str(),
+                a.access,
+                a.shell,
+                a.edit_tools,
+                a.opencode_mode,
+            )
+        })
+        .collect();
+    assert_eq!(got, expected);
+
+    let librarian = roster.get("librarian").unwrap();
+    assert_eq!(
+        librarian.description.as_deref(),
+        Some(
+            "Looks up library documentation, API references and examples, and quotes the sources it used."
+        )
+    );
+    assert_eq!(
+        librarian.source,
+        AgentSource::File("/h/.config/opencode/agents/librarian.md".into())
+    );
+    // agent directories come after every opencode.json (as in opencode 1.18): the project's
+    // opencode.json cannot change a markdown agent of the global directory, while the project's
+    // .opencode/agents overrides it
+    let fixer = roster.get("fixer").unwrap();
+    assert_eq!(
+        fixer.description.as_deref(),
+        Some("Implements a written blueprint and runs the tests until they pass")
+    );
+    assert_eq!(
+        roster.get("team/docs").unwrap().source,
+        AgentSource::File("/h/proj/.opencode/agents/team/docs.md".into())
+    );
+    assert_eq!(roster.get("worker").unwrap().source, AgentSource::Bridge);
+    assert!(
+        roster.get("explore").is_none(),
+        "disabled in opencode.jsonc"
+    );
+}
+
+#[test]
+fn broken_and_unreadable_files_become_warnings() {
+    let env = FakeEnv::new()
+        .with_home("/h")
+        .with_file("/h/.config/opencode/agents/broken.md", "---\ndescription: ok\n  bad: indent\n---\nbody\n")
+        .with_file("/h/.config/opencode/opencode.json", "{ not json")
+        .with_var("OPENCODE_CONFIG_CONTENT", "{\"agent\": {\"inline\": {\"mode\": \"primary\", \"permission\": {\"edit\": \"deny\", \"bash\": \"deny\"}}}}");
+    let roster = Roster::load(&env, Path::new("/h/p"));
+    let broken = roster
+        .get("broken")
+        .expect("opencode still lists an agent with broken frontmatter");
+    assert_eq!(
+        (broken.opencode_mode, broken.access),
+        (AgentMode::All, Access::Editing)
+    );
+    assert_eq!(roster.warnings().len(), 2, "{:?}", roster.warnings());
+    assert!(roster.warnings()[0].contains("opencode.json: not valid JSON"));
+    assert!(roster.warnings()[1].contains("broken.md: frontmatter line 2"));
+    let inline = roster.get("inline").unwrap();
+    assert_eq!(
+        (inline.access, inline.source.clone()),
+        (Access::ReadOnly, AgentSource::ConfigContent)
+    );
+}
+
+#[test]
+fn xdg_config_home_and_opencode_config_dir_are_searched() {
+    let env = FakeEnv::new()
+        .with_home("/h")
+        .with_var("XDG_CONFIG_HOME", "/xdg")
+        .with_var("OPENCODE_CONFIG_DIR", "/extra")
+        .with_file(
+            "/h/.config/opencode/agents/ignored.md",
+            "---\nmode: primary\n---\n",
+        )
+        .with_file(
+            "/xdg/opencode/agents/fromxdg.md",
+            "---\nmode: primary\n---\n",
+        )
+        .with_file("/extra/agent/fromextra.md", "---\nmode: subagent\n---\n");
+    let roster = Roster::load(&env, Path::new("/h/p"));
+    assert!(roster.get("ignored").is_none());
+    assert!(roster.get("fromxdg").is_some());
+    assert_eq!(
+        roster.get("fromextra").unwrap().opencode_mode,
+        AgentMode::Subagent
+    );
+}
+
+#[test]
+fn overlay_promotes_subagents_and_defines_worker() {
+    let roster = Roster::load(&fixture_env(), Path::new("/h/proj"));
+    let overlay = config_overlay(roster.get("explorer").unwrap()).unwrap();
+    assert_eq!(
+        overlay,
+        serde_json::json!({"agent": {"explorer": {"mode": "all"}}})
+    );
+    let overlay = config_overlay(roster.get("worker").unwrap()).unwrap();
+    assert_eq!(overlay["agent"]["worker"], worker_agent_config());
+    assert_eq!(config_overlay(roster.get("review").unwrap()), None);
+}
+
+/// Real files, env vars from a map (tests must not change the process environment).
+struct Sandbox {
+    vars: BTreeMap<&'static str, String>,
+}
+
+impl Environment for Sandbox {
+    fn var(&self, name: &str) -> Option<String> {
+        self.vars.get(name).cloned()
+    }
+    fn home_dir(&self) -> Option<PathBuf> {
+        self.vars.get("HOME").map(PathBuf::from)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        SystemEnv.exists(path)
+    }
+    fn is_dir(&self, path: &Path) -> bool {
+        SystemEnv.is_dir(path)
+    }
+    fn read_to_string(&self, path: &Path) -> Option<String> {
+        SystemEnv.read_to_string(path)
+    }
+    fn read_dir(&self, path: &Path) -> Vec<PathBuf> {
+        SystemEnv.read_dir(path)
+    }
+}
+
+fn real_opencode() -> Option<PathBuf> {
+    match std::env::var_os("OPENCODE_BRIDGE_TEST_OPENCODE") {
+        Some(p) if Path::new(&p).exists() => Some(PathBuf::from(p)),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("OPENCODE_BRIDGE_TEST_OPENCODE must name the real opencode binary under CI")
+        }
+        _ => {
+            eprintln!("note: OPENCODE_BRIDGE_TEST_OPENCODE not set; live test skipped");
+            None
+        }
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// `name (mode)` lines of `opencode agent list`.
+fn listed_agents(stdout: &str) -> BTreeSet<(String, String)> {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .filter_map(|l| {
+            let (name, rest) = l.rsplit_once(" (")?;
+            Some((name.to_owned(), rest.strip_suffix(')')?.to_owned()))
+        })
+        .collect()
+}
+
+/// The real opencode, given the same files plus the bridge's overlay for `worker` and a promoted
+/// subagent, knows exactly the agents (and modes) the roster predicts.
+#[test]
+fn live_roster_matches_opencode_agent_list() {
+    let Some(opencode) = real_opencode() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let config = tmp.path().join("config");
+    let project = tmp.path().join("proj");
+    copy_tree(&fixtures().join("config"), &config);
+    copy_tree(&fixtures().join("project"), &project);
+    std::fs::create_dir_all(project.join(".git")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+
+    let cache = std::env::var("OPENCODE_BRIDGE_TEST_CACHE")
+        .map(|c| PathBuf::from(c).join("xdg-cache"))
+        .unwrap_or_else(|_| tmp.path().join("cache"));
+    let mut vars: BTreeMap<&'static str, String> = BTreeMap::new();
+    vars.insert("HOME", home.display().to_string());
+    vars.insert("XDG_CONFIG_HOME", config.display().to_string());
+    vars.insert(
+        "XDG_DATA_HOME",
+        tmp.path().join("data").display().to_string(),
+    );
+    vars.insert(
+        "XDG_STATE_HOME",
+        tmp.path().join("state").display().to_string(),
+    );
+    vars.insert("XDG_CACHE_HOME", cache.display().to_string());
+
+    let before = Roster::load(&Sandbox { vars: vars.clone() }, &project);
+    let mut overlay = config_overlay(before.get("worker").unwrap()).unwrap();
+    merge_config(
+        &mut overlay,
+        &config_overlay(before.get("explorer").unwrap()).unwrap(),
+    );
+    vars.insert("OPENCODE_CONFIG_CONTENT", overlay.to_string());
+    let roster = Roster::load(&Sandbox { vars: vars.clone() }, &project);
+
+    let mut cmd = Command::new(&opencode);
+    cmd.arg("agent")
+        .arg("list")
+        .current_dir(&project)
+        .env_clear();
+    cmd.env("PATH", std::env::var("PATH").unwrap_or_default());
+    cmd.env("PWD", &project);
+    for (k, v) in &vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run opencode agent list");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "opencode agent list failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let hidden = ["compaction", "title", "summary"];
+    let listed: BTreeSet<(String, String)> = listed_agents(&stdout)
+        .into_iter()
+        .filter(|(n, _)| !hidden.contains(&n.as_str()))
+        .collect();
+    let predicted: BTreeSet<(String, String)> = roster
+        .agents()
+        .map(|a| (a.name.clone(), a.opencode_mode.as_str().to_owned()))
+        .collect();
+    assert_eq!(
+        predicted, listed,
+        "roster vs `opencode agent list`:\n{stdout}"
+    );
+    assert!(listed.contains(&("worker".to_owned(), "primary".to_owned())));
+    assert!(listed.contains(&("explorer".to_owned(), "all".to_owned())));
+}
+
+/// With no agent files at all, the bridge's overlay alone makes `worker` a primary agent that
+/// the real opencode knows (so `run --agent worker` does not fall back to `build`).
+#[test]
+fn live_worker_is_a_primary_agent_without_any_roster() {
+    let Some(opencode) = real_opencode() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("proj");
+    std::fs::create_dir_all(project.join(".git")).unwrap();
+    let cache = std::env::var("OPENCODE_BRIDGE_TEST_CACHE")
+        .map(|c| PathBuf::from(c).join("xdg-cache"))
+        .unwrap_or_else(|_| tmp.path().join("cache"));
+    let worker = Roster::load(&FakeEnv::new(), &project)
+        .get("worker")
+        .cloned()
+        .unwrap();
+    let overlay = config_overlay(&worker).unwrap();
+    let out = Command::new(&opencode)
+        .args(["agent", "list"])
+        .current_dir(&project)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PWD", &project)
+        .env("HOME", tmp.path().join("home"))
+        .env("XDG_CONFIG_HOME", tmp.path().join("config"))
+        .env("XDG_DATA_HOME", tmp.path().join("data"))
+        .env("XDG_STATE_HOME", tmp.path().join("state"))
+        .env("XDG_CACHE_HOME", cache)
+        .env("OPENCODE_CONFIG_CONTENT", overlay.to_string())
+        .output()
+        .expect("run opencode agent list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = listed_agents(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        listed.contains(&("worker".to_owned(), "primary".to_owned())),
+        "worker missing from {listed:?}"
+    );
+}
