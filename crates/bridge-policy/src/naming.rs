@@ -1,8 +1,8 @@
 //! Session titles: `LANE/agent: task`.
 //!
 //! - LANE: the `lane` argument, else the working directory's name; upper-cased, and every run of
-//!   characters other than `A-Z`, `0-9`, `_`, `.`, `-` replaced by one `-`, trimmed of `-`, cut to
-//!   24 characters; `ROOT` when nothing is left.
+//!   characters other than letters, digits, `_`, `.`, `-` replaced by one `-`, trimmed of `-`,
+//!   cut to 24 characters; `ROOT` when nothing is left.
 //! - agent: the opencode agent name as is.
 //! - task: 3 to 8 words from the first line of the prompt that has words, after stripping
 //!   markdown (headings, list and quote markers, emphasis, code ticks, link targets), URLs and a
@@ -61,7 +61,7 @@ pub fn lane_name(lane: Option<&str>, cwd: &Path) -> String {
         .unwrap_or_default();
     let mut out = String::new();
     for c in raw.trim().to_uppercase().chars() {
-        if c.is_ascii_uppercase() || c.is_ascii_digit() || matches!(c, '_' | '.' | '-') {
+        if c.is_alphanumeric() || matches!(c, '_' | '.' | '-') {
             out.push(c);
         } else if !out.ends_with('-') {
             out.push('-');

@@ -1,0 +1,168 @@
+//! Session titles `LANE/agent: task` and the convention checker.
+
+use std::path::Path;
+
+use bridge_policy::naming::{check_title, lane_name, session_title, task_words};
+
+#[test]
+fn titles_from_lane_directory_and_prompt() {
+    // (lane, cwd, agent, prompt, explicit title, expected)
+    let cases: Vec<(Option<&str>, &str, &str, &str, Option<&str>, &str)> = vec![
+        (
+            None,
+            "/w/project-a",
+            "worker",
+            "rename api_key to apiKey in the loader",
+            None,
+            "PROJECT-A/worker: rename api_key to apiKey in the loader",
+        ),
+        (
+            Some("docs"),
+            "/w/x",
+            "librarian",
+            "Collect API notes.",
+            None,
+            "DOCS/librarian: Collect API notes",
+        ),
+        (
+            Some("beta lane!"),
+            "/w/x",
+            "fixer",
+            "# Task: fix the flaky test in tests/io.rs please now ok",
+            None,
+            "BETA-LANE/fixer: fix the flaky test in tests/io.rs please now",
+        ),
+        (
+            None,
+            "/w/Über repo",
+            "explorer",
+            "- [ ] find **all** `unsafe` blocks",
+            None,
+            "ÜBER-REPO/explorer: find all unsafe blocks",
+        ),
+        (
+            None,
+            "/w/r",
+            "oracle",
+            "```rust\nfn main() {}\n```\nReview [the diff](https://x.test/d) for races",
+            None,
+            "R/oracle: Review the diff for races",
+        ),
+        (
+            None,
+            "/w/r",
+            "worker",
+            "Fix\nthe build\n",
+            None,
+            "R/worker: Fix the build",
+        ),
+        (
+            None,
+            "/w/r",
+            "worker",
+            "see https://example.test/issue/1\n\n> quote: add retries to fetch()",
+            None,
+            "R/worker: see quote: add retries to fetch()",
+        ),
+        (
+            None,
+            "/",
+            "worker",
+            "one two three",
+            None,
+            "ROOT/worker: one two three",
+        ),
+        (
+            Some("x"),
+            "/w/r",
+            "worker",
+            "ignored",
+            Some("  CUSTOM/title: kept\nas is "),
+            "CUSTOM/title: kept as is",
+        ),
+        (
+            Some("x"),
+            "/w/r",
+            "worker",
+            "used when the title is blank",
+            Some("  "),
+            "X/worker: used when the title is blank",
+        ),
+    ];
+    for (lane, cwd, agent, prompt, explicit, expected) in cases {
+        assert_eq!(
+            session_title(lane, Path::new(cwd), agent, prompt, explicit),
+            expected,
+            "{prompt:?}"
+        );
+    }
+}
+
+#[test]
+fn lane_is_sanitised_and_clipped() {
+    assert_eq!(lane_name(Some("a/b:c  d"), Path::new("/")), "A-B-C-D");
+    assert_eq!(
+        lane_name(None, Path::new("/w/my.project_v2")),
+        "MY.PROJECT_V2"
+    );
+    assert_eq!(lane_name(Some("---"), Path::new("/w/fallback")), "ROOT");
+    assert_eq!(lane_name(Some(&"x".repeat(40)), Path::new("/")).len(), 24);
+}
+
+#[test]
+fn task_keeps_three_to_eight_words() {
+    assert_eq!(
+        task_words("one two three four five six seven eight nine ten"),
+        "one two three four five six seven eight"
+    );
+    assert_eq!(task_words("**Goal:** add tests"), "add tests");
+    assert_eq!(task_words(""), "");
+}
+
+#[test]
+fn checker_explains_what_is_wrong() {
+    let cases: Vec<(&str, &[&str])> = vec![
+        ("DOCS/librarian: collect API notes", &[]),
+        ("PROJECT-A/team/docs: write the install guide", &[]),
+        ("New session - 2026-11-29T10:00:00Z", &["missing \": \""]),
+        (
+            "Entropy-based selection of RNA structures",
+            &["missing \": \""],
+        ),
+        ("DOCS librarian: collect API notes", &["has no \"/\""]),
+        (
+            "docs/librarian: collect API notes",
+            &["LANE \"docs\" is not in capitals"],
+        ),
+        (
+            "MY LANE/worker: do the thing now",
+            &["LANE \"MY LANE\" contains spaces"],
+        ),
+        ("DOCS/: collect API notes", &["agent is empty"]),
+        ("DOCS/librarian: notes", &["task has 1 word(s)"]),
+        (
+            "DOCS/librarian: one two three four five six seven eight nine",
+            &["task has 9 words"],
+        ),
+        (
+            "docs/: x",
+            &["not in capitals", "agent is empty", "task has 1 word(s)"],
+        ),
+    ];
+    for (title, expected) in cases {
+        let problems = check_title(title);
+        assert_eq!(problems.len(), expected.len(), "{title}: {problems:?}");
+        for (p, e) in problems.iter().zip(expected.iter()) {
+            assert!(p.contains(e), "{title}: {p:?} should contain {e:?}");
+        }
+    }
+    // every generated title follows the convention
+    let t = session_title(
+        None,
+        Path::new("/w/api"),
+        "worker",
+        "Add a unit test for parse_date",
+        None,
+    );
+    assert!(check_title(&t).is_empty(), "{t}");
+}
