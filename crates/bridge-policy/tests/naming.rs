@@ -4,10 +4,19 @@ use std::path::Path;
 
 use bridge_policy::naming::{check_title, lane_name, session_title, task_words};
 
+/// (lane, cwd, agent, prompt, explicit title, expected)
+type TitleCase<'a> = (
+    Option<&'a str>,
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    &'a str,
+);
+
 #[test]
 fn titles_from_lane_directory_and_prompt() {
-    // (lane, cwd, agent, prompt, explicit title, expected)
-    let cases: Vec<(Option<&str>, &str, &str, &str, Option<&str>, &str)> = vec![
+    let cases: Vec<TitleCase> = vec![
         (
             None,
             "/w/project-a",
