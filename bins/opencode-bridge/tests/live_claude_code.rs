@@ -3,11 +3,14 @@
 //! Anthropic endpoint, which scripts the tool calls and records the results Claude Code sends
 //! back. Assertions are on what the fake endpoint received.
 
-use bridge_testkit::fake_anthropic::{FakeAnthropic, Step, call, text};
-use bridge_testkit::real_claude;
+use bridge_testkit::fake_anthropic::{FakeAnthropic, Seen, Step, call, call_with, poll, text};
+use bridge_testkit::fake_llm::OK_TEXT;
+use bridge_testkit::{FakeLlm, OpencodeSandbox, real_claude, real_opencode};
 use serde_json::json;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 const SERVER: &str = "opencode-bridge";
 
@@ -67,7 +70,7 @@ impl ClaudeWorld {
         cmd.args(["-p", "Use the opencode bridge tools as scripted."])
             .arg("--allowedTools")
             .arg(tools.join(","))
-            .args(["--output-format", "json", "--max-turns", "40"]);
+            .args(["--output-format", "json", "--max-turns", "100"]);
         cmd.output().unwrap()
     }
 }
@@ -158,4 +161,218 @@ fn live_claude_drives_policy_and_validation_errors() {
     assert!(invalid.text.contains("`limit`"), "{}", invalid.text);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("finished"), "{stdout}");
+}
+
+/// A real `opencode serve` in the sandbox (the bridge reads sessions and renames through it).
+struct Serve {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn opencode_serve(sb: &OpencodeSandbox, oc: &Path) -> Serve {
+    let mut child = sb
+        .command(oc, ["serve", "--hostname", "127.0.0.1", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(pos) = line.find("http://") {
+                let _ = tx.send(line[pos..].trim().to_string());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("opencode serve printed its URL");
+    Serve { child, url }
+}
+
+fn session_of(seen: &Seen) -> String {
+    let re = regex::Regex::new(r"session: (ses_[0-9A-Za-z]+)").unwrap();
+    seen.results
+        .iter()
+        .rev()
+        .find_map(|r| re.captures(&r.text).map(|c| c[1].to_string()))
+        .unwrap_or_else(|| "ses_unknown".into())
+}
+
+/// The whole loop with the real Claude Code and the real opencode (answering through the fake
+/// LLM): policy, start -> status -> result, sessions, session output, rename, processes, cancel.
+#[test]
+fn live_claude_drives_every_tool_on_a_real_opencode_run() {
+    let Some(claude) = claude_or_skip() else {
+        return;
+    };
+    let Some(oc) = real_opencode() else {
+        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+        return;
+    };
+    let llm = FakeLlm::start().unwrap();
+    llm.set_slow_secs(120);
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let serve = opencode_serve(&sb, &oc);
+    let world = ClaudeWorld::new(claude);
+    let project = sb.project_dir().to_string_lossy().into_owned();
+    let mut env: Vec<(&str, String)> = Vec::new();
+    let sandbox_env = sb.env();
+    for (k, v) in &sandbox_env {
+        if k != "PWD" && k != "HOME" {
+            env.push((k.as_str(), v.clone()));
+        }
+    }
+    env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
+    env.push(("OPENCODE_BRIDGE_ROOT", project.clone()));
+    env.push(("OPENCODE_BRIDGE_MODEL", "fk/ok".into()));
+    env.push(("OPENCODE_BRIDGE_SERVER_URL", serve.url.clone()));
+    env.push(("OPENCODE_BRIDGE_KILL_GRACE_MS", "1000".into()));
+    env.push(("RUST_LOG", "opencode_bridge=debug".into()));
+    world.register(&env);
+
+    let done = |r: &str| r.contains("succeeded") || r.contains("failed") || r.contains("timed_out");
+    let script: Vec<Step> = vec![
+        call("opencode_policy", json!({})),
+        call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "Say hello to the reviewers\nKeep it short.", "lane": "docs"}),
+        ),
+        poll(
+            "opencode_status",
+            |_| json!({"id": "1"}),
+            done,
+            Duration::from_secs(1),
+            150,
+        ),
+        call("opencode_result", json!({"id": "1"})),
+        call("opencode_sessions", json!({"limit": 10})),
+        call_with(
+            "opencode_session_output",
+            |seen| json!({"id": session_of(seen), "mode": "tail"}),
+        ),
+        call_with(
+            "opencode_session_rename",
+            |seen| json!({"id": session_of(seen), "title": "DOCS/worker: greet the reviewers briefly"}),
+        ),
+        call_with(
+            "opencode_session_rename",
+            |seen| json!({"id": session_of(seen), "title": "hello"}),
+        ),
+        call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "Stream a long answer slowly", "model": "fk/slow"}),
+        ),
+        poll(
+            "opencode_status",
+            |_| json!({"id": "2"}),
+            |r| r.contains("pid ") || r.contains("failed"),
+            Duration::from_millis(500),
+            120,
+        ),
+        call("opencode_processes", json!({})),
+        call("opencode_cancel", json!({"id": "2"})),
+        call("opencode_list", json!({})),
+        text("finished"),
+    ];
+    let fake = FakeAnthropic::start(SERVER, script).unwrap();
+    let all: Vec<&str> = vec![
+        "opencode_policy",
+        "opencode_start",
+        "opencode_status",
+        "opencode_result",
+        "opencode_sessions",
+        "opencode_session_output",
+        "opencode_session_rename",
+        "opencode_processes",
+        "opencode_cancel",
+        "opencode_list",
+    ];
+    let out = world.run_prompt(&fake, &all);
+    let results = fake.tool_results();
+    let dump = || format!("{}\nresults: {results:#?}", show(&out));
+    assert!(out.status.success(), "{}", dump());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("finished"),
+        "{}",
+        dump()
+    );
+
+    let one = |tool: &str| -> Vec<String> {
+        fake.results_of(tool)
+            .into_iter()
+            .map(|r| {
+                assert!(!r.is_error, "{tool} failed: {}", r.text);
+                r.text
+            })
+            .collect()
+    };
+    assert!(one("opencode_policy")[0].starts_with("mode: blueprint"));
+    let starts = one("opencode_start");
+    assert!(
+        starts[0].starts_with("started task 1: agent worker, tier easy, mode blueprint"),
+        "{}",
+        starts[0]
+    );
+    assert!(
+        starts[0].contains("title: DOCS/worker: Say hello to the reviewers"),
+        "{}",
+        starts[0]
+    );
+    let statuses = one("opencode_status");
+    let first_done = statuses
+        .iter()
+        .find(|s| s.starts_with("task 1") && done(s))
+        .expect("task 1 ended");
+    assert!(first_done.contains("succeeded"), "{first_done}");
+    let result = &one("opencode_result")[0];
+    assert!(result.contains(OK_TEXT), "{result}");
+    let sessions = &one("opencode_sessions")[0];
+    assert!(
+        sessions.contains("DOCS/worker: Say hello to the reviewers"),
+        "{sessions}"
+    );
+    assert!(sessions.contains("succeeded"), "{sessions}");
+    let output = &one("opencode_session_output")[0];
+    assert!(output.contains(OK_TEXT), "{output}");
+    assert!(output.contains("user: "), "{output}");
+    let renames = one("opencode_session_rename");
+    assert!(renames[0].contains("renamed ses_"), "{}", renames[0]);
+    assert!(!renames[0].contains("warning"), "{}", renames[0]);
+    assert!(
+        renames[1].contains("warning: the title breaks"),
+        "{}",
+        renames[1]
+    );
+    assert!(starts[1].starts_with("started task 2"), "{}", starts[1]);
+    let procs = &one("opencode_processes")[0];
+    assert!(procs.contains("[task 2]"), "{procs}");
+    let cancel = &one("opencode_cancel")[0];
+    assert!(cancel.starts_with("task 2 cancelled"), "{cancel}");
+    let list = &one("opencode_list")[0];
+    assert!(
+        list.contains("2 task(s) started by this bridge; 0 unfinished"),
+        "{list}"
+    );
+    // The fake LLM really served the delegated run, with the bridge's run instructions.
+    let chats = llm.chat_requests("ok");
+    assert!(
+        chats
+            .iter()
+            .any(|r| r.body.contains("Never commit or push") || r.body.contains("never commit")),
+        "run instructions missing"
+    );
+    for r in &results {
+        eprintln!("--- {:?}\n{}", r.tool, r.text);
+    }
+    drop(serve);
 }

@@ -31,8 +31,21 @@ impl OutputMode {
 const TOOL_INPUT_CHARS: usize = 160;
 /// Clip of a tool result in a transcript line.
 const TOOL_OUTPUT_CHARS: usize = 200;
-/// Clip of a user message (delegated prompts carry long rules).
-const USER_TEXT_CHARS: usize = 400;
+/// A user message shows its start and its end (delegated prompts put long rules first and the
+/// task last).
+const USER_HEAD_CHARS: usize = 120;
+const USER_TAIL_CHARS: usize = 280;
+
+fn user_line(text: &str) -> String {
+    let flat = one_line(text, usize::MAX);
+    let total = flat.chars().count();
+    if total <= USER_HEAD_CHARS + USER_TAIL_CHARS + 10 {
+        return flat;
+    }
+    let head: String = flat.chars().take(USER_HEAD_CHARS).collect();
+    let tail: String = flat.chars().skip(total - USER_TAIL_CHARS).collect();
+    format!("{head} … {tail}")
+}
 
 /// `opencode_sessions`: a header line, then one aligned line per session.
 ///
@@ -177,10 +190,7 @@ fn message_lines(m: &Message) -> String {
     match m.role {
         Role::User => {
             let text = texts(m);
-            out.push_str(&format!(
-                "{stamp} user: {}\n",
-                one_line(&text, USER_TEXT_CHARS)
-            ));
+            out.push_str(&format!("{stamp} user: {}\n", user_line(&text)));
         }
         Role::Assistant => {
             let who = m.agent.as_deref().unwrap_or("assistant");

@@ -1,0 +1,352 @@
+//! Snapshots of every text the tools return, from fixed values (times are relative to a fixed
+//! "now", so nothing needs redacting here; the binary's tests redact ids, times and paths).
+
+use bridge_policy::{FakeEnv, PolicyView};
+use bridge_render::tasks::{self, Started};
+use bridge_render::{OutputMode, instructions, policy, renamed, session_list, transcript};
+use opencode_client::{
+    Message, MessageError, Part, Role, Session, SessionList, SessionState, SessionTranscript,
+    Tokens, ToolStatus,
+};
+use run_supervisor::{
+    CancelOutcome, Cut, Failure, FailureKind, OpencodeProcess, ProcessKind, TaskOutput,
+    TaskSnapshot, TaskState, TokenUsage, ToolCall,
+};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+const NOW: i64 = 1_795_988_000_000;
+
+fn session(id: &str, state: SessionState, agent: &str, mins_ago: i64, title: &str) -> Session {
+    Session {
+        id: id.into(),
+        title: title.into(),
+        directory: "/home/u/Github/project-a".into(),
+        project_id: "p1".into(),
+        parent_id: None,
+        agent: Some(agent.into()),
+        model: Some("fk/ok".into()),
+        tokens: Tokens {
+            input: 650_123,
+            output: 29_010,
+            ..Tokens::default()
+        },
+        cost: 0.0,
+        created_ms: NOW - mins_ago * 60_000 - 120_000,
+        updated_ms: NOW - mins_ago * 60_000,
+        state,
+        error: None,
+        version: Some("1.18.33".into()),
+    }
+}
+
+#[test]
+fn sessions_listing() {
+    let mut failed = session(
+        "ses_e31688286ffeA2b3C4d5E6f7G8",
+        SessionState::Failed,
+        "worker",
+        90,
+        "BETA/worker: rename api_key to apiKey",
+    );
+    failed.error = Some("APIError: Rate limit reached for requests".into());
+    let mut child = session(
+        "ses_e3188e02affeZ9y8X7w6V5u4T3",
+        SessionState::Running,
+        "explorer",
+        0,
+        "map the loader",
+    );
+    child.parent_id = Some("ses_parent".into());
+    child.tokens = Tokens::default();
+    let list = SessionList {
+        sessions: vec![
+            session(
+                "ses_e3188e02fffe1a2b3c4d5e6f7g",
+                SessionState::Running,
+                "deep-research",
+                0,
+                "ALPHA/deep-research: collect API reference notes",
+            ),
+            child,
+            failed,
+            session(
+                "ses_e2000000affe1a2b3c4d5e6f7g",
+                SessionState::Stale,
+                "fixer",
+                3000,
+                "New session - 2026-11-27",
+            ),
+        ],
+        scanned: 100,
+        partial: None,
+        backend: "store",
+    };
+    insta::assert_snapshot!(session_list(&list, "", NOW));
+    let partial = SessionList {
+        sessions: vec![],
+        scanned: 4000,
+        partial: Some("the 35000 ms scan deadline hit after 4000 sessions".into()),
+        backend: "server",
+    };
+    insta::assert_snapshot!(
+        "sessions_partial_empty",
+        session_list(&partial, "state=running, agent=worker", NOW)
+    );
+}
+
+fn text(t: &str, at: i64) -> Part {
+    Part::Text {
+        text: t.into(),
+        synthetic: false,
+        time_ms: Some(at),
+    }
+}
+
+fn message(role: Role, at: i64, parts: Vec<Part>) -> Message {
+    Message {
+        id: format!("msg_{at}"),
+        role,
+        agent: Some("worker".into()),
+        model: Some("fk/ok".into()),
+        created_ms: at,
+        completed_ms: Some(at + 1000),
+        finish: Some("stop".into()),
+        error: None,
+        tokens: Tokens::default(),
+        cost: 0.0,
+        parts,
+    }
+}
+
+fn sample_transcript() -> SessionTranscript {
+    let t0 = NOW - 120_000;
+    let long_rules = format!(
+        "Rules for this delegated task:\n{}\nTask: rename api_key to apiKey in the loader",
+        "- stay inside the working directory\n".repeat(20)
+    );
+    let mut failed = message(
+        Role::Assistant,
+        t0 + 40_000,
+        vec![text("Trying once more.", t0 + 40_000)],
+    );
+    failed.error = Some(MessageError {
+        name: "APIError".into(),
+        message: "Rate limit reached for requests".into(),
+        status_code: Some(429),
+    });
+    SessionTranscript {
+        session: session("ses_e31688286ffeA2b3C4d5E6f7G8", SessionState::Succeeded, "worker", 1, "BETA/worker: rename api_key to apiKey in the loader"),
+        messages: vec![
+            message(Role::User, t0, vec![text(&long_rules, t0)]),
+            message(
+                Role::Assistant,
+                t0 + 5_000,
+                vec![
+                    Part::StepStart,
+                    Part::Reasoning,
+                    text("Renaming in three files.", t0 + 5_000),
+                    Part::Tool {
+                        tool: "edit".into(),
+                        status: ToolStatus::Completed,
+                        input: r#"{"filePath":"src/loader.js","oldString":"api_key","newString":"apiKey"}"#.into(),
+                        output: Some("Edit applied successfully.".into()),
+                        time_ms: Some(t0 + 6_000),
+                    },
+                    Part::Tool {
+                        tool: "read".into(),
+                        status: ToolStatus::Error,
+                        input: r#"{"filePath":"/etc/passwd"}"#.into(),
+                        output: Some("The user rejected permission to use this specific tool call.".into()),
+                        time_ms: Some(t0 + 7_000),
+                    },
+                    Part::Patch { files: vec!["src/loader.js".into(), "src/config.js".into()] },
+                    Part::StepFinish { reason: Some("tool-calls".into()) },
+                ],
+            ),
+            failed,
+            message(Role::Assistant, t0 + 60_000, vec![text("DONE: renamed in 3 files.", t0 + 60_000)]),
+        ],
+        total_messages: 9,
+    }
+}
+
+#[test]
+fn session_output_modes() {
+    let t = sample_transcript();
+    insta::assert_snapshot!("output_tail", transcript(&t, OutputMode::Tail, 20_000, NOW));
+    insta::assert_snapshot!("output_last", transcript(&t, OutputMode::Last, 20_000, NOW));
+    let cut = transcript(&t, OutputMode::Full, 600, NOW);
+    assert!(cut.chars().count() <= 700, "{}", cut.chars().count());
+    insta::assert_snapshot!("output_full_cut", cut);
+}
+
+#[test]
+fn rename_with_and_without_warning() {
+    let s = session(
+        "ses_e31688286ffeA2b3C4d5E6f7G8",
+        SessionState::Succeeded,
+        "worker",
+        2,
+        "hello",
+    );
+    insta::assert_snapshot!(
+        "rename_warning",
+        renamed(
+            &s,
+            Some("the title breaks the LANE/agent: task convention: missing \": \""),
+            NOW
+        )
+    );
+}
+
+#[test]
+fn policy_and_instructions() {
+    let env = FakeEnv::new()
+        .with_home("/home/u")
+        .with_dir("/home/u/proj/.git")
+        .with_file("/home/u/proj/.claude/sensitive", "");
+    let view = PolicyView::build(&env, Path::new("/home/u/proj"), None).unwrap();
+    insta::assert_snapshot!("policy_sensitive", policy(&view));
+    insta::assert_snapshot!("instructions_sensitive", instructions(&view));
+    let env = FakeEnv::new().with_home("/home/u");
+    let view = PolicyView::build(&env, Path::new("/home/u/x"), None).unwrap();
+    insta::assert_snapshot!("instructions_blueprint", instructions(&view));
+}
+
+fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
+    TaskSnapshot {
+        id,
+        state,
+        agent: "librarian".into(),
+        title: "DOCS/librarian: collect API notes".into(),
+        cwd: PathBuf::from("/home/u/proj"),
+        model: Some("fk/ok".into()),
+        read_only: true,
+        attempts: 1,
+        elapsed: Duration::from_secs(185),
+        started_at: SystemTime::UNIX_EPOCH,
+        session_id: Some("ses_e31688286ffeA2b3C4d5E6f7G8".into()),
+        pid: Some(4242),
+        last_event_age: Some(Duration::from_secs(12)),
+        quiet: false,
+        failure: None,
+        retry_in: None,
+        tokens: TokenUsage {
+            input: 12_000,
+            output: 800,
+            ..TokenUsage::default()
+        },
+        cost: 0.0,
+        tool_calls: 2,
+        exit_code: None,
+        opencode_version: Some("1.18.33".into()),
+    }
+}
+
+#[test]
+fn task_texts() {
+    insta::assert_snapshot!(
+        "started",
+        tasks::started(&Started {
+            id: 3,
+            agent: "librarian",
+            mode: "sensitive (from env OPENCODE_MODE)",
+            tier: "easy",
+            title: "docs: notes",
+            cwd: "/home/u/proj",
+            model: Some("fk/ok"),
+            title_warning: Some("the title breaks the LANE/agent: task convention: missing \": \""),
+        })
+    );
+    insta::assert_snapshot!(
+        "status_running",
+        tasks::status(&snapshot(3, TaskState::Running))
+    );
+    let mut retrying = snapshot(4, TaskState::Retrying);
+    retrying.failure = Some(Failure::new(
+        FailureKind::RateLimit,
+        "Rate limit reached for requests",
+    ));
+    retrying.retry_in = Some(Duration::from_secs(20));
+    retrying.attempts = 2;
+    insta::assert_snapshot!("status_retrying", tasks::status(&retrying));
+    let mut failed = snapshot(5, TaskState::Failed);
+    failed.failure = Some(Failure::new(
+        FailureKind::ContextLength,
+        "This model's maximum context length is 128000 tokens.",
+    ));
+    failed.exit_code = Some(1);
+    let output = TaskOutput {
+        snapshot: failed,
+        text: Cut {
+            text: "[… 12000 characters cut …]\nthe end of the notes".into(),
+            total_chars: 12_020,
+            truncated: true,
+        },
+        final_text: "the end of the notes".into(),
+        tool_calls: vec![
+            ToolCall {
+                tool: "webfetch".into(),
+                status: "completed".into(),
+                title: Some("https://example.org/api".into()),
+                error: None,
+            },
+            ToolCall {
+                tool: "read".into(),
+                status: "error".into(),
+                title: Some("/etc/hosts".into()),
+                error: Some("The user rejected permission to use this specific tool call.".into()),
+            },
+        ],
+        stderr_tail: "! permission requested: external_directory (/etc/*); auto-rejecting".into(),
+        malformed_lines: 0,
+        unknown_events: 0,
+        stdout_bytes_dropped: 0,
+    };
+    insta::assert_snapshot!("result_failed", tasks::result(&output));
+    insta::assert_snapshot!(
+        "cancel_done",
+        tasks::cancelled(5, CancelOutcome::AlreadyFinished(TaskState::Failed)).unwrap()
+    );
+    insta::assert_snapshot!(
+        "cancel_unknown",
+        tasks::cancelled(9, CancelOutcome::NotFound).unwrap_err()
+    );
+    let list = vec![
+        snapshot(1, TaskState::Succeeded),
+        snapshot(2, TaskState::Running),
+    ];
+    insta::assert_snapshot!("task_list", tasks::task_list(&list, 1, 6));
+    insta::assert_snapshot!("task_list_empty", tasks::task_list(&[], 0, 6));
+}
+
+#[test]
+fn process_table() {
+    let p = |pid, kind, agent: Option<&str>, title: Option<&str>, task| OpencodeProcess {
+        pid,
+        ppid: 1,
+        kind,
+        elapsed: Duration::from_secs(pid as u64),
+        agent: agent.map(Into::into),
+        title: title.map(Into::into),
+        model: None,
+        cwd: Some(PathBuf::from("/home/u/Github/project-a")),
+        session_id: None,
+        task_id: task,
+        cmdline: vec![],
+    };
+    let procs = vec![
+        p(
+            4242,
+            ProcessKind::Run,
+            Some("worker"),
+            Some("BETA/worker: rename api_key"),
+            Some(2),
+        ),
+        p(77, ProcessKind::Tui, None, None, None),
+        p(9000, ProcessKind::Serve, None, None, None),
+    ];
+    insta::assert_snapshot!("processes", tasks::processes(&procs));
+    insta::assert_snapshot!("processes_none", tasks::processes(&[]));
+}
