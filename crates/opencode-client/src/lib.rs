@@ -13,15 +13,20 @@
 
 pub mod api;
 pub mod backend;
+mod child;
 pub mod decode;
 pub mod error;
+pub mod filter;
 pub mod http;
 pub mod model;
+pub mod paths;
 mod remote;
 pub mod server;
 pub mod source;
 pub mod state;
+pub mod store;
 
 pub use error::ClientError;
 pub use model::*;
 pub use source::{Liveness, ScanContext, SessionSource};
+pub use store::StoreSource;
