@@ -38,7 +38,7 @@ impl fmt::Display for SecretFinding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "line {} looks like it contains a {}",
+            "line {} looks like it contains a secret ({})",
             self.line, self.kind
         )
     }
