@@ -16,6 +16,7 @@
 //! - rename: `PATCH /api/session/{id}` `{title}`; where the service has no such route (1.18.33
 //!   answers it with its web page), `PATCH /session/{id}` `{title}`.
 
+use crate::child::GroupChild;
 use crate::decode::{decode_part, decode_tokens, model_of_json};
 use crate::error::ClientError;
 use crate::http::{
@@ -33,7 +34,7 @@ use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 /// Default number of sessions asked for per page of `/api/session`.
@@ -81,69 +82,62 @@ impl ApiCommand {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-        }
-        let mut child = cmd.spawn().map_err(|e| ClientError::ApiCommand {
+        let started = Instant::now();
+        let mut child = GroupChild::spawn(&mut cmd).map_err(|e| ClientError::ApiCommand {
             detail: format!("cannot start {}: {e}", self.program.display()),
         })?;
-        let started = Instant::now();
         let limit = self.max_reply_bytes;
-        let mut stdout = child.stdout.take().expect("stdout is piped");
-        let mut stderr = child.stderr.take().expect("stderr is piped");
-        let out_reader = std::thread::spawn(move || {
+        let mut stdout = child.child.stdout.take().expect("stdout is piped");
+        let mut stderr = child.child.stderr.take().expect("stderr is piped");
+        let (out_tx, out_rx) = mpsc::channel();
+        std::thread::spawn(move || {
             let mut buf = Vec::new();
-            let res = (&mut stdout).take(limit + 1).read_to_end(&mut buf);
-            // Drain (and drop) anything beyond the cap so the child never blocks on a full pipe.
+            let _ = (&mut stdout).take(limit + 1).read_to_end(&mut buf);
             let over = buf.len() as u64 > limit;
+            // Past the cap, drain (and drop) the rest so the child never blocks on a full pipe.
             if over {
                 let _ = std::io::copy(&mut stdout, &mut std::io::sink());
             }
-            (buf, over, res.is_ok())
+            let _ = out_tx.send((buf, over));
         });
-        let err_reader = std::thread::spawn(move || {
+        let (err_tx, err_rx) = mpsc::channel();
+        std::thread::spawn(move || {
             let mut buf = Vec::new();
             let _ = (&mut stderr).take(64 * 1024).read_to_end(&mut buf);
             let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-            buf
+            let _ = err_tx.send(buf);
         });
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(st)) => break Some(st),
-                Ok(None) if started.elapsed() >= self.timeout => break None,
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                Err(e) => {
-                    kill_group(&mut child);
-                    return Err(ClientError::ApiCommand {
-                        detail: format!("waiting for {}: {e}", self.program.display()),
-                    });
-                }
-            }
+        let timed_out = || ClientError::ServiceTimeout {
+            url: SERVICE_LABEL.into(),
+            timeout_ms: self.timeout.as_millis() as u64,
         };
-        let Some(status) = status else {
-            kill_group(&mut child);
-            return Err(ClientError::ServiceTimeout {
-                url: SERVICE_LABEL.into(),
-                timeout_ms: self.timeout.as_millis() as u64,
-            });
-        };
-        // The child has exited; a grandchild could still hold the pipes open, so kill the group
-        // (ours) before joining the readers.
-        kill_group_only(child.id());
-        let (out, over, _) = out_reader.join().unwrap_or_default();
-        let err = err_reader.join().unwrap_or_default();
+        if !child.wait_exit(self.timeout.saturating_sub(started.elapsed())) {
+            child.kill_and_reap();
+            return Err(timed_out());
+        }
+        // The leader exited; anything it left in its group would keep the pipes open.
+        let status = child.kill_and_reap();
+        let left = self
+            .timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(500));
+        let (out, over) = out_rx.recv_timeout(left).map_err(|_| timed_out())?;
+        let err = err_rx.recv_timeout(left).unwrap_or_default();
         if over {
             return Err(ClientError::ReplyTooLarge {
                 url: SERVICE_LABEL.into(),
                 limit_bytes: limit,
             });
         }
-        if status.success() {
-            return Ok(out);
+        match status {
+            Some(st) if st.success() => Ok(out),
+            other => Err(command_error(
+                path,
+                &out,
+                &err,
+                other.and_then(|s| s.code()),
+            )),
         }
-        Err(command_error(path, &out, &err, status.code()))
     }
 
     /// Runs one call and parses stdout as JSON.
@@ -197,25 +191,6 @@ fn command_error(path: &str, stdout: &[u8], stderr: &[u8], code: Option<i32>) ->
                     format!("exited with {code}: {detail}")
                 },
             }
-        }
-    }
-}
-
-fn kill_group(child: &mut std::process::Child) {
-    kill_group_only(child.id());
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-fn kill_group_only(pid: u32) {
-    #[cfg(unix)]
-    {
-        use nix::sys::signal::{Signal, killpg};
-        use nix::unistd::Pid;
-        if let Ok(p) = i32::try_from(pid) {
-            // The group was created for this child (process_group(0)), so it holds only
-            // processes we started.
-            let _ = killpg(Pid::from_raw(p), Signal::SIGKILL);
         }
     }
 }

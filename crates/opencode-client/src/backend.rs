@@ -14,17 +14,18 @@
 //! [`rename_with_ephemeral_server`]): the store itself is never written.
 
 use crate::api::{ApiCommand, ApiSource};
+use crate::child::GroupChild;
 use crate::error::ClientError;
 use crate::http::{BasicAuth, DEFAULT_MAX_REPLY_BYTES, HttpClient, encode_component, query};
 use crate::model::{Session, SessionFilter, SessionList, SessionTranscript};
 use crate::server::{ServerSource, check_id};
 use crate::source::{Liveness, ScanContext, SessionSource};
 use serde_json::json;
+use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -402,20 +403,16 @@ pub fn rename_with_ephemeral_server(
         .env_remove("OPENCODE_RUN_ID")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
-    }
-    let child = cmd.spawn().map_err(|e| ClientError::ApiCommand {
-        detail: format!(
-            "cannot start `{} serve` to rename the session: {e}",
-            cfg.opencode_bin.display()
-        ),
-    })?;
-    let mut guard = ServeGuard { child };
-    let stdout = guard.child.stdout.take().expect("stdout is piped");
+        .stderr(Stdio::piped());
+    // Dropping `server` on any path below stops it (SIGTERM, then SIGKILL) and reaps it.
+    let mut server =
+        TempServer(
+            GroupChild::spawn(&mut cmd).map_err(|e| ClientError::TempServer {
+                detail: format!("cannot start `{} serve`: {e}", cfg.opencode_bin.display()),
+            })?,
+        );
+    let stdout = server.0.child.stdout.take().expect("stdout is piped");
+    let stderr = server.0.child.stderr.take().expect("stderr is piped");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
@@ -425,12 +422,40 @@ pub fn rename_with_ephemeral_server(
             }
         }
     });
+    // The last stderr line, sent when stderr closes, to explain an early exit.
+    let (err_tx, err_rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut last = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if !line.trim().is_empty() {
+                last = line.chars().take(300).collect();
+            }
+        }
+        let _ = err_tx.send(last);
+    });
     let url = match rx.recv_timeout(cfg.api_timeout) {
         Ok(url) => url,
-        Err(_) => {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
             return Err(ClientError::ServiceTimeout {
                 url: "a temporary `opencode serve` started for the rename".into(),
                 timeout_ms: cfg.api_timeout.as_millis() as u64,
+            });
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            let why = err_rx
+                .recv_timeout(Duration::from_secs(2))
+                .unwrap_or_default();
+            return Err(ClientError::TempServer {
+                detail: format!(
+                    "`{} serve` ended before it listened{}",
+                    cfg.opencode_bin.display(),
+                    if why.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {why}")
+                    }
+                ),
             });
         }
     };
@@ -446,38 +471,16 @@ pub fn rename_with_ephemeral_server(
         query(&[("directory", Some(directory.to_string()))])
     );
     http.patch_json(&path, &json!({ "title": title }))?;
-    drop(guard);
+    drop(server);
     Ok(())
 }
 
-/// Stops the temporary server (its whole process group, which only it and its children are
-/// in) and reaps it.
-struct ServeGuard {
-    child: std::process::Child,
-}
+/// The temporary server; stopped and reaped when dropped.
+struct TempServer(GroupChild);
 
-impl Drop for ServeGuard {
+impl Drop for TempServer {
     fn drop(&mut self) {
-        #[cfg(unix)]
-        {
-            use nix::sys::signal::{Signal, killpg};
-            use nix::unistd::Pid;
-            if let Ok(pid) = i32::try_from(self.child.id()) {
-                let _ = killpg(Pid::from_raw(pid), Signal::SIGTERM);
-                let start = Instant::now();
-                while start.elapsed() < Duration::from_secs(3) {
-                    if let Ok(Some(_)) = self.child.try_wait() {
-                        // The leader is gone; make sure nothing of the group lingers.
-                        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.stop(Duration::from_secs(3));
     }
 }
 

@@ -8,26 +8,48 @@ pub enum ClientError {
     NotFound { id: String },
     #[error("opencode store not found at {path}: run opencode once, or set OPENCODE_DB")]
     StoreMissing { path: String },
-    #[error("opencode store at {path} is locked by a writer for longer than {waited_ms} ms: try again")]
+    #[error(
+        "opencode store at {path} is locked by a writer for longer than {waited_ms} ms: try again"
+    )]
     StoreLocked { path: String, waited_ms: u64 },
-    #[error("opencode store at {path} is unreadable ({detail}): check the file, or use OPENCODE_BRIDGE_BACKEND=server")]
+    #[error(
+        "opencode store at {path} is unreadable ({detail}): check the file, or use OPENCODE_BRIDGE_BACKEND=server"
+    )]
     StoreCorrupt { path: String, detail: String },
-    #[error("opencode store schema is not one this bridge knows ({missing}; written by opencode {version}): upgrade opencode-bridge or use OPENCODE_BRIDGE_BACKEND=server")]
+    #[error(
+        "opencode store schema is not one this bridge knows ({missing}; written by opencode {version}): upgrade opencode-bridge or use OPENCODE_BRIDGE_BACKEND=server"
+    )]
     UnknownSchema { missing: String, version: String },
-    #[error("opencode server at {url} is not reachable ({detail}): start `opencode serve` or fix OPENCODE_BRIDGE_SERVER_URL")]
+    #[error(
+        "opencode server at {url} is not reachable ({detail}): start `opencode serve` or fix OPENCODE_BRIDGE_SERVER_URL"
+    )]
     ServiceDown { url: String, detail: String },
-    #[error("opencode server at {url} did not answer within {timeout_ms} ms: it may be hung; raise OPENCODE_BRIDGE_API_TIMEOUT_MS or restart it")]
+    #[error(
+        "opencode server at {url} did not answer within {timeout_ms} ms: it may be hung; raise OPENCODE_BRIDGE_API_TIMEOUT_MS or restart it"
+    )]
     ServiceTimeout { url: String, timeout_ms: u64 },
-    #[error("opencode server at {url} refused the credentials (401): set OPENCODE_SERVER_PASSWORD (and OPENCODE_SERVER_USERNAME) to the server's")]
+    #[error(
+        "opencode server at {url} refused the credentials (401): set OPENCODE_SERVER_PASSWORD (and OPENCODE_SERVER_USERNAME) to the server's"
+    )]
     Unauthorized { url: String },
     #[error("opencode server at {url} answered {status}: {detail}")]
-    ServiceError { url: String, status: u16, detail: String },
+    ServiceError {
+        url: String,
+        status: u16,
+        detail: String,
+    },
     #[error("opencode server at {url} sent a reply over {limit_bytes} bytes: refusing to read it")]
     ReplyTooLarge { url: String, limit_bytes: u64 },
     #[error("opencode server at {url} sent malformed JSON ({detail})")]
     MalformedReply { url: String, detail: String },
-    #[error("`opencode api` failed ({detail}): check that the opencode v2 service runs (`opencode service status`)")]
+    #[error(
+        "`opencode api` failed ({detail}): check that the opencode v2 service runs (`opencode service status`)"
+    )]
     ApiCommand { detail: String },
+    #[error(
+        "renaming through a temporary `opencode serve` failed ({detail}): check that `opencode serve` starts, or set OPENCODE_BRIDGE_SERVER_URL to a running server"
+    )]
+    TempServer { detail: String },
     #[error("{operation} is not possible with the {backend} backend: {hint}")]
     Unsupported {
         operation: &'static str,
