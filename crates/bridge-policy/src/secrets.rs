@@ -103,21 +103,13 @@ impl Detector {
                     connection_password(user, pass)
                 }
                 Check::Assignment => {
-                    let value = caps
-                        .get(1)
-                        .or_else(|| caps.get(2))
-                        .or_else(|| caps.get(3))
-                        .map_or("", |m| m.as_str());
-                    let quoted = caps.get(1).is_some() || caps.get(2).is_some();
+                    let (value, quoted) = assigned_value(&caps);
                     assigned_secret(value, quoted)
                 }
                 Check::Entropy => {
-                    let value = caps
-                        .get(1)
-                        .or_else(|| caps.get(2))
-                        .or_else(|| caps.get(3))
-                        .map_or("", |m| m.as_str());
-                    random_looking(value)
+                    let name = caps.name("name").map_or("", |m| m.as_str());
+                    let (value, _) = assigned_value(&caps);
+                    secretish_name(name) && random_looking(value)
                 }
                 Check::Auth => auth_value(value),
             };
@@ -132,16 +124,92 @@ impl Detector {
 /// Secret-ish names for assignments (the last word of the name).
 const SECRET_NAME: &str = r"[A-Za-z0-9_.-]*(?i:password|passwd|passphrase|pwd|secret|secret[_-]?key|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?)";
 
-/// Looser names for the entropy rule: anything with a secret-ish word in it.
-const LOOSE_NAME: &str = r"(?i:[A-Za-z0-9_.-]*(?:secret|token|passw|pwd|api[_-]?key|apikey|access[_-]?key|auth|credential|signing[_-]?key|encryption[_-]?key|master[_-]?key|private[_-]?key|webhook|session[_-]?key|app[_-]?key|license[_-]?key|sig)[A-Za-z0-9_.-]*)|[A-Z0-9_]*_KEY";
+/// Candidate names for the entropy rule (narrowed by [`secretish_name`]).
+const LOOSE_NAME: &str = r"(?i:[A-Za-z0-9_.-]*(?:secret|token|passw|pwd|key|auth|credential|webhook|hmac)[A-Za-z0-9_.-]*)";
+
+/// Words that make a name secret-ish when they are a whole part of it.
+const SECRET_WORDS: &[&str] = &[
+    "secret",
+    "secrets",
+    "token",
+    "password",
+    "passwd",
+    "pwd",
+    "passphrase",
+    "auth",
+    "credential",
+    "credentials",
+    "apikey",
+    "hmac",
+    "webhook",
+];
+/// Words that make a following `key` secret-ish (`signing_key`, `apiKey`).
+const KEY_QUALIFIERS: &[&str] = &[
+    "api",
+    "access",
+    "signing",
+    "signature",
+    "encryption",
+    "master",
+    "private",
+    "session",
+    "app",
+    "license",
+    "secret",
+    "client",
+    "auth",
+    "hmac",
+    "jwt",
+    "cookie",
+    "webhook",
+];
+
+/// Whether a setting name is secret-ish: one of its parts (split at `_`, `-`, `.` and camelCase)
+/// is a secret word, or it is `<qualifier> key`, or an upper-case `…_KEY`.
+fn secretish_name(name: &str) -> bool {
+    if name.len() > 4 && name.ends_with("_KEY") && !name.chars().any(|c| c.is_ascii_lowercase()) {
+        return true;
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if matches!(c, '_' | '-' | '.') {
+            parts.push(std::mem::take(&mut current));
+            prev_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && prev_lower {
+            parts.push(std::mem::take(&mut current));
+        }
+        prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        current.push(c.to_ascii_lowercase());
+    }
+    parts.push(current);
+    parts.retain(|p| !p.is_empty());
+    parts.iter().enumerate().any(|(i, part)| {
+        SECRET_WORDS.contains(&part.as_str())
+            || (part == "key" && i > 0 && KEY_QUALIFIERS.contains(&parts[i - 1].as_str()))
+    })
+}
+
+/// The assigned value and whether it was quoted.
+fn assigned_value<'t>(caps: &regex::Captures<'t>) -> (&'t str, bool) {
+    if let Some(m) = caps.name("dq").or_else(|| caps.name("sq")) {
+        return (m.as_str(), true);
+    }
+    (caps.name("bare").map_or("", |m| m.as_str()), false)
+}
 
 static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
     let value_assign = |name: &str| {
         format!(
-            r#"["']?\b(?:{name})\b["']?\s*(?:=>|:=|=|:\s|:["']|\s(?:=|is)\s)\s*(?:"([^"\n]*)"|'([^'\n]*)'|([^\s"',;)}}\]]+))"#
+            r#"["']?\b(?P<name>{name})\b["']?\s*(?:=>|:=|=|:\s|:["']|\s(?:=|is)\s)\s*(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s"',;)}}\]]+))"#
         )
     };
-    let cli_flag = |name: &str| format!(r#"--{name}[= ](?:"([^"\n]*)"|'([^'\n]*)'|([^\s"']+))"#);
+    let cli_flag = |name: &str| {
+        format!(r#"--{name}[= ](?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s"']+))"#)
+    };
     let list: Vec<(&'static str, String, Check)> = vec![
         ("private key block", r"-----BEGIN[A-Z ]{0,20}PRIVATE KEY(?: BLOCK)?-----(?:\\n|\s)*(?:[A-Za-z-]+: [^\n\\]*(?:\\n|\s)+)*([A-Za-z0-9+/=]{40,})".into(), Check::KeyBlock),
         ("PuTTY private key", r"PuTTY-User-Key-File-\d: [a-z0-9-]+\s*\n(?:[A-Za-z-]+: [^\n]*\n){1,3}Public-Lines: \d+\s*\n([A-Za-z0-9+/=]{40,})".into(), Check::Varied(12)),
@@ -585,6 +653,34 @@ mod tests {
             "max_tokens=4096",
         ] {
             assert_eq!(scan(ok), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn secretish_names_are_whole_parts() {
+        for yes in [
+            "JWT_SIGNING_KEY",
+            "webhookSigningSecret",
+            "app_secret",
+            "auth",
+            "STRIPE_KEY",
+            "apiKey",
+            "x-api-key",
+            "cookieSecret",
+            "db.password",
+        ] {
+            assert!(secretish_name(yes), "{yes}");
+        }
+        for no in [
+            "author_id",
+            "primary_key",
+            "cache_key",
+            "signal_id",
+            "keyboard",
+            "idempotency_key",
+            "tokens_total",
+        ] {
+            assert!(!secretish_name(no), "{no}");
         }
     }
 
