@@ -22,6 +22,7 @@ use crate::server::{ServerSource, check_id};
 use crate::source::{Liveness, ScanContext, SessionSource};
 use serde_json::json;
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -76,7 +77,9 @@ pub struct ClientConfig {
     pub max_reply_bytes: u64,
     /// `OPENCODE_BIN`, else `opencode` (found on `PATH`).
     pub opencode_bin: PathBuf,
-    /// The SQLite store: `OPENCODE_DB` when absolute, else `<data dir>/opencode/opencode.db`.
+    /// The SQLite store, resolved as opencode does (see [`crate::paths`]): `OPENCODE_DB`
+    /// (absolute, or relative to the data dir), else `opencode.db` (or the single channel
+    /// store) in `$XDG_DATA_HOME/opencode` or `~/.local/share/opencode`.
     pub db_path: PathBuf,
 }
 
@@ -180,16 +183,13 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The store path by opencode's rules ([`crate::paths`]); when it cannot be resolved (no
+/// `HOME`), the explanation stands in for the path, so "store not found" messages carry it.
 fn default_db_path(get: &dyn Fn(&str) -> Option<String>) -> PathBuf {
-    let data_home = get("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| get("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from(".local/share"));
-    let data_dir = data_home.join("opencode");
-    match get("OPENCODE_DB") {
-        Some(p) if Path::new(&p).is_absolute() => PathBuf::from(p),
-        Some(p) if p != ":memory:" => data_dir.join(p),
-        _ => data_dir.join("opencode.db"),
+    match crate::paths::resolve_store_path(&|k| get(k).map(OsString::from)) {
+        Ok(found) => found.path,
+        Err(ClientError::StoreMissing { path }) => PathBuf::from(path),
+        Err(other) => PathBuf::from(other.to_string()),
     }
 }
 
@@ -265,6 +265,13 @@ pub fn choose_backend_with(
     }
     Err(ClientError::StoreMissing {
         path: cfg.db_path.display().to_string(),
+    })
+}
+
+/// [`choose_backend_with`] with the SQLite store backend ([`crate::store::StoreSource`]).
+pub fn choose_backend(cfg: &ClientConfig) -> Result<(Box<dyn SessionSource>, String), ClientError> {
+    choose_backend_with(cfg, &|path: &Path| {
+        Ok(Box::new(crate::store::StoreSource::open(path)?) as Box<dyn SessionSource>)
     })
 }
 

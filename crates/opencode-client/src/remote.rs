@@ -9,7 +9,10 @@
 //! PARTIAL and how far it got).
 
 use crate::error::ClientError;
-use crate::model::{Children, Message, Role, Session, SessionFilter, SessionList};
+use crate::filter::{
+    contains_ignore_case, matches_session, since_ms, title_matches_search, validate,
+};
+use crate::model::{Message, Part, Role, Session, SessionFilter, SessionList};
 use crate::source::ScanContext;
 use crate::state::derive_state;
 use std::collections::HashSet;
@@ -94,20 +97,19 @@ pub(crate) fn scan(
     filter: &SessionFilter,
     ctx: &ScanContext,
 ) -> Result<SessionList, ClientError> {
+    validate(filter)?;
     let limit = if filter.limit == 0 {
         usize::MAX
     } else {
         filter.limit
     };
-    let since_ms = filter
-        .since_minutes
-        .map(|m| ctx.now_ms.saturating_sub((m as i64).saturating_mul(60_000)));
-    let needle = filter
-        .search
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_lowercase);
+    let since = since_ms(filter, ctx.now_ms);
+    // The filters a session record alone can answer (state and agent need its messages).
+    let cheap = SessionFilter {
+        state: None,
+        agent: None,
+        ..filter.clone()
+    };
     let mut out = Vec::new();
     let mut scanned = 0usize;
     let mut pages = 0usize;
@@ -130,14 +132,14 @@ pub(crate) fn scan(
             if !seen.insert(s.id.clone()) {
                 continue;
             }
-            if let Some(since) = since_ms
+            if let Some(since) = since
                 && s.updated_ms < since
             {
                 too_old = true;
                 continue;
             }
             scanned += 1;
-            if cheap_match(filter, &s) {
+            if matches_session(&s, &cheap, ctx.now_ms) {
                 candidates.push(s);
             }
         }
@@ -153,14 +155,14 @@ pub(crate) fn scan(
             }
             let last = remote.last_message(&s)?;
             apply_last_message(&mut s, last.as_ref(), &busy, ctx);
-            if !late_match(filter, &s) {
+            if !matches_session(&s, filter, ctx.now_ms) {
                 continue;
             }
-            if let Some(n) = &needle
-                && !s.title.to_lowercase().contains(n.as_str())
+            if let Some(q) = filter.search.as_deref()
+                && !title_matches_search(&s.title, filter)
             {
                 let (messages, _) = remote.messages(&s, None, ctx.deadline)?;
-                if !messages.iter().any(|m| message_contains(m, n)) {
+                if !messages.iter().any(|m| message_contains(m, q)) {
                     continue;
                 }
             }
@@ -189,49 +191,9 @@ fn deadline_note(scanned: usize, pages: usize, matched: usize) -> String {
     )
 }
 
-/// Filters that need nothing but the session record.
-fn cheap_match(f: &SessionFilter, s: &Session) -> bool {
-    let child = s.parent_id.is_some();
-    match f.children {
-        Children::Include => {}
-        Children::Exclude if child => return false,
-        Children::Only if !child => return false,
-        _ => {}
-    }
-    if let Some(d) = f.directory.as_deref().filter(|d| !d.is_empty())
-        && !s.directory.contains(d)
-    {
-        return false;
-    }
-    if let Some(p) = f.title_prefix.as_deref().filter(|p| !p.is_empty())
-        && !s.title.starts_with(p)
-    {
-        return false;
-    }
-    true
-}
-
-/// Filters that need the derived state / agent.
-fn late_match(f: &SessionFilter, s: &Session) -> bool {
-    if let Some(state) = f.state
-        && s.state != state
-    {
-        return false;
-    }
-    if let Some(a) = f.agent.as_deref().filter(|a| !a.is_empty())
-        && !s
-            .agent
-            .as_deref()
-            .is_some_and(|x| x.eq_ignore_ascii_case(a))
-    {
-        return false;
-    }
-    true
-}
-
-fn message_contains(m: &Message, needle_lower: &str) -> bool {
+fn message_contains(m: &Message, needle: &str) -> bool {
     m.parts.iter().any(|p| match p {
-        crate::model::Part::Text { text, .. } => text.to_lowercase().contains(needle_lower),
+        Part::Text { text, .. } => contains_ignore_case(text, needle),
         _ => false,
     })
 }

@@ -11,7 +11,7 @@ use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox};
 use live::{LIVE_PASSWORD, RealServer, processes_of};
 use opencode_client::api::{ApiCommand, ApiSource};
-use opencode_client::backend::{ClientConfig, rename_with_ephemeral_server};
+use opencode_client::backend::{ClientConfig, choose_backend, rename_with_ephemeral_server};
 use opencode_client::http::{BasicAuth, HttpClient};
 use opencode_client::server::ServerSource;
 use opencode_client::{
@@ -494,11 +494,37 @@ fn live_store_rename_goes_through_a_temporary_server_that_is_stopped_afterwards(
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    let mut cfg = ClientConfig::from_lookup(|_| None).unwrap();
-    cfg.opencode_bin = wrapper;
-    cfg.api_timeout = Duration::from_secs(60);
+    // The store backend, chosen as the bridge would choose it, renames through a temporary
+    // server started from OPENCODE_BIN.
+    let data = sb.data_home().display().to_string();
+    let bin = wrapper.display().to_string();
+    let cfg = ClientConfig::from_lookup(|k| match k {
+        "XDG_DATA_HOME" => Some(data.clone()),
+        "OPENCODE_BIN" => Some(bin.clone()),
+        "OPENCODE_BRIDGE_API_TIMEOUT_MS" => Some("60000".into()),
+        _ => None,
+    })
+    .unwrap();
+    let (store, why) = choose_backend(&cfg).unwrap();
+    assert_eq!(store.name(), "store", "{why}");
+    let renamed = store
+        .rename(&id, "ALPHA/build: via temporary server", &ctx())
+        .unwrap();
+    assert_eq!(renamed.title, "ALPHA/build: via temporary server");
+    assert!(
+        wait_until(Duration::from_secs(10), || processes_of(&sb).is_empty()),
+        "the temporary server is still running: {:?}",
+        processes_of(&sb)
+    );
+    // An unknown id is refused by the store before any server starts.
+    let e = store
+        .rename("ses_doesnotexist0000000000", "X/y: z", &ctx())
+        .unwrap_err();
+    assert!(matches!(e, ClientError::NotFound { .. }), "{e:?}");
+
+    // The same, called directly.
     let dir = sb.project_dir().display().to_string();
-    rename_with_ephemeral_server(&cfg, &dir, &id, "ALPHA/build: via temporary server").unwrap();
+    rename_with_ephemeral_server(&cfg, &dir, &id, "ALPHA/build: second rename").unwrap();
 
     let db = rusqlite::Connection::open_with_flags(
         sb.db_path(),
@@ -510,7 +536,7 @@ fn live_store_rename_goes_through_a_temporary_server_that_is_stopped_afterwards(
             r.get(0)
         })
         .unwrap();
-    assert_eq!(title, "ALPHA/build: via temporary server");
+    assert_eq!(title, "ALPHA/build: second rename");
     assert!(
         wait_until(Duration::from_secs(10), || processes_of(&sb).is_empty()),
         "the temporary server is still running: {:?}",
