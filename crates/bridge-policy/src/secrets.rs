@@ -554,7 +554,10 @@ fn random_looking(value: &str) -> bool {
     if hex {
         return value.len() >= 32 && entropy(value) >= 3.0;
     }
-    char_classes(value) >= 2
+    // generated secrets are (almost) all letters and digits; regexes and format strings are not
+    let alnum = value.chars().filter(char::is_ascii_alphanumeric).count();
+    alnum * 4 >= value.len() * 3
+        && char_classes(value) >= 2
         && entropy(value) >= 3.5
         && distinct(value) >= 10
         && looks_random(value)
@@ -651,8 +654,42 @@ mod tests {
             "sk-xxx",
             "tokenizer.pad_token = tokenizer.eos_token",
             "max_tokens=4096",
+            "password_regex = r'^(?=.*[A-Z])(?=.*\\d)(?=.*[!@#$%]).{12,64}$'",
+            "TOKEN_URL = 'https://oauth2.googleapis.com/token'",
+            "API_KEY_HEADER = 'X-Api-Key'",
+            "auth: { username: 'admin', password: process.env.ADMIN_PW }",
+            "kubectl get secret db-creds -o jsonpath='{.data.password}' | base64 -d",
+            "token = jwt.encode({'sub': user.id}, key, algorithm='HS256')",
         ] {
             assert_eq!(scan(ok), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn contextual_secrets_are_found() {
+        for (text, kind) in [
+            (
+                "Host=db;Username=app;Password=Xk9#mP2$vL;",
+                "password/API key/token assignment",
+            ),
+            (
+                "secret: wJalrXUtnFEMI/K7MDENG/bPxRfiCYzK8T3q2Lw",
+                "password/API key/token assignment",
+            ),
+            (
+                "curl -u x -H 'Authorization: Bearer 4fG7hJ2kL9mN3pQ6rS8tV1wX5yZ0aB'",
+                "Authorization header",
+            ),
+            (
+                "mongodb+srv://etl:Qw7%23kLm2pZ@cluster0.ab1cd.mongodb.net/db",
+                "connection string with a password",
+            ),
+            (
+                "signingKey = 'b7e1c2f09a4d4e6f8c3b2a1d0e9f8a7b6c5d4e3f2a1b0c9d'",
+                "high-entropy value in a secret-named setting",
+            ),
+        ] {
+            assert_eq!(scan(text).map(|f| f.kind), Some(kind), "{text}");
         }
     }
 
