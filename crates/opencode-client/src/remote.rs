@@ -68,6 +68,17 @@ pub(crate) fn apply_last_message(
     let mut activity = session.updated_ms;
     if let Some(m) = last {
         activity = activity.max(m.created_ms).max(m.completed_ms.unwrap_or(0));
+        for p in &m.parts {
+            if let Part::Text {
+                time_ms: Some(t), ..
+            }
+            | Part::Tool {
+                time_ms: Some(t), ..
+            } = p
+            {
+                activity = activity.max(*t);
+            }
+        }
     }
     let merged;
     let ctx = if busy.contains(&session.id) && !ctx.liveness.busy.contains(&session.id) {
