@@ -123,6 +123,14 @@ impl Refusal {
 ///
 /// Sensitive mode: always `explorer`. Otherwise `$OPENCODE_BRIDGE_AGENT` when set and not
 /// blank, else `worker`.
+///
+/// ```
+/// use bridge_policy::{default_agent, FakeEnv, Mode};
+/// let env = FakeEnv::new().with_var("OPENCODE_BRIDGE_AGENT", "fixer");
+/// assert_eq!(default_agent(&env, Mode::Blueprint), "fixer");
+/// assert_eq!(default_agent(&env, Mode::Sensitive), "explorer");
+/// assert_eq!(default_agent(&FakeEnv::new(), Mode::Insensitive), "worker");
+/// ```
 pub fn default_agent(env: &dyn Environment, mode: Mode) -> String {
     if mode == Mode::Sensitive {
         return SENSITIVE_DEFAULT.to_owned();

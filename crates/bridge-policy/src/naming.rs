@@ -77,6 +77,12 @@ pub fn lane_name(lane: Option<&str>, cwd: &Path) -> String {
 }
 
 /// The task part: 3 to 8 words from the prompt (fewer only when the prompt has fewer).
+///
+/// ```
+/// use bridge_policy::naming::task_words;
+/// assert_eq!(task_words("1. **Task:** add retries to `fetch_all`\n"), "add retries to fetch_all");
+/// assert_eq!(task_words("Fix\nthe build"), "Fix the build");
+/// ```
 pub fn task_words(prompt: &str) -> String {
     let mut words: Vec<String> = Vec::new();
     let mut in_fence = false;

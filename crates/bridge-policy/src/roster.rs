@@ -369,6 +369,14 @@ impl Roster {
     }
 
     /// A roster made of the given agents (for tests and embedders).
+    ///
+    /// ```
+    /// use bridge_policy::{AgentInfo, AgentSource, Roster};
+    /// let a = AgentInfo::from_config("explorer", &serde_json::json!({"mode": "subagent"}), AgentSource::ConfigContent);
+    /// let roster = Roster::from_agents([a]);
+    /// assert_eq!(roster.names(), ["explorer"]);
+    /// assert!(!roster.get("explorer").unwrap().runs_directly());
+    /// ```
     pub fn from_agents(agents: impl IntoIterator<Item = AgentInfo>) -> Roster {
         Roster {
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),

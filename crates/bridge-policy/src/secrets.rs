@@ -46,6 +46,13 @@ impl fmt::Display for SecretFinding {
 
 /// Returns the first line holding a secret-looking value, if any. When several detectors fire on
 /// that line, the most specific one (a vendor format before a generic rule) names the kind.
+///
+/// ```
+/// use bridge_policy::secrets::scan;
+/// let f = scan("DATABASE_URL=postgres://app:Vq3#mZ8pLw@db.internal/app").unwrap();
+/// assert_eq!((f.kind, f.line), ("connection string with a password", 1));
+/// assert_eq!(scan("DATABASE_URL=postgres://app:${DB_PASSWORD}@db/app"), None);
+/// ```
 pub fn scan(text: &str) -> Option<SecretFinding> {
     let mut best: Option<(usize, usize)> = None; // (line, detector index)
     for (index, detector) in DETECTORS.iter().enumerate() {
