@@ -1,13 +1,13 @@
 //! Finding (and building on demand) the fake helper binaries of this crate from tests of other
 //! crates, where `CARGO_BIN_EXE_*` is not set.
 //!
-//! The binaries live next to the test executable's `deps/` folder (`target/<profile>/`). Once
-//! per test process, `cargo build -p bridge-testkit --bin <name>` is run (with the `CARGO` the
-//! test was started by, so the same target dir and profile), which is a no-op when the binary
-//! is fresh; if cargo is not available, an existing binary is used as it is.
+//! The binaries live next to the test executable's `deps/` folder (`target/<profile>/`). A
+//! binary newer than its source file is used as it is; otherwise `cargo build -p
+//! bridge-testkit --bin <name>` is run once per test process (with the `CARGO` the test was
+//! started by, and the same target dir and profile); if that fails, an existing binary is used.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
@@ -32,6 +32,10 @@ pub fn testkit_bin(name: &str) -> PathBuf {
     }
     let dir = profile_dir();
     let path = dir.join(name);
+    if is_fresh(&path, name) {
+        built.insert(name.to_string(), path.clone());
+        return path;
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)
         .args(["build", "--quiet", "-p", "bridge-testkit", "--bin", name])
@@ -46,6 +50,19 @@ pub fn testkit_bin(name: &str) -> PathBuf {
     }
     built.insert(name.to_string(), path.clone());
     path
+}
+
+/// Whether the binary exists and is newer than its source file (nextest runs every test in
+/// its own process, so this saves a `cargo build` per test when `cargo build --bins` ran first).
+fn is_fresh(bin: &Path, name: &str) -> bool {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/bin")
+        .join(format!("{name}.rs"));
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(bin), modified(&src)) {
+        (Some(b), Some(s)) => b >= s,
+        _ => false,
+    }
 }
 
 /// `target/<profile>/`, from the running test executable (`target/<profile>/deps/<test>`).
