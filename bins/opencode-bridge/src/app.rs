@@ -52,6 +52,11 @@ impl App {
         }
     }
 
+    /// The client configuration, or why it is unusable.
+    pub fn client_config(&self) -> Result<&ClientConfig, String> {
+        self.client.as_ref().map_err(|e| e.to_string())
+    }
+
     /// The task supervisor.
     pub fn supervisor(&self) -> &Supervisor {
         &self.supervisor
@@ -300,16 +305,9 @@ impl App {
     }
 }
 
-/// Opens opencode's SQLite store.
+/// Opens opencode's SQLite store (read-only).
 fn open_store(path: &Path) -> Result<Box<dyn SessionSource>, ClientError> {
-    Err(ClientError::Unsupported {
-        operation: "reading the SQLite store",
-        backend: "store",
-        hint: format!(
-            "this build cannot read {} yet; set OPENCODE_BRIDGE_SERVER_URL to an `opencode serve`",
-            path.display()
-        ),
-    })
+    Ok(Box::new(opencode_client::store::StoreSource::open(path)?))
 }
 
 /// Runs blocking work (store scans, HTTP calls) off the async thread.

@@ -67,6 +67,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "first retry delay in seconds, then x3",
     },
     EnvVar {
+        name: "OPENCODE_BRIDGE_QUIET_MIN",
+        default: "10",
+        meaning: "a running task silent this many minutes is flagged `quiet` in its status",
+    },
+    EnvVar {
         name: "OPENCODE_BRIDGE_API_TIMEOUT_MS",
         default: "45000",
         meaning: "timeout of one call to an opencode server",
@@ -83,8 +88,8 @@ pub const ENV_VARS: &[EnvVar] = &[
     },
     EnvVar {
         name: "OPENCODE_BRIDGE_BACKEND",
-        default: "auto",
-        meaning: "where sessions are read: store, server, api or auto",
+        default: "unset: the server if OPENCODE_BRIDGE_SERVER_URL is set, else the store, else `opencode api`",
+        meaning: "where sessions are read: store, server or api",
     },
     EnvVar {
         name: "OPENCODE_BRIDGE_SERVER_URL",
@@ -164,16 +169,14 @@ pub fn absolute(path: &Path) -> PathBuf {
     out
 }
 
-/// An integer variable within `[min, max]`; out of range or malformed → default, with a warning.
-pub fn number_var(name: &str, default: u64, min: u64, max: u64) -> u64 {
-    let Ok(raw) = std::env::var(name) else {
-        return default;
-    };
-    match raw.trim().parse::<u64>() {
-        Ok(v) if (min..=max).contains(&v) => v,
-        _ => {
-            tracing::warn!("{name}={raw:?} is not a number in {min}-{max}; using {default}");
-            default
-        }
+/// The environment variable table for `--help`.
+pub fn env_help() -> String {
+    let mut out = String::from("Environment variables:\n");
+    for v in ENV_VARS {
+        out.push_str(&format!(
+            "  {}\n      {} (default: {})\n",
+            v.name, v.meaning, v.default
+        ));
     }
+    out
 }

@@ -2,19 +2,37 @@
 //! views for a person at a terminal.
 
 mod app;
+mod cli;
 mod config;
 mod server;
 mod tools;
 
 use std::sync::Arc;
 
+use clap::Parser;
+
 fn main() -> anyhow::Result<()> {
+    let cli = cli::Cli::parse();
     init_logging();
+    // One thread is enough: tool calls are short, blocking reads go to the blocking pool.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let app = Arc::new(app::App::new(config::Settings::from_env(), true));
-    runtime.block_on(server::serve(app))
+    match cli.command {
+        None | Some(cli::Command::Serve) => {
+            let app = Arc::new(app::App::new(config::Settings::from_env(), true));
+            runtime.block_on(server::serve(app))
+        }
+        Some(command) => {
+            let app = app::App::new(config::Settings::from_env(), false);
+            let code = runtime.block_on(async {
+                let code = cli::run(&app, command).await;
+                app.shutdown().await;
+                code
+            });
+            std::process::exit(code);
+        }
+    }
 }
 
 /// Logs go to stderr only (stdout carries MCP); `RUST_LOG` filters them, default `warn`.

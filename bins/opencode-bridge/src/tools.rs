@@ -32,8 +32,6 @@ pub const CHILDREN: [&str; 3] = ["include", "exclude", "only"];
 /// Values of `mode` for `opencode_session_output`.
 pub const OUTPUT_MODES: [&str; 3] = ["last", "tail", "full"];
 
-/// Output of a task is cut to its last this many characters unless head/tail is given.
-pub const RESULT_DEFAULT_CHARS: usize = 60_000;
 /// No reply is longer than this.
 pub const REPLY_CAP_CHARS: usize = 100_000;
 /// Sessions listed when `limit` is not given.

@@ -7,9 +7,8 @@ use bridge_testkit::fake_anthropic::{FakeAnthropic, Seen, Step, call, call_with,
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, real_claude, real_opencode};
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 const SERVER: &str = "opencode-bridge";
@@ -163,42 +162,6 @@ fn live_claude_drives_policy_and_validation_errors() {
     assert!(stdout.contains("finished"), "{stdout}");
 }
 
-/// A real `opencode serve` in the sandbox (the bridge reads sessions and renames through it).
-struct Serve {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn opencode_serve(sb: &OpencodeSandbox, oc: &Path) -> Serve {
-    let mut child = sb
-        .command(oc, ["serve", "--hostname", "127.0.0.1", "--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(pos) = line.find("http://") {
-                let _ = tx.send(line[pos..].trim().to_string());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("opencode serve printed its URL");
-    Serve { child, url }
-}
-
 fn session_of(seen: &Seen) -> String {
     let re = regex::Regex::new(r"session: (ses_[0-9A-Za-z]+)").unwrap();
     seen.results
@@ -209,7 +172,7 @@ fn session_of(seen: &Seen) -> String {
 }
 
 /// The whole loop with the real Claude Code and the real opencode (answering through the fake
-/// LLM): policy, start -> status -> result, sessions, session output, rename, processes, cancel.
+/// LLM), sessions read from opencode's own store (the default backend): policy, start -> status -> result, sessions, session output, rename, processes, cancel.
 #[test]
 fn live_claude_drives_every_tool_on_a_real_opencode_run() {
     let Some(claude) = claude_or_skip() else {
@@ -222,7 +185,6 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
     let llm = FakeLlm::start().unwrap();
     llm.set_slow_secs(120);
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
-    let serve = opencode_serve(&sb, &oc);
     let world = ClaudeWorld::new(claude);
     let project = sb.project_dir().to_string_lossy().into_owned();
     let mut env: Vec<(&str, String)> = Vec::new();
@@ -235,7 +197,6 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
     env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
     env.push(("OPENCODE_BRIDGE_ROOT", project.clone()));
     env.push(("OPENCODE_BRIDGE_MODEL", "fk/ok".into()));
-    env.push(("OPENCODE_BRIDGE_SERVER_URL", serve.url.clone()));
     env.push(("OPENCODE_BRIDGE_KILL_GRACE_MS", "1000".into()));
     env.push(("RUST_LOG", "opencode_bridge=debug".into()));
     world.register(&env);
@@ -342,6 +303,7 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
         "{sessions}"
     );
     assert!(sessions.contains("succeeded"), "{sessions}");
+    assert!(sessions.contains("backend store"), "{sessions}");
     let output = &one("opencode_session_output")[0];
     assert!(output.contains(OK_TEXT), "{output}");
     assert!(output.contains("user: "), "{output}");
@@ -374,5 +336,4 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
     for r in &results {
         eprintln!("--- {:?}\n{}", r.tool, r.text);
     }
-    drop(serve);
 }

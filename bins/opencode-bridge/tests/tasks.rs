@@ -3,40 +3,10 @@
 
 mod common;
 
-use common::{Server, World, redact};
+use common::{Server, World, fake_opencode, redact};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// A stand-in `opencode`: answers `--version` and `run --help`; `run` records its pid and
-/// its child's pid, prints one event, then sleeps (a long-running agent).
-fn fake_opencode(world: &World) -> PathBuf {
-    let path = world.path("bin/opencode");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let pids = world.path("pids");
-    let script = format!(
-        r#"#!/bin/sh
-case "$1" in
-  --version) echo "1.18.33"; exit 0 ;;
-esac
-if [ "$1" = run ] && [ "$2" = --help ]; then
-  echo "  --format --title --agent --model --auto --variant"; exit 0
-fi
-if [ "$1" = run ]; then
-  echo $$ > "{pids}.group"
-  sleep 600 &
-  echo $! > "{pids}.child"
-  echo '{{"type":"step_start","timestamp":1,"sessionID":"ses_fakefakefakefakefake0001","part":{{"type":"step-start"}}}}'
-  wait
-fi
-"#,
-        pids = pids.display()
-    );
-    std::fs::write(&path, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
 
 fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()

@@ -32,7 +32,7 @@ pub fn count(n: u64) -> String {
         n.to_string()
     } else if n < 10_000 {
         let tenths = n / 100;
-        if tenths % 10 == 0 {
+        if tenths.is_multiple_of(10) {
             format!("{}k", tenths / 10)
         } else {
             format!("{}.{}k", tenths / 10, tenths % 10)

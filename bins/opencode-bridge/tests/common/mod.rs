@@ -243,3 +243,33 @@ fn regex_replace(text: &str, pattern: &str, with: &str) -> String {
         .replace_all(text, with)
         .into_owned()
 }
+
+/// A stand-in `opencode`: answers `--version` and `run --help`; `run` records its pid and
+/// its child's pid, prints one event, then sleeps (a long-running agent).
+pub fn fake_opencode(world: &World) -> PathBuf {
+    let path = world.path("bin/opencode");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let pids = world.path("pids");
+    let script = format!(
+        r#"#!/bin/sh
+case "$1" in
+  --version) echo "1.18.33"; exit 0 ;;
+esac
+if [ "$1" = run ] && [ "$2" = --help ]; then
+  echo "  --format --title --agent --model --auto --variant"; exit 0
+fi
+if [ "$1" = run ]; then
+  echo $$ > "{pids}.group"
+  sleep 600 &
+  echo $! > "{pids}.child"
+  echo '{{"type":"step_start","timestamp":1,"sessionID":"ses_fakefakefakefakefake0001","part":{{"type":"step-start"}}}}'
+  wait
+fi
+"#,
+        pids = pids.display()
+    );
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}

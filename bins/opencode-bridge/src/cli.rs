@@ -1,0 +1,348 @@
+//! The command line: no subcommand serves MCP on stdio; the subcommands show a person at a
+//! terminal exactly what the tools return, through the same validation and rendering.
+
+use crate::app::App;
+use crate::config::ENV_VARS;
+use crate::tools;
+use bridge_policy::{PolicyView, Roster, SystemEnv};
+use clap::{Parser, Subcommand};
+use serde_json::{Map, Value, json};
+use std::time::Instant;
+
+/// MCP server that lets Claude Code delegate easy and medium work to opencode agents under an
+/// enforced policy, and see every opencode session on this machine.
+///
+/// With no subcommand it serves MCP on stdin/stdout (this is what `claude mcp add` runs).
+#[derive(Debug, Parser)]
+#[command(name = "opencode-bridge", version, about, after_long_help = crate::config::env_help())]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve MCP on stdin/stdout (the default when no subcommand is given).
+    Serve,
+    /// List opencode sessions of every project, newest first (same text as opencode_sessions).
+    Sessions {
+        /// Only this state: running, succeeded, failed, interrupted, stale.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only directories containing this text.
+        #[arg(long)]
+        directory: Option<String>,
+        /// Case-insensitive text in titles and messages.
+        #[arg(long)]
+        search: Option<String>,
+        /// Only titles starting with this (e.g. `DOCS/`).
+        #[arg(long)]
+        title_prefix: Option<String>,
+        /// Only sessions updated in the last N minutes.
+        #[arg(long)]
+        since_minutes: Option<u64>,
+        /// At most N sessions (default 30).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Child sessions: include (default), exclude, only.
+        #[arg(long)]
+        children: Option<String>,
+    },
+    /// Show what one session did (same text as opencode_session_output).
+    Output {
+        /// Session id (ses_...).
+        id: String,
+        /// last, tail (default) or full.
+        #[arg(long)]
+        mode: Option<String>,
+        /// Messages shown by tail (default 12).
+        #[arg(long)]
+        messages: Option<u64>,
+        /// Cut the text to this many characters, keeping the end (default 20000).
+        #[arg(long)]
+        max_chars: Option<u64>,
+    },
+    /// Show the delegation policy for a directory (same text as opencode_policy).
+    Policy {
+        /// Directory whose project decides the mode (default: OPENCODE_BRIDGE_ROOT).
+        #[arg(long)]
+        cwd: Option<String>,
+        /// Show the policy as if this mode were asked for.
+        #[arg(long)]
+        mode: Option<String>,
+    },
+    /// List running opencode processes (same text as opencode_processes).
+    Processes,
+    /// Check the installation: opencode, backend, store, server, roster, mode.
+    Doctor,
+}
+
+/// Runs a subcommand; returns the process exit code.
+pub async fn run(app: &App, command: Command) -> i32 {
+    let (tool, args) = match command {
+        Command::Serve => unreachable!("handled by main"),
+        Command::Doctor => {
+            let (text, ok) = doctor(app).await;
+            print!("{text}");
+            return if ok { 0 } else { 1 };
+        }
+        Command::Sessions {
+            state,
+            agent,
+            directory,
+            search,
+            title_prefix,
+            since_minutes,
+            limit,
+            children,
+        } => (
+            "opencode_sessions",
+            json!({"state": state, "agent": agent, "directory": directory, "search": search,
+                   "title_prefix": title_prefix, "since_minutes": since_minutes,
+                   "limit": limit, "children": children}),
+        ),
+        Command::Output {
+            id,
+            mode,
+            messages,
+            max_chars,
+        } => (
+            "opencode_session_output",
+            json!({"id": id, "mode": mode, "messages": messages, "max_chars": max_chars}),
+        ),
+        Command::Policy { cwd, mode } => ("opencode_policy", json!({"cwd": cwd, "mode": mode})),
+        Command::Processes => ("opencode_processes", json!({})),
+    };
+    let args: Map<String, Value> = args
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let outcome = match tools::parse_call(tool, Some(&args)) {
+        Ok(call) => app.call(call).await,
+        Err(e) => Err(as_cli_option(&e)),
+    };
+    match outcome {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("opencode-bridge: {e}");
+            1
+        }
+    }
+}
+
+/// `doctor`: every check on its own line, `ok`, `warn` or `FAIL`, then the variables that are
+/// set. The bool is false when a check failed.
+pub async fn doctor(app: &App) -> (String, bool) {
+    let mut out = String::new();
+    let mut ok = true;
+    let mut line = |status: &str, what: &str, detail: String| {
+        out.push_str(&format!("{status:<4}  {what:<10} {detail}\n"));
+    };
+    line(
+        "ok",
+        "bridge",
+        format!("opencode-bridge {}", env!("CARGO_PKG_VERSION")),
+    );
+    line(
+        "ok",
+        "root",
+        format!(
+            "{} (tasks may only work inside it)",
+            app.settings.root.display()
+        ),
+    );
+
+    let sup = app.supervisor();
+    match sup.capabilities().await {
+        Ok(caps) => {
+            let bin = run_supervisor::command::resolve_binary(sup.config().opencode_bin.as_deref())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let mut flags = Vec::new();
+            for (name, has) in [
+                ("--title", caps.title),
+                ("--auto", caps.auto),
+                ("--variant", caps.variant),
+                ("--standalone", caps.standalone),
+            ] {
+                flags.push(format!("{name} {}", if has { "yes" } else { "no" }));
+            }
+            line(
+                "ok",
+                "opencode",
+                format!("{bin}: {} (run {})", caps.version, flags.join(", ")),
+            );
+        }
+        Err(e) => {
+            ok = false;
+            line("FAIL", "opencode", e);
+        }
+    }
+
+    match app.client_config() {
+        Ok(cfg) => {
+            let store = &cfg.db_path;
+            line(
+                if store.is_file() { "ok" } else { "warn" },
+                "store",
+                format!(
+                    "{} {}",
+                    store.display(),
+                    if store.is_file() {
+                        "exists"
+                    } else {
+                        "does not exist (run opencode once, or set OPENCODE_DB)"
+                    }
+                ),
+            );
+            match &cfg.server_url {
+                Some(url) => line("ok", "server", format!("OPENCODE_BRIDGE_SERVER_URL={url}")),
+                None => line(
+                    "ok",
+                    "server",
+                    "none configured (OPENCODE_BRIDGE_SERVER_URL unset)".into(),
+                ),
+            }
+        }
+        Err(e) => {
+            ok = false;
+            line("FAIL", "config", e.clone());
+        }
+    }
+    match app.source() {
+        Ok((source, why)) => {
+            line("ok", "backend", why);
+            let started = Instant::now();
+            let cfg = app.client_config().ok().cloned();
+            let probe = tokio::task::spawn_blocking(move || {
+                let cfg = cfg.ok_or("no client configuration")?;
+                let ctx = cfg.scan_context(opencode_client::Liveness::default());
+                let filter = opencode_client::SessionFilter {
+                    limit: 1,
+                    ..Default::default()
+                };
+                source
+                    .list(&filter, &ctx)
+                    .map(|l| l.scanned)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+            match probe {
+                Ok(_) => line(
+                    "ok",
+                    "sessions",
+                    format!(
+                        "readable (a listing took {} ms)",
+                        started.elapsed().as_millis()
+                    ),
+                ),
+                Err(e) => {
+                    ok = false;
+                    line("FAIL", "sessions", e);
+                }
+            }
+        }
+        Err(e) => {
+            ok = false;
+            line("FAIL", "backend", e);
+        }
+    }
+
+    let roster = Roster::load(&SystemEnv, &app.settings.root);
+    let names = roster.names();
+    let companion = ["explorer", "librarian", "oracle", "fixer"]
+        .iter()
+        .filter(|n| names.contains(n))
+        .count();
+    line(
+        if companion > 0 { "ok" } else { "warn" },
+        "roster",
+        format!(
+            "{} agents: {}{}",
+            names.len(),
+            names.join(", "),
+            if companion > 0 {
+                String::new()
+            } else {
+                " (the opencode-config roster is not installed: only opencode's built-in agents and the bridge's worker are available)".into()
+            }
+        ),
+    );
+    for w in roster.warnings() {
+        line("warn", "roster", w.clone());
+    }
+    match PolicyView::build(&SystemEnv, &app.settings.root, None) {
+        Ok(view) => line("ok", "mode", view.reason),
+        Err(e) => {
+            ok = false;
+            line("FAIL", "mode", e.to_string());
+        }
+    }
+
+    out.push_str("\nenvironment (set variables):\n");
+    let mut any = false;
+    for var in ENV_VARS {
+        if let Ok(v) = std::env::var(var.name) {
+            any = true;
+            let shown = if var.name.contains("PASSWORD") {
+                "(set, not shown)".to_string()
+            } else {
+                v
+            };
+            out.push_str(&format!("  {}={shown}\n", var.name));
+        }
+    }
+    if !any {
+        out.push_str("  (none: every default applies)\n");
+    }
+    (out, ok)
+}
+
+/// A validation message about a tool argument, reworded for the command line
+/// (`argument \`title_prefix\`` becomes `option \`--title-prefix\``).
+fn as_cli_option(message: &str) -> String {
+    let Some(start) = message.find("argument `") else {
+        return message.to_string();
+    };
+    let name_start = start + "argument `".len();
+    let Some(len) = message[name_start..].find('`') else {
+        return message.to_string();
+    };
+    let name = &message[name_start..name_start + len];
+    let option = if name == "id" {
+        "argument `<ID>`".to_string()
+    } else {
+        format!("option `--{}`", name.replace('_', "-"))
+    };
+    format!(
+        "{}{option}{}",
+        &message[..start],
+        &message[name_start + len + 1..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_wording_of_validation_errors() {
+        assert_eq!(
+            as_cli_option("bad argument `title_prefix`: x"),
+            "bad option `--title-prefix`: x"
+        );
+        assert_eq!(as_cli_option("no argument here"), "no argument here");
+    }
+}

@@ -1,0 +1,187 @@
+//! The subcommands for a person at a terminal: they print exactly what the tools return.
+
+mod common;
+
+use common::{Server, World, fake_opencode, redact};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fixture_store(world: &World) -> (PathBuf, Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/opencode-store");
+    let db = world.path("opencode.db");
+    std::fs::copy(dir.join("opencode.db"), &db).unwrap();
+    let map: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sessions.json")).unwrap()).unwrap();
+    (db, map)
+}
+
+fn run(world: &World, env: &[(&str, String)], args: &[&str]) -> Output {
+    Command::new(common::binary())
+        .env_clear()
+        .envs(world.env())
+        .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+        .current_dir(world.root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn fixture_redact(text: &str, world: &World, map: &Value) -> String {
+    // The killed session has no outcome: `running` while recent, `stale?` after 45 minutes.
+    let mut t = redact(&text.replace("stale? ", "running"), world);
+    for key in ["project_dir", "other_dir"] {
+        if let Some(dir) = map[key].as_str() {
+            t = t.replace(dir, &format!("[{}]", key.to_uppercase()));
+        }
+    }
+    regex::Regex::new(r"ocsandbox-[A-Za-z0-9]+")
+        .unwrap()
+        .replace_all(&t, "ocsandbox-[X]")
+        .into_owned()
+}
+
+#[test]
+fn help_everywhere() {
+    let world = World::new();
+    for sub in [
+        "",
+        "serve",
+        "sessions",
+        "output",
+        "policy",
+        "processes",
+        "doctor",
+    ] {
+        let mut args: Vec<&str> = sub.split_whitespace().collect();
+        args.push("--help");
+        let out = stdout(&run(&world, &[], &args));
+        assert!(out.contains("Usage: opencode-bridge"), "{sub}: {out}");
+    }
+    let top = stdout(&run(&world, &[], &["--help"]));
+    for var in [
+        "OPENCODE_BRIDGE_ROOT",
+        "OPENCODE_BRIDGE_MAX_PARALLEL",
+        "OPENCODE_DB",
+    ] {
+        assert!(top.contains(var), "--help lists {var}");
+    }
+}
+
+#[test]
+fn sessions_and_output_print_what_the_tools_return() {
+    let world = World::new();
+    let (db, map) = fixture_store(&world);
+    let env = [("OPENCODE_DB", db.to_string_lossy().into_owned())];
+    let listing = stdout(&run(&world, &env, &["sessions", "--limit", "20"]));
+    let failed = stdout(&run(&world, &env, &["sessions", "--state", "failed"]));
+    let e401 = map["sessions"]["e401"]["id"].as_str().unwrap();
+    assert!(failed.starts_with("1 session(s) (state=failed"), "{failed}");
+    assert!(failed.contains(e401), "{failed}");
+    let toolbash = map["sessions"]["toolbash"]["id"].as_str().unwrap();
+    let output = stdout(&run(&world, &env, &["output", toolbash]));
+    let last = stdout(&run(&world, &env, &["output", toolbash, "--mode", "last"]));
+    assert!(output.contains("-> bash("), "{output}");
+
+    // The MCP tools return the same text.
+    let mut server = Server::start(&world, &env);
+    server.initialize();
+    let (tool_listing, is_error) = server.call_text(2, "opencode_sessions", json!({"limit": 20}));
+    assert!(!is_error, "{tool_listing}");
+    let (tool_output, _) = server.call_text(3, "opencode_session_output", json!({"id": toolbash}));
+    let strip_ages = |t: &str| redact(t, &world);
+    assert_eq!(strip_ages(&tool_listing), strip_ages(&listing));
+    assert_eq!(strip_ages(&tool_output), strip_ages(&output));
+
+    insta::assert_snapshot!("cli_sessions", fixture_redact(&listing, &world, &map));
+    insta::assert_snapshot!("cli_output_tail", fixture_redact(&output, &world, &map));
+    insta::assert_snapshot!("cli_output_last", fixture_redact(&last, &world, &map));
+}
+
+#[test]
+fn errors_go_to_stderr_with_exit_code_1() {
+    let world = World::new();
+    let out = run(&world, &[], &["sessions", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "opencode-bridge: bad option `--limit`: 0 is not accepted; use a whole number from 1 to 500"
+    );
+    let missing = run(&world, &[], &["sessions"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("opencode store not found at"), "{err}");
+}
+
+#[test]
+fn policy_matches_the_tool() {
+    let world = World::new();
+    let cli = stdout(&run(&world, &[], &["policy", "--mode", "sensitive"]));
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    let (tool, _) = server.call_text(2, "opencode_policy", json!({"mode": "sensitive"}));
+    assert_eq!(cli, tool);
+    assert!(
+        cli.starts_with("mode: sensitive (from the mode argument)"),
+        "{cli}"
+    );
+    insta::assert_snapshot!("cli_policy_sensitive", redact(&cli, &world));
+}
+
+#[test]
+fn processes_runs() {
+    let world = World::new();
+    let out = stdout(&run(&world, &[], &["processes"]));
+    assert!(out.contains("opencode process(es)"), "{out}");
+}
+
+#[test]
+fn doctor_reports_every_check() {
+    let world = World::new();
+    let (db, _) = fixture_store(&world);
+    let env = [
+        ("OPENCODE_DB", db.to_string_lossy().into_owned()),
+        (
+            "OPENCODE_BIN",
+            fake_opencode(&world).to_string_lossy().into_owned(),
+        ),
+    ];
+    let out = stdout(&run(&world, &env, &["doctor"]));
+    for check in [
+        "bridge", "root", "opencode", "store", "server", "backend", "sessions", "roster", "mode",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.get(6..).is_some_and(|rest| rest.starts_with(check))),
+            "no {check} line:\n{out}"
+        );
+    }
+    assert!(out.contains("1.18.33"), "{out}");
+    assert!(out.contains("store: "), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+    let timing = regex::Regex::new(r"took \d+ ms").unwrap();
+    insta::assert_snapshot!(
+        "doctor",
+        timing.replace_all(&redact(&out, &world), "took [N] ms")
+    );
+
+    let broken = run(
+        &world,
+        &[("OPENCODE_BIN", "/nonexistent/opencode".into())],
+        &["doctor"],
+    );
+    assert_eq!(broken.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&broken.stdout).contains("FAIL  opencode"));
+}
