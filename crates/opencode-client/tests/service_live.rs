@@ -92,6 +92,20 @@ fn live_server_backend_against_a_password_protected_opencode_serve() {
         )
         .unwrap();
     let child_id = child.body["id"].as_str().unwrap().to_string();
+    // A session of another directory (another instance of the same server).
+    let other_dir = sb.root().join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other_q = format!(
+        "?directory={}",
+        opencode_client::http::encode_component(&other_dir.display().to_string())
+    );
+    let other = raw
+        .post_json(
+            &format!("/session{other_q}"),
+            &json!({"title": "DELTA/build: elsewhere"}),
+        )
+        .unwrap();
+    let other_id = other.body["id"].as_str().unwrap().to_string();
     let slow = raw
         .post_json(
             &format!("/session{q}"),
@@ -117,14 +131,14 @@ fn live_server_backend_against_a_password_protected_opencode_serve() {
     let list = src.list(&all(), &ctx()).unwrap();
     assert_eq!(list.backend, "server");
     assert_eq!(list.partial, None);
-    for id in [&ok_id, &bad_id, &child_id, &slow_id] {
+    for id in [&ok_id, &bad_id, &child_id, &slow_id, &other_id] {
         assert!(
             ids(&list).contains(id),
             "{id} missing from {:?}",
             ids(&list)
         );
     }
-    assert!(list.scanned >= 4);
+    assert!(list.scanned >= 5);
     let times: Vec<i64> = list.sessions.iter().map(|s| s.updated_ms).collect();
     assert!(
         times.windows(2).all(|w| w[0] >= w[1]),
@@ -156,14 +170,16 @@ fn live_server_backend_against_a_password_protected_opencode_serve() {
         }),
         vec![bad_id.clone()]
     );
-    assert_eq!(
-        f(SessionFilter {
-            state: Some(SessionState::Running),
-            children: Children::Exclude,
-            ..all()
-        }),
-        vec![slow_id.clone()]
-    );
+    // Running roots: the busy one, and the one with no messages yet (no outcome, recent).
+    let mut running = f(SessionFilter {
+        state: Some(SessionState::Running),
+        children: Children::Exclude,
+        ..all()
+    });
+    running.sort();
+    let mut want = vec![slow_id.clone(), other_id.clone()];
+    want.sort();
+    assert_eq!(running, want);
     // Message text, not the title; case-insensitive.
     assert_eq!(
         f(SessionFilter {
@@ -201,6 +217,13 @@ fn live_server_backend_against_a_password_protected_opencode_serve() {
             ..all()
         })
         .is_empty()
+    );
+    assert_eq!(
+        f(SessionFilter {
+            directory: Some("/other".into()),
+            ..all()
+        }),
+        vec![other_id.clone()]
     );
     assert!(
         f(SessionFilter {
