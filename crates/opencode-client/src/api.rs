@@ -277,8 +277,8 @@ impl ApiSource {
         Ok((messages, next))
     }
 
-    /// One page of v1 messages (fallback), oldest first inside the page, and the next cursor
-    /// (older messages). `None` when the service does not serve the v1 route.
+    /// v1 messages (the fallback for sessions the v2 route shows empty), oldest first: all of
+    /// them, or the newest `limit`. `None` when the service does not serve the v1 route.
     fn v1_messages(&self, id: &str, limit: Option<usize>) -> Option<Vec<Message>> {
         let path = format!(
             "/session/{}/message{}",

@@ -40,8 +40,11 @@ pub const BACKENDS: [&str; 3] = ["store", "server", "api"];
 /// Which backend to use, when forced by `OPENCODE_BRIDGE_BACKEND`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
+    /// opencode's SQLite store, read-only.
     Store,
+    /// `opencode serve` over HTTP.
     Server,
+    /// The v2 service through `opencode api`.
     Api,
 }
 
@@ -54,7 +57,10 @@ impl BackendKind {
             "api" => Ok(BackendKind::Api),
             other => Err(ClientError::InvalidArgument {
                 field: "OPENCODE_BRIDGE_BACKEND",
-                detail: format!("{other:?} is not a backend; use one of store, server, api"),
+                detail: format!(
+                    "{other:?} is not a backend; use one of {}",
+                    BACKENDS.join(", ")
+                ),
             }),
         }
     }
