@@ -593,6 +593,81 @@ mod tests {
         );
     }
 
+    /// The published schemas and the validator accept and refuse the same arguments.
+    #[test]
+    fn schemas_and_validator_agree() {
+        let samples: Vec<(&str, Value)> = vec![
+            ("opencode_start", json!({"tier": "easy", "prompt": "x"})),
+            ("opencode_start", json!({"tier": "hard", "prompt": "x"})),
+            ("opencode_start", json!({"tier": "trivial", "prompt": "x"})),
+            ("opencode_start", json!({"prompt": "x"})),
+            ("opencode_start", json!({"tier": "easy", "prompt": ""})),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "model": "a/b#c"}),
+            ),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "model": "ab"}),
+            ),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "timeout_minutes": 0}),
+            ),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "timeout_minutes": 30, "mechanical": true, "mode": "sensitive", "lane": "L", "agent": "a", "title": "t", "cwd": "."}),
+            ),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "mechanical": "yes"}),
+            ),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "extra": 1}),
+            ),
+            ("opencode_status", json!({"id": "1"})),
+            ("opencode_status", json!({})),
+            ("opencode_result", json!({"id": "1", "head": 10, "tail": 5})),
+            ("opencode_result", json!({"id": "1", "head": 0})),
+            ("opencode_cancel", json!({"id": "1"})),
+            ("opencode_list", json!({})),
+            ("opencode_list", json!({"x": 1})),
+            ("opencode_policy", json!({"cwd": "/x", "mode": "blueprint"})),
+            ("opencode_policy", json!({"mode": "loose"})),
+            (
+                "opencode_sessions",
+                json!({"state": "stale", "limit": 500, "children": "only", "since_minutes": 5}),
+            ),
+            ("opencode_sessions", json!({"limit": 501})),
+            ("opencode_sessions", json!({"children": true})),
+            (
+                "opencode_session_output",
+                json!({"id": "ses_1", "mode": "full", "messages": 3, "max_chars": 200}),
+            ),
+            (
+                "opencode_session_output",
+                json!({"id": "ses_1", "max_chars": 199}),
+            ),
+            (
+                "opencode_session_rename",
+                json!({"id": "ses_1", "title": "A/b: c d e"}),
+            ),
+            ("opencode_session_rename", json!({"id": "ses_1"})),
+            ("opencode_processes", json!({})),
+        ];
+        for (tool, args) in samples {
+            let def = definitions().into_iter().find(|d| d.name == tool).unwrap();
+            let validator = jsonschema::validator_for(&def.schema).expect("a valid JSON Schema");
+            let by_schema = validator.is_valid(&args);
+            let by_us = parse_call(tool, args.as_object()).is_ok();
+            assert_eq!(
+                by_schema, by_us,
+                "{tool} {args}: schema {by_schema}, validator {by_us}"
+            );
+        }
+    }
+
     #[test]
     fn model_shapes() {
         assert!(valid_model("anthropic/claude-sonnet"));

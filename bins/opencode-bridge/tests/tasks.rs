@@ -202,3 +202,28 @@ fn unknown_mode_value_in_the_environment_refuses() {
         "{text}"
     );
 }
+
+#[test]
+fn sigterm_stops_running_tasks_then_exits() {
+    let world = World::new();
+    let mut server = Server::start(&world, &start_env(&world));
+    server.initialize();
+    let (text, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the README in five lines"}),
+    );
+    assert!(!is_error, "{text}");
+    let pgid = wait_for_pid(&world.path("pids.group"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = server
+        .wait_exit(Duration::from_secs(20))
+        .expect("the server exits on SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(!group_alive(pgid), "process group {pgid} survived SIGTERM");
+    assert!(server.stderr().contains("SIGTERM"), "{}", server.stderr());
+}
