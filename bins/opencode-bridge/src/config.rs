@@ -180,3 +180,21 @@ pub fn env_help() -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README documents every variable the bridge reads.
+    #[test]
+    fn readme_lists_every_variable() {
+        let readme = include_str!("../../../README.md");
+        for v in ENV_VARS {
+            assert!(
+                readme.contains(&format!("`{}`", v.name)),
+                "README misses {}",
+                v.name
+            );
+        }
+    }
+}
