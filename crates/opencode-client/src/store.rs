@@ -402,7 +402,7 @@ impl SessionSource for StoreSource {
         // Post-filters (state, agent fallback, search) may drop rows: read bigger batches then.
         let post = f.state.is_some() || f.agent.is_some() || f.search.is_some();
         let batch = if post {
-            256
+            1024
         } else {
             limit.saturating_add(1).clamp(16, 256)
         };
