@@ -129,16 +129,6 @@ pub async fn detect(bin: &Path, env: &[(String, String)]) -> Result<Capabilities
     Ok(Capabilities::from_outputs(&version, &help))
 }
 
-/// The config entry of the bridge's built-in `worker` agent (injected through
-/// `OPENCODE_CONFIG_CONTENT`, so the agent exists without any file on disk).
-pub fn worker_agent_config() -> Value {
-    serde_json::json!({
-        "description": "General worker of opencode-bridge: does one delegated task in the working directory and reports what it changed.",
-        "mode": "primary",
-        "prompt": "You are worker. Do the one task you are given in the current working directory, keep changes to what it asks for, and finish with a short report of what you changed, the commands you ran with their results, and what is left undone. Never commit or push."
-    })
-}
-
 /// Splits `provider/model#variant`.
 pub fn split_model(spec: &str) -> (String, Option<String>) {
     match spec.split_once('#') {

@@ -122,7 +122,9 @@ pub fn descendants(root: ProcId) -> BTreeSet<ProcId> {
             }
         }
     }
-    for (&pid, s) in &stats {
+    // Group members only count while the leader is the same process: once it is gone, its
+    // pid (and so the group id) may be reused by something else.
+    for (&pid, s) in stats.iter().filter(|_| root_alive) {
         if s.pgrp == root.pid
             && pid != root.pid
             && s.start_time >= root.start_time

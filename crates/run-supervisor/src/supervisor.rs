@@ -236,7 +236,7 @@ impl Supervisor {
                     ..Inner::default()
                 }),
                 caps: OnceCell::new(),
-                worker_agent: command::worker_agent_config(),
+                worker_agent: bridge_policy::worker_agent_config(),
             }),
         }
     }
@@ -525,6 +525,23 @@ fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure
     });
 }
 
+/// Restarts after opencode failed to open its store before doing anything.
+const STARTUP_RETRIES: u32 = 3;
+
+/// True when stderr shows opencode failing to open or migrate its SQLite store (seen when
+/// several runs start at once on a fresh data directory).
+fn store_setup_error(stderr: &str) -> bool {
+    const SIGNS: &[&str] = &[
+        "database is locked",
+        "SQLITE_BUSY",
+        "SQLITE_LOCKED",
+        "CREATE TABLE",
+        "already exists",
+        "migration",
+    ];
+    SIGNS.iter().any(|s| stderr.contains(s))
+}
+
 enum AttemptEnd {
     Exited(ExitInfo),
     Stopped(StopReason),
@@ -566,6 +583,7 @@ async fn run_task(
         }
     };
     let mut attempt: u32 = 0;
+    let mut startup_retries = 0u32;
     loop {
         if let Some(reason) = *stop_rx.borrow() {
             finish_stopped(&shared, id, reason);
@@ -624,20 +642,42 @@ async fn run_task(
                 return;
             }
             AttemptEnd::Exited(exit) => {
-                let (failure, produced) = shared
+                let (failure, produced, store_race) = shared
                     .with(id, |r| {
                         r.exit = Some(exit);
                         let stderr = r.stderr.to_string_lossy();
+                        let race = r.summary.events == 0
+                            && exit.code != Some(0)
+                            && store_setup_error(&stderr);
                         (
                             classify(&r.summary, &stderr, exit),
                             r.summary.produced_output,
+                            race,
                         )
                     })
-                    .unwrap_or((None, false));
+                    .unwrap_or((None, false, false));
                 let Some(f) = failure else {
                     finish(&shared, id, TaskState::Succeeded, None);
                     return;
                 };
+                // Several runs starting at once on a fresh store can trip over each other's
+                // database setup before any session exists. Nothing ran, so starting again is
+                // safe for every agent.
+                if store_race && startup_retries < STARTUP_RETRIES {
+                    startup_retries += 1;
+                    let pause =
+                        Duration::from_millis(400 * u64::from(startup_retries) + (97 * id) % 400);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stop_rx.changed() => {
+                            let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
+                            finish_stopped(&shared, id, reason);
+                            return;
+                        }
+                    }
+                    attempt -= 1;
+                    continue;
+                }
                 let retryable =
                     f.kind.is_transient() && spec.read_only && !produced && attempt <= cfg.retries;
                 if !retryable {
@@ -770,6 +810,7 @@ async fn run_attempt(
         r.stderr = HeadTail::new(cfg.output_cap);
         r.exit = None;
         r.retry_at = None;
+        r.failure = None;
     });
     let mut child = match cmd.spawn() {
         Ok(c) => c,
