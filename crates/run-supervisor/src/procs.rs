@@ -94,37 +94,42 @@ fn all_stats() -> HashMap<i32, StatInfo> {
     map
 }
 
-/// Every live process that descends from `root` (through parent links) or sits in the
-/// process group `root.pid`, excluding `root` itself. Empty when `root` is gone.
-pub fn descendants(root: ProcId) -> BTreeSet<ProcId> {
-    let stats = all_stats();
+type Stats = HashMap<i32, StatInfo>;
+type Children = HashMap<i32, Vec<i32>>;
+
+fn children_map(stats: &Stats) -> Children {
+    let mut children: Children = HashMap::new();
+    for (&pid, s) in stats {
+        children.entry(s.ppid).or_default().push(pid);
+    }
+    children
+}
+
+fn descendants_in(stats: &Stats, children: &Children, root: ProcId) -> BTreeSet<ProcId> {
     let mut out = BTreeSet::new();
     let root_alive = stats
         .get(&root.pid)
         .is_some_and(|s| s.start_time == root.start_time);
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    for (&pid, s) in &stats {
-        children.entry(s.ppid).or_default().push(pid);
+    if !root_alive {
+        return out;
     }
-    if root_alive {
-        let mut stack = vec![root.pid];
-        while let Some(p) = stack.pop() {
-            for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
-                let s = stats[&c];
-                // A child cannot be older than its parent: guards against stale links.
-                if s.start_time >= root.start_time && s.state != 'Z' {
-                    out.insert(ProcId {
-                        pid: c,
-                        start_time: s.start_time,
-                    });
-                }
-                stack.push(c);
+    let mut stack = vec![root.pid];
+    while let Some(p) = stack.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+            let s = stats[&c];
+            // A child cannot be older than its parent: guards against stale links.
+            if s.start_time >= root.start_time && s.state != 'Z' {
+                out.insert(ProcId {
+                    pid: c,
+                    start_time: s.start_time,
+                });
             }
+            stack.push(c);
         }
     }
     // Group members only count while the leader is the same process: once it is gone, its
     // pid (and so the group id) may be reused by something else.
-    for (&pid, s) in stats.iter().filter(|_| root_alive) {
+    for (&pid, s) in stats {
         if s.pgrp == root.pid
             && pid != root.pid
             && s.start_time >= root.start_time
@@ -139,15 +144,20 @@ pub fn descendants(root: ProcId) -> BTreeSet<ProcId> {
     out
 }
 
-/// Adds the live descendants of each known process to `known` (descendants of descendants
-/// that were reparented after their parent died are found through the known set).
+/// Adds the live descendants of `root` and of each known process to `known` (descendants of
+/// descendants that were reparented after their parent died are found through the known
+/// set). One scan of `/proc`.
 pub fn refresh_known(root: ProcId, known: &mut BTreeSet<ProcId>) {
+    let stats = all_stats();
+    let children = children_map(&stats);
     let mut roots: Vec<ProcId> = vec![root];
-    roots.extend(known.iter().copied().filter(ProcId::is_alive));
+    roots.extend(known.iter().copied().filter(|p| {
+        stats
+            .get(&p.pid)
+            .is_some_and(|s| s.start_time == p.start_time && s.state != 'Z')
+    }));
     for r in roots {
-        for d in descendants(r) {
-            known.insert(d);
-        }
+        known.extend(descendants_in(&stats, &children, r));
     }
 }
 

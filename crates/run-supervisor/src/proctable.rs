@@ -194,8 +194,8 @@ pub fn describe_args(args: &[String]) -> ArgsInfo {
     }
 }
 
-fn uptime_secs() -> Option<f64> {
-    let s = std::fs::read_to_string("/proc/uptime").ok()?;
+fn uptime_secs(proc_root: &Path) -> Option<f64> {
+    let s = std::fs::read_to_string(proc_root.join("uptime")).ok()?;
     s.split_whitespace().next()?.parse().ok()
 }
 
@@ -210,8 +210,13 @@ struct Raw {
 
 /// Scans `/proc` for opencode processes. Never fails: unreadable entries are skipped.
 pub fn scan() -> Vec<OpencodeProcess> {
+    scan_in(Path::new("/proc"))
+}
+
+/// Like [`scan`] on a procfs mounted at `proc_root` (tests use a synthetic tree).
+pub fn scan_in(proc_root: &Path) -> Vec<OpencodeProcess> {
     let me = std::process::id() as i32;
-    let Ok(iter) = procfs::process::all_processes() else {
+    let Ok(iter) = procfs::process::all_processes_with_root(proc_root) else {
         return Vec::new();
     };
     let mut raws = Vec::new();
@@ -249,7 +254,7 @@ pub fn scan() -> Vec<OpencodeProcess> {
                 m
             });
     let tps = procfs::ticks_per_second().max(1) as f64;
-    let up = uptime_secs();
+    let up = uptime_secs(proc_root);
     let mut out = Vec::new();
     for r in &raws {
         let shadowed = by_parent
@@ -385,6 +390,78 @@ mod tests {
             describe_args(&v(&["--title=a b", "run"])).title.as_deref(),
             Some("a b")
         );
+    }
+
+    /// A `/proc/<pid>` entry with the files the scan reads.
+    fn fake_proc(root: &Path, pid: i32, ppid: i32, cmdline: &[&str], cwd: &Path) {
+        let d = root.join(pid.to_string());
+        std::fs::create_dir_all(&d).unwrap();
+        let comm = Path::new(cmdline[0]).file_name().unwrap().to_str().unwrap();
+        // Field 22 (start time) is 500 ticks: 5 s after boot at 100 ticks/s.
+        let stat = format!(
+            "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+        );
+        std::fs::write(d.join("stat"), stat).unwrap();
+        let mut cl = cmdline.join("\0");
+        cl.push('\0');
+        std::fs::write(d.join("cmdline"), cl).unwrap();
+        std::os::unix::fs::symlink(cwd, d.join("cwd")).unwrap();
+        std::os::unix::fs::symlink(cmdline[0], d.join("exe")).unwrap();
+    }
+
+    #[test]
+    fn a_synthetic_proc_tree_is_read_and_bad_entries_are_skipped() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::write(r.join("uptime"), "65.00 100.00\n").unwrap();
+        let proj = tempfile::tempdir().unwrap();
+        // The npm launcher and the platform binary it started, with the same arguments.
+        let args = [
+            "run",
+            "--format",
+            "json",
+            "--agent",
+            "explorer",
+            "--title",
+            "DOCS/explorer: read the notes",
+        ];
+        let mut node = vec!["node", "/usr/lib/node_modules/opencode-ai/bin/opencode"];
+        node.extend(args);
+        fake_proc(r, 100, 1, &node, proj.path());
+        let mut bin = vec!["/usr/lib/node_modules/opencode-linux-x64/bin/opencode"];
+        bin.extend(args);
+        fake_proc(r, 101, 100, &bin, proj.path());
+        fake_proc(
+            r,
+            200,
+            1,
+            &["/usr/bin/opencode", "serve", "--port", "4096"],
+            proj.path(),
+        );
+        fake_proc(r, 300, 1, &["/usr/bin/opencode"], proj.path());
+        fake_proc(r, 400, 1, &["/usr/bin/vim", "opencode.json"], proj.path());
+        // Unreadable / vanished entries: an empty dir, a dir with a stat but no cmdline.
+        std::fs::create_dir_all(r.join("500")).unwrap();
+        fake_proc(r, 600, 1, &["/usr/bin/opencode", "run"], proj.path());
+        std::fs::remove_file(r.join("600/cmdline")).unwrap();
+        let table = scan_in(r);
+        let pids: Vec<i32> = table.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, vec![101, 200, 300], "{table:#?}");
+        let run = &table[0];
+        assert_eq!(run.kind, ProcessKind::Run);
+        assert_eq!(run.agent.as_deref(), Some("explorer"));
+        assert_eq!(run.title.as_deref(), Some("DOCS/explorer: read the notes"));
+        assert_eq!(run.cwd.as_deref(), Some(proj.path()));
+        assert_eq!(run.ppid, 100);
+        let ticks = procfs::ticks_per_second() as f64;
+        let want = 65.0 - 500.0 / ticks;
+        assert!(
+            (run.elapsed.as_secs_f64() - want).abs() < 0.01,
+            "{:?}",
+            run.elapsed
+        );
+        assert_eq!(table[1].kind, ProcessKind::Serve);
+        assert_eq!(table[2].kind, ProcessKind::Tui);
     }
 
     #[test]

@@ -24,6 +24,13 @@ use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
 use crate::spec::{SupervisorConfig, TaskSpec};
 
+/// Raw stdout kept per attempt (events are folded as they arrive; the raw lines are only
+/// kept for the byte counts and debugging).
+const RAW_STDOUT_CAP: usize = 256 * 1024;
+
+/// Finished tasks kept in the table; older finished ones are forgotten first.
+pub const MAX_FINISHED_TASKS: usize = 500;
+
 /// Identifies a task of this supervisor (1, 2, 3, ...).
 pub type TaskId = u64;
 
@@ -292,6 +299,17 @@ impl Supervisor {
                     limit: cfg.max_parallel,
                 });
             }
+            let finished: Vec<TaskId> = inner
+                .tasks
+                .iter()
+                .filter(|(_, r)| r.state.is_finished())
+                .map(|(&id, _)| id)
+                .collect();
+            if finished.len() >= MAX_FINISHED_TASKS {
+                for old in &finished[..=finished.len() - MAX_FINISHED_TASKS] {
+                    inner.tasks.remove(old);
+                }
+            }
             let id = inner.next_id;
             inner.next_id += 1;
             inner.tasks.insert(
@@ -311,7 +329,7 @@ impl Supervisor {
                     root: None,
                     last_event: None,
                     summary: RunSummary::new(cfg.output_cap),
-                    stdout: HeadTail::new(cfg.output_cap),
+                    stdout: HeadTail::new(RAW_STDOUT_CAP.min(cfg.output_cap)),
                     stderr: HeadTail::new(cfg.output_cap),
                     failure: None,
                     retry_at: None,
@@ -806,7 +824,7 @@ async fn run_attempt(
         r.attempt_started = Some(Instant::now());
         r.last_event = None;
         r.summary = RunSummary::new(cfg.output_cap);
-        r.stdout = HeadTail::new(cfg.output_cap);
+        r.stdout = HeadTail::new(RAW_STDOUT_CAP.min(cfg.output_cap));
         r.stderr = HeadTail::new(cfg.output_cap);
         r.exit = None;
         r.retry_at = None;

@@ -397,3 +397,37 @@ fn descendants_of(pid: i32) -> Vec<ProcId> {
     }
     out
 }
+
+#[tokio::test]
+async fn live_the_process_table_shows_a_real_opencode_serve() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let mut child = sb
+        .command(&oc, ["serve", "--port", "0", "--hostname", "127.0.0.1"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let listening = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let _ = out.read_line(&mut line);
+        line
+    });
+    let line = tokio::time::timeout(Duration::from_secs(60), listening)
+        .await
+        .expect("serve started")
+        .unwrap();
+    let table = run_supervisor::proctable::scan();
+    let found = table.iter().find(|p| p.pid == child.id() as i32).cloned();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let p = found.unwrap_or_else(|| panic!("serve ({line}) not in {table:#?}"));
+    assert_eq!(p.kind, ProcessKind::Serve);
+    assert_eq!(p.cwd.as_deref(), Some(sb.project_dir()));
+    assert!(p.elapsed < Duration::from_secs(120));
+    assert_eq!(p.task_id, None);
+}
