@@ -431,3 +431,39 @@ async fn live_the_process_table_shows_a_real_opencode_serve() {
     assert!(p.elapsed < Duration::from_secs(120));
     assert_eq!(p.task_id, None);
 }
+
+#[tokio::test]
+async fn live_an_oversized_prompt_reaches_the_model_through_the_attached_file() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let sup = supervisor(&oc, &sb, 1);
+    let mut s = spec(sb.project_dir(), "ok");
+    let filler: String = (0..3000)
+        .map(|i| format!("line {i:05} of the oversized task text\n"))
+        .collect();
+    s.prompt = format!("HEAD-MARKER-QX7 start of the task\n{filler}");
+    assert!(s.prompt.len() > 100_000);
+    let id = sup.start(s).unwrap();
+    let st = finish(&sup, id, RUN_LIMIT).await;
+    assert_eq!(st.state, TaskState::Succeeded, "{st:?}");
+    let reqs = llm.chat_requests("ok");
+    let main = reqs
+        .iter()
+        .find(|r| r.has_tools())
+        .expect("the model was asked");
+    assert!(
+        main.body.contains("HEAD-MARKER-QX7"),
+        "the file's content reached the model"
+    );
+    assert!(
+        main.body
+            .contains("The complete task is in the attached file")
+    );
+    // opencode inlines the first 50 KB of the file and tells the model how to read on; the
+    // file lives under /tmp/opencode/, which agents may read without asking.
+    assert!(
+        main.body.contains("Use offset="),
+        "the model is told how to read the rest"
+    );
+}
