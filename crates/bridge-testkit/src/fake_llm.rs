@@ -19,6 +19,8 @@
 //! | `hang` | never answers (keeps the connection open until the client goes away) |
 //! | `e400` `e401` `e403` `e404` | HTTP errors with OpenAI-style bodies (`e404` = `model_not_found`) |
 //! | `e429` `equota` | 429 `rate_limit_exceeded` / `insufficient_quota` |
+//! | `e429wait` | 429 `rate_limit_exceeded` with `retry-after-ms: 60000`: opencode sits in its retry wait (for abort tests) |
+//! | `tool429wait` | a `bash` call, then `e429wait` once the tool result comes back |
 //! | `e529` | 529 Anthropic-style `overloaded_error` |
 //! | `e500` `e503` | server errors |
 //! | `ectx` | 400 `context_length_exceeded` on every request with tools |
@@ -64,6 +66,8 @@ pub const SCENARIOS: &[&str] = &[
     "e403",
     "e404",
     "e429",
+    "e429wait",
+    "tool429wait",
     "equota",
     "e529",
     "e500",
@@ -249,7 +253,7 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 &mut out,
                 200,
                 &json!({"object": "list", "data": data}),
-                false,
+                None,
             )
         }
         ("POST", p) if p.ends_with("/chat/completions") => {
@@ -260,7 +264,7 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             &mut out,
             404,
             &json!({"error": {"message": format!("no route {} {}", req.method, req.path), "type": "invalid_request_error"}}),
-            false,
+            None,
         ),
     }
 }
@@ -343,15 +347,20 @@ fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
-fn write_json(out: &mut TcpStream, status: u16, body: &Value, retry: bool) -> io::Result<()> {
+fn write_json(
+    out: &mut TcpStream,
+    status: u16,
+    body: &Value,
+    retry_after_ms: Option<u64>,
+) -> io::Result<()> {
     let body = body.to_string();
     let mut head = format!(
         "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
         reason_phrase(status),
         body.len()
     );
-    if retry {
-        head.push_str("retry-after-ms: 10\r\n");
+    if let Some(ms) = retry_after_ms {
+        head.push_str(&format!("retry-after-ms: {ms}\r\n"));
     }
     head.push_str("\r\n");
     out.write_all(head.as_bytes())?;
@@ -368,7 +377,7 @@ enum Plan {
     Error {
         status: u16,
         body: Value,
-        retry: bool,
+        retry_after_ms: Option<u64>,
     },
     Stream {
         model: String,
@@ -450,7 +459,7 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
         == Some("tool");
     let err = |status: u16, body: Value| Plan::Error {
         status,
-        retry: status == 429 || status >= 500,
+        retry_after_ms: (status == 429 || status >= 500).then_some(10),
         body,
     };
     let ctx_error = || {
@@ -524,6 +533,28 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
             503,
             openai_error("Service Unavailable", "server_error", None),
         ),
+        "e429wait" => Plan::Error {
+            status: 429,
+            body: openai_error(
+                "Rate limit reached for requests",
+                "requests",
+                Some("rate_limit_exceeded"),
+            ),
+            retry_after_ms: Some(60_000),
+        },
+        "tool429wait" if after_tool => Plan::Error {
+            status: 429,
+            body: openai_error(
+                "Rate limit reached for requests",
+                "requests",
+                Some("rate_limit_exceeded"),
+            ),
+            retry_after_ms: Some(60_000),
+        },
+        "tool429wait" => stream(tool_answer(
+            "bash",
+            json!({"command": "echo hello-from-bash", "description": "Print greeting"}),
+        )),
         "ectx" => ctx_error(),
         "ectx1" => {
             let mut counters = lock(&shared.counters);
@@ -708,8 +739,8 @@ fn play(out: &mut TcpStream, plan: Plan, shared: &Shared) -> io::Result<()> {
         Plan::Error {
             status,
             body,
-            retry,
-        } => write_json(out, status, &body, retry),
+            retry_after_ms,
+        } => write_json(out, status, &body, retry_after_ms),
         Plan::Stream { model, events } => {
             let mut sse = Sse::start(out, &model)?;
             let mut errored = false;

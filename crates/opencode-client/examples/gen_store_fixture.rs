@@ -117,8 +117,17 @@ fn main() {
         );
     }
 
-    // Aborted through `opencode serve`: POST /session/{id}/abort while fk/slow streams.
-    if want("aborted") {
+    // Aborted through `opencode serve`: POST /session/{id}/abort while fk/slow streams, and
+    // while opencode waits to retry a 429 (fresh, and after a tool step).
+    let aborts: Vec<(&str, &str, usize)> = [
+        ("aborted", "slow", 1),
+        ("aborted_in_retry", "e429wait", 1),
+        ("aborted_in_retry_after_tool", "tool429wait", 2),
+    ]
+    .into_iter()
+    .filter(|(name, _, _)| want(name))
+    .collect();
+    if !aborts.is_empty() {
         let port = free_port();
         let mut cmd = sb.command(
             &oc,
@@ -154,44 +163,44 @@ fn main() {
         std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
         let dir = sb.project_dir().to_string_lossy().into_owned();
         let q = format!("?directory={}", encode(&dir));
-        let created = http(port, "POST", &format!("/session{q}"), &json!({}));
-        let id = created["id"].as_str().unwrap().to_string();
-        let before = llm
-            .chat_requests("slow")
-            .iter()
-            .filter(|r| r.has_tools())
-            .count();
-        http(
-            port,
-            "POST",
-            &format!("/session/{id}/prompt_async{q}"),
-            &json!({"model": {"providerID": "fk", "modelID": "slow"},
-                    "parts": [{"type": "text", "text": "fixture aborted by the user"}]}),
-        );
-        if !llm.wait_for(Duration::from_secs(60), |r| {
-            r.iter()
-                .filter(|r| r.model() == Some("slow") && r.has_tools())
-                .count()
-                > before
-        }) {
-            let msgs = http(
+        for (name, model, requests) in aborts {
+            let created = http(port, "POST", &format!("/session{q}"), &json!({}));
+            let id = created["id"].as_str().unwrap().to_string();
+            let tool_requests = |r: &[bridge_testkit::RecordedRequest]| {
+                r.iter()
+                    .filter(|r| r.model() == Some(model) && r.has_tools())
+                    .count()
+            };
+            let before = tool_requests(&llm.requests());
+            http(
                 port,
-                "GET",
-                &format!("/session/{id}/message{q}"),
-                &Value::Null,
+                "POST",
+                &format!("/session/{id}/prompt_async{q}"),
+                &json!({"model": {"providerID": "fk", "modelID": model},
+                        "parts": [{"type": "text", "text": format!("fixture {name} by the user")}]}),
             );
-            let log = std::fs::read_to_string(sb.root().join("serve.log")).unwrap_or_default();
-            stop(&mut server);
-            panic!(
-                "slow request never came; messages: {msgs}\nserve log tail: {}",
-                &log[log.len().saturating_sub(4000)..]
-            );
+            if !llm.wait_for(Duration::from_secs(60), |r| {
+                tool_requests(r) >= before + requests
+            }) {
+                let msgs = http(
+                    port,
+                    "GET",
+                    &format!("/session/{id}/message{q}"),
+                    &Value::Null,
+                );
+                let log = std::fs::read_to_string(sb.root().join("serve.log")).unwrap_or_default();
+                stop(&mut server);
+                panic!(
+                    "{name}: the request never came; messages: {msgs}\nserve log tail: {}",
+                    &log[log.len().saturating_sub(4000)..]
+                );
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            http(port, "POST", &format!("/session/{id}/abort{q}"), &json!({}));
+            std::thread::sleep(Duration::from_secs(2));
+            record(name, Some(id), None);
         }
-        std::thread::sleep(Duration::from_secs(2));
-        http(port, "POST", &format!("/session/{id}/abort{q}"), &json!({}));
-        std::thread::sleep(Duration::from_secs(2));
         stop(&mut server);
-        record("aborted", Some(id), None);
     }
 
     // Copy out, checkpoint the WAL, make the file self-contained.

@@ -8,7 +8,7 @@
 //!    between a finished tool step and the next assistant message, or a new prompt on an old
 //!    session.
 //! 2. The last message is a user message (no reply written yet), or there is no assistant
-//!    message at all → *no outcome* (rule 6).
+//!    message at all → *no outcome* (rule 7).
 //! 3. The last assistant message has an error: `MessageAbortedError` → **interrupted**; any other
 //!    name → **failed**, with `Name: message` as the error text.
 //! 4. It is completed (`time.completed` set) with finish `tool-calls`: the loop stopped after a
@@ -16,10 +16,13 @@
 //!    permission ("…rejected permission…") → **interrupted**, with the error text
 //!    `permission rejected: <tool>`: the (auto-)rejection ended the run, as `opencode run` does
 //!    with exit code 0, but the work was not done, so neither succeeded nor failed fits.
-//!    Otherwise it is the normal hand-over to the next step → *no outcome* (rule 6).
-//! 5. It is completed with any other finish (`stop`, `length`, `content-filter`, none, …) →
+//!    Otherwise it is the normal hand-over to the next step → *no outcome* (rule 7).
+//! 5. It is completed with no finish at all → **interrupted**: the loop was stopped before the
+//!    model answered. opencode 1.18.33 writes exactly this (completed, no finish, no error, no
+//!    parts) when a run is aborted while it waits to retry a provider error.
+//! 6. It is completed with any other finish (`stop`, `length`, `content-filter`, …) →
 //!    **succeeded**.
-//! 6. *No outcome* (the message has neither `time.completed` nor an error, or rules 2/4 sent us
+//! 7. *No outcome* (the message has neither `time.completed` nor an error, or rules 2/4 sent us
 //!    here): the session is in `ctx.liveness.gone` → **interrupted** (its process is known to have
 //!    ended: killed or crashed); quiet for at least [`STALE_AFTER`] (`ctx.now_ms -
 //!    last_activity_ms`) → **stale?**; else → **running**.
@@ -56,8 +59,10 @@ pub fn derive_state(
             return (SessionState::Failed, Some(error_text(err)));
         }
         if m.completed_ms.is_some() {
-            if m.finish.as_deref() != Some("tool-calls") {
-                return (SessionState::Succeeded, None);
+            match m.finish.as_deref() {
+                None => return (SessionState::Interrupted, None),
+                Some("tool-calls") => {}
+                Some(_) => return (SessionState::Succeeded, None),
             }
             if let Some(tool) = rejected_tool(m) {
                 return (
@@ -154,6 +159,16 @@ mod tests {
                 (SessionState::Succeeded, None)
             );
         }
+    }
+
+    #[test]
+    fn completed_without_finish_is_interrupted() {
+        // What opencode writes when a run is aborted during a retry wait.
+        let m = assistant(json!({"completed": NOW - MIN}), vec![]);
+        assert_eq!(
+            derive_state(Some(&m), false, NOW - MIN, "ses_1", &ctx(&[], &[])),
+            (SessionState::Interrupted, None)
+        );
     }
 
     #[test]

@@ -114,6 +114,12 @@ fn store_state_of_every_fixture_session() {
         ("tooltask_child", SessionState::Succeeded, None),
         ("other_dir", SessionState::Succeeded, None),
         ("aborted", SessionState::Interrupted, None),
+        ("aborted_in_retry", SessionState::Interrupted, None),
+        (
+            "aborted_in_retry_after_tool",
+            SessionState::Interrupted,
+            None,
+        ),
         ("killed", SessionState::Running, None),
     ];
     for (name, state, error) in expect {
@@ -194,8 +200,8 @@ fn store_list_is_newest_first_with_limit() {
     let all = fx.list(SessionFilter::default(), &c);
     assert_eq!(all.backend, "store");
     assert_eq!(all.partial, None);
-    assert_eq!(all.sessions.len(), 10);
-    assert_eq!(all.scanned, 10);
+    assert_eq!(all.sessions.len(), 12);
+    assert_eq!(all.scanned, 12);
     for w in all.sessions.windows(2) {
         assert!(
             (w[0].updated_ms, &w[0].id) >= (w[1].updated_ms, &w[1].id),
@@ -228,7 +234,12 @@ fn store_filter_by_state() {
     assert_eq!(by(SessionState::Failed), sorted(&["e401"]));
     assert_eq!(
         by(SessionState::Interrupted),
-        sorted(&["aborted", "permission_rejected"])
+        sorted(&[
+            "aborted",
+            "aborted_in_retry",
+            "aborted_in_retry_after_tool",
+            "permission_rejected"
+        ])
     );
     assert_eq!(by(SessionState::Running), sorted(&["killed"]));
     assert_eq!(by(SessionState::Stale), Vec::<String>::new());
@@ -262,7 +273,7 @@ fn store_filter_by_agent_directory_title_prefix_children() {
             ..Default::default()
         })
         .len(),
-        9
+        11
     );
     assert_eq!(
         list(SessionFilter {
@@ -296,7 +307,7 @@ fn store_filter_by_agent_directory_title_prefix_children() {
         children: Children::Exclude,
         ..Default::default()
     });
-    assert_eq!(roots.len(), 9);
+    assert_eq!(roots.len(), 11);
     assert!(!roots.contains(&"tooltask_child".to_string()));
 }
 
@@ -378,7 +389,7 @@ fn store_scan_deadline_answers_partial() {
     assert_eq!(l.scanned, 0);
     assert_eq!(
         l.partial.as_deref(),
-        Some("stopped after 0 of 10 sessions (deadline 0 ms)")
+        Some("stopped after 0 of 12 sessions (deadline 0 ms)")
     );
 }
 
@@ -458,6 +469,18 @@ fn store_transcript_errors_reasoning_and_rejections() {
         a.messages.last().unwrap().error.as_ref().unwrap().name,
         "MessageAbortedError"
     );
+    // Aborted while waiting to retry a 429 after a tool step: the tool step is intact, the
+    // last message completed with no finish, no error and no parts.
+    let r = fx
+        .store
+        .transcript(&fx.id("aborted_in_retry_after_tool"), None, &c)
+        .unwrap();
+    assert_eq!(r.total_messages, 3);
+    assert_eq!(r.messages[1].finish.as_deref(), Some("tool-calls"));
+    let last = r.messages.last().unwrap();
+    assert!(last.completed_ms.is_some());
+    assert_eq!((&last.finish, &last.error), (&None, &None));
+    assert!(last.parts.is_empty());
     let k = fx.store.transcript(&fx.id("killed"), None, &c).unwrap();
     let dangling = k.messages.last().unwrap();
     assert_eq!(dangling.role, Role::Assistant);
