@@ -181,7 +181,7 @@ impl StoreSource {
              LEFT JOIN message lm ON lm.id = (SELECT m.id FROM message m WHERE m.session_id = s.id \
                ORDER BY m.time_created DESC, m.id DESC LIMIT 1) \
              LEFT JOIN message la ON la.id = (SELECT m.id FROM message m WHERE m.session_id = s.id \
-               AND json_extract(m.data, '$.role') = 'assistant' \
+               AND CASE WHEN json_valid(m.data) THEN json_extract(m.data, '$.role') END = 'assistant' \
                ORDER BY m.time_created DESC, m.id DESC LIMIT 1) \
              ORDER BY cand.time_updated DESC, cand.id DESC",
             cols = self.session_cols,
@@ -352,8 +352,8 @@ impl StoreSource {
             let found: Option<i64> = conn
                 .prepare_cached(
                     "SELECT 1 FROM part WHERE session_id = ?1 \
-                     AND json_extract(data, '$.type') = 'text' \
-                     AND json_extract(data, '$.text') LIKE ?2 ESCAPE '\\' LIMIT 1",
+                     AND CASE WHEN json_valid(data) THEN json_extract(data, '$.type') = 'text' \
+                       AND json_extract(data, '$.text') LIKE ?2 ESCAPE '\\' END LIMIT 1",
                 )
                 .and_then(|mut s| s.query_row([session_id, &pattern], |r| r.get(0)).optional())
                 .map_err(|e| self.err(e))?;
@@ -361,8 +361,9 @@ impl StoreSource {
         }
         let mut stmt = conn
             .prepare_cached(
-                "SELECT json_extract(data, '$.text') FROM part WHERE session_id = ?1 \
-                 AND json_extract(data, '$.type') = 'text'",
+                "SELECT CASE WHEN json_valid(data) THEN json_extract(data, '$.text') END \
+                 FROM part WHERE session_id = ?1 \
+                 AND CASE WHEN json_valid(data) THEN json_extract(data, '$.type') END = 'text'",
             )
             .map_err(|e| self.err(e))?;
         let mut rows = stmt.query([session_id]).map_err(|e| self.err(e))?;

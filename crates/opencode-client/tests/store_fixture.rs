@@ -589,6 +589,47 @@ fn store_unknown_schema_names_what_is_missing() {
     ));
 }
 
+#[test]
+fn store_tolerates_malformed_rows() {
+    let fx = fixture();
+    let ok = fx.id("ok");
+    {
+        // Damage a copy (the store itself is only ever read).
+        let w = rusqlite::Connection::open(&fx.db).unwrap();
+        w.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) \
+             VALUES ('msg_zzzz_bad', ?1, 9999999999999, 9999999999999, '{not json')",
+            [&ok],
+        )
+        .unwrap();
+        w.execute(
+            "INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) \
+             VALUES ('prt_zzzz_bad', 'msg_zzzz_bad', ?1, 1, 1, 'also {not json')",
+            [&ok],
+        )
+        .unwrap();
+    }
+    let store = StoreSource::open(&fx.db).unwrap();
+    let c = ctx(fx.newest_ms + MIN, &[], &[]);
+    let all = store.list(&SessionFilter::default(), &c).unwrap();
+    assert_eq!(all.sessions.len(), 12);
+    let found = store
+        .list(
+            &SessionFilter {
+                search: Some("plain answer".into()),
+                ..Default::default()
+            },
+            &c,
+        )
+        .unwrap();
+    assert_eq!(found.sessions.len(), 1);
+    let t = store.transcript(&ok, Some(1), &c).unwrap();
+    assert_eq!(t.total_messages, 3);
+    assert!(
+        matches!(&t.messages[0].parts[..], [Part::Other { part_type, .. }] if part_type == "unknown")
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // live: the real opencode writes while we read (WAL).
 
