@@ -297,6 +297,18 @@ impl OpencodeSandbox {
         cmd
     }
 
+    /// Like [`command`](Self::command), working in `dir`: sets the process cwd **and** `PWD`,
+    /// because opencode 1.18 takes its working directory from `PWD`.
+    pub fn command_in<I, S>(&self, dir: &Path, program: &Path, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = self.command(program, args);
+        cmd.current_dir(dir).env("PWD", dir);
+        cmd
+    }
+
     /// `opencode run --format json -m fk/<model>` with `prompt` on stdin; killed after `timeout`.
     pub fn run_json(
         &self,
@@ -386,6 +398,13 @@ mod tests {
                 .starts_with(&*sb.root().to_string_lossy())
         );
         assert!(sb.db_path().ends_with("data/opencode/opencode.db"));
+        let other = sb.root().join("elsewhere");
+        let cmd = sb.command_in(&other, Path::new("/bin/true"), ["x"]);
+        assert_eq!(cmd.get_current_dir(), Some(other.as_path()));
+        assert!(
+            cmd.get_envs()
+                .any(|(k, v)| k == "PWD" && v == Some(other.as_os_str()))
+        );
         // No inherited OPENCODE_* variable reaches the child.
         let cmd = sb.command(Path::new("/bin/true"), ["x"]);
         for (k, _) in cmd.get_envs() {

@@ -72,7 +72,8 @@ fn main() {
 
     // A run in a second directory (for the directory filter), with reasoning and a custom title.
     if want("other_dir") {
-        let mut cmd = sb.command(
+        let cmd = sb.command_in(
+            &other,
             &oc,
             [
                 "run",
@@ -84,7 +85,6 @@ fn main() {
                 "DOCS/build: reasoning in other dir",
             ],
         );
-        cmd.env("PWD", &other).current_dir(&other);
         let out = run_with_stdin(cmd, "fixture other directory");
         record("other_dir", session_of(&out), None);
     }
