@@ -3,7 +3,9 @@
 //! functions, so a person sees exactly what the model sees.
 
 use crate::config::Settings;
-use crate::tools::{Call, OutputArgs, SESSIONS_DEFAULT_LIMIT, SessionsArgs, StartArgs};
+use crate::tools::{
+    Call, OutputArgs, REPLY_CAP_CHARS, SESSIONS_DEFAULT_LIMIT, SessionsArgs, StartArgs,
+};
 use bridge_policy::{
     Access, AgentMode as PolicyAgentMode, DelegationRequest, PolicyView, Roster, SystemEnv,
     evaluate,
@@ -72,8 +74,12 @@ impl App {
         }
     }
 
-    /// Runs one validated call.
+    /// Runs one validated call. No reply is longer than [`REPLY_CAP_CHARS`].
     pub async fn call(&self, call: Call) -> Result<String, String> {
+        self.call_uncapped(call).await.map(|text| cap_reply(&text))
+    }
+
+    async fn call_uncapped(&self, call: Call) -> Result<String, String> {
         match call {
             Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode.as_deref()),
             Call::Sessions(args) => self.sessions(args).await,
@@ -310,6 +316,19 @@ fn open_store(path: &Path) -> Result<Box<dyn SessionSource>, ClientError> {
     Ok(Box::new(opencode_client::store::StoreSource::open(path)?))
 }
 
+/// Cuts a reply to [`REPLY_CAP_CHARS`], keeping its start and saying how much was cut.
+fn cap_reply(text: &str) -> String {
+    let total = text.chars().count();
+    if total <= REPLY_CAP_CHARS {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(REPLY_CAP_CHARS).collect();
+    format!(
+        "{head}\n[… {} characters cut: the reply limit is {REPLY_CAP_CHARS}; narrow the request (limit, filters, head/tail, max_chars)]\n",
+        total - REPLY_CAP_CHARS
+    )
+}
+
 /// Runs blocking work (store scans, HTTP calls) off the async thread.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
@@ -346,4 +365,30 @@ pub fn parse_task_id(text: &str) -> Result<TaskId, String> {
     digits.parse::<TaskId>().map_err(|_| {
         format!("bad argument `id`: {text:?} is not a task id; use the number opencode_start returned (opencode_list shows them)")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_ids_in_several_spellings() {
+        for s in ["3", "task 3", "task-3", "t3", "#3", " 3 "] {
+            assert_eq!(parse_task_id(s), Ok(3), "{s}");
+        }
+        assert!(
+            parse_task_id("ses_abc")
+                .unwrap_err()
+                .contains("not a task id")
+        );
+    }
+
+    #[test]
+    fn replies_are_capped() {
+        let long = "x".repeat(REPLY_CAP_CHARS + 5);
+        let capped = cap_reply(&long);
+        assert!(capped.starts_with(&"x".repeat(REPLY_CAP_CHARS)));
+        assert!(capped.contains("5 characters cut"));
+        assert_eq!(cap_reply("short"), "short");
+    }
 }

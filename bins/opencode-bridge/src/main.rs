@@ -1,5 +1,19 @@
 //! `opencode-bridge`: with no arguments, an MCP server on stdio; with a subcommand, the same
 //! views for a person at a terminal.
+//!
+//! Module map:
+//! - `server`: the only MCP-aware code (rmcp `ServerHandler`: identity, instructions, tool list,
+//!   calls, cancellation, shutdown on stdin EOF / SIGTERM / SIGINT);
+//! - `tools`: the ten tool definitions (hand-written JSON Schemas, annotations) and the argument
+//!   validation that runs before anything else;
+//! - `app`: what each tool does, in plain Rust: policy (bridge-policy), sessions
+//!   (opencode-client), tasks and processes (run-supervisor), text (bridge-render);
+//! - `cli`: clap subcommands and `doctor`, going through `tools` and `app` like the server;
+//! - `config`: the binary's own settings and the table of every environment variable.
+//!
+//! Invariants: stdout carries only MCP messages (logs go to stderr); every argument is validated
+//! before work starts; a tool failure is a one-line `isError` text, an unknown tool a JSON-RPC
+//! error; the process never exits while a task it started is still running.
 
 mod app;
 mod cli;
