@@ -35,7 +35,11 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         None | Some(cli::Command::Serve) => {
             let app = Arc::new(app::App::new(config::Settings::from_env(), true));
-            runtime.block_on(server::serve(app))
+            let outcome = runtime.block_on(server::serve(app));
+            // Every task is stopped by now; a blocking read still waiting on a hung service
+            // (abandoned by a cancelled call) must not keep the process alive.
+            runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+            outcome
         }
         Some(command) => {
             let app = app::App::new(config::Settings::from_env(), false);

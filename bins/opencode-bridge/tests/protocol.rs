@@ -197,6 +197,13 @@ fn cancelled_call_gets_no_response_and_the_server_keeps_serving() {
     }
     let stderr = server.stderr();
     assert!(stderr.contains("call cancelled by the client"), "{stderr}");
+    // The abandoned read does not hold the process after stdin closes.
+    server.close_stdin();
+    let started = std::time::Instant::now();
+    server
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits although a read is still blocked on the hung service");
+    assert!(started.elapsed() < Duration::from_secs(8));
 }
 
 #[test]

@@ -114,6 +114,12 @@ fn cancel_stops_the_task_then_reports_it_ended() {
     );
     let (status, _) = server.call_text(5, "opencode_status", json!({"id": "1"}));
     assert!(status.contains("cancelled"), "{status}");
+    insta::assert_snapshot!("status_cancelled", redact(&status, &world));
+    let (list, _) = server.call_text(7, "opencode_list", json!({}));
+    insta::assert_snapshot!("list_after_cancel", redact(&list, &world));
+    let (result, is_error) = server.call_text(8, "opencode_result", json!({"id": "1"}));
+    assert!(!is_error, "{result}");
+    insta::assert_snapshot!("result_cancelled", redact(&result, &world));
     let (unknown, is_error) = server.call_text(6, "opencode_status", json!({"id": "9"}));
     assert!(is_error);
     assert!(
