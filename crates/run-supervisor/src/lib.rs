@@ -32,7 +32,9 @@ pub use events::{RunSummary, TokenUsage, ToolCall};
 pub use procs::ProcId;
 pub use proctable::{OpencodeProcess, ProcessKind};
 pub use spec::{AgentMode, SupervisorConfig, TaskSpec};
-pub use supervisor::{CancelOutcome, Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState};
+pub use supervisor::{
+    CancelOutcome, MAX_FINISHED_TASKS, Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState,
+};
 
 /// Why a task was not started. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
