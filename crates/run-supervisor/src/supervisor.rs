@@ -29,7 +29,10 @@ use crate::spec::{SupervisorConfig, TaskSpec};
 const RAW_STDOUT_CAP: usize = 256 * 1024;
 
 /// Finished tasks kept in the table; older finished ones are forgotten first.
-pub const MAX_FINISHED_TASKS: usize = 500;
+pub const MAX_FINISHED_TASKS: usize = 200;
+
+/// stderr bytes kept once a task has finished (its tail).
+const FINISHED_STDERR: usize = 64 * 1024;
 
 /// Identifies a task of this supervisor (1, 2, 3, ...).
 pub type TaskId = u64;
@@ -149,6 +152,8 @@ pub struct TaskOutput {
     pub unknown_events: usize,
     /// Bytes of raw stdout dropped by the 2 MB capture.
     pub stdout_bytes_dropped: u64,
+    /// Type names of the unknown events seen (first 20).
+    pub unknown_event_types: Vec<String>,
 }
 
 /// What `cancel` did.
@@ -185,6 +190,7 @@ struct Record {
     last_event: Option<Instant>,
     summary: RunSummary,
     stdout: HeadTail,
+    stdout_dropped: u64,
     stderr: HeadTail,
     failure: Option<Failure>,
     retry_at: Option<Instant>,
@@ -330,6 +336,7 @@ impl Supervisor {
                     last_event: None,
                     summary: RunSummary::new(cfg.output_cap),
                     stdout: HeadTail::new(RAW_STDOUT_CAP.min(cfg.output_cap)),
+                    stdout_dropped: 0,
                     stderr: HeadTail::new(cfg.output_cap),
                     failure: None,
                     retry_at: None,
@@ -398,7 +405,8 @@ impl Supervisor {
             stderr_tail,
             malformed_lines: r.summary.malformed,
             unknown_events: r.summary.unknown,
-            stdout_bytes_dropped: r.stdout.dropped_bytes(),
+            stdout_bytes_dropped: r.stdout.dropped_bytes().max(r.stdout_dropped),
+            unknown_event_types: r.summary.unknown_types.clone(),
         })
     }
 
@@ -537,6 +545,14 @@ fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure
     shared.with(id, |r| {
         r.state = state;
         r.failure = failure;
+        // A finished task keeps its text; raw events and most of stderr are no longer needed.
+        r.stdout_dropped = r.stdout.dropped_bytes();
+        r.stdout = HeadTail::new(2);
+        if r.stderr.kept_bytes() > FINISHED_STDERR {
+            let tail = r.stderr.tail_string(FINISHED_STDERR);
+            r.stderr = HeadTail::new(FINISHED_STDERR + 16);
+            r.stderr.push(tail.as_bytes());
+        }
         r.finished = Some(Instant::now());
         r.retry_at = None;
         r.done.send_replace(true);

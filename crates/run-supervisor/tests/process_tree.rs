@@ -551,3 +551,19 @@ async fn the_process_table_shows_our_fake_runs() {
             .all(|q| q.pid != p.pid)
     );
 }
+
+#[tokio::test]
+async fn old_finished_tasks_are_forgotten_first() {
+    let w = World::new();
+    let sup = Supervisor::new(w.config());
+    let n = run_supervisor::MAX_FINISHED_TASKS + 2;
+    for _ in 0..n {
+        let id = sup.start(w.spec("exit:0")).unwrap();
+        finish(&sup, id, Duration::from_secs(20)).await;
+    }
+    let list = sup.list();
+    assert_eq!(list.len(), run_supervisor::MAX_FINISHED_TASKS);
+    assert!(sup.status(1).is_none() && sup.status(2).is_none());
+    assert!(sup.status(n as u64).is_some());
+    assert_eq!(list[0].id, 3);
+}
