@@ -152,8 +152,6 @@ pub struct TaskOutput {
     pub unknown_events: usize,
     /// Bytes of raw stdout dropped by the 2 MB capture.
     pub stdout_bytes_dropped: u64,
-    /// Type names of the unknown events seen (first 20).
-    pub unknown_event_types: Vec<String>,
 }
 
 /// What `cancel` did.
@@ -406,7 +404,6 @@ impl Supervisor {
             malformed_lines: r.summary.malformed,
             unknown_events: r.summary.unknown,
             stdout_bytes_dropped: r.stdout.dropped_bytes().max(r.stdout_dropped),
-            unknown_event_types: r.summary.unknown_types.clone(),
         })
     }
 
