@@ -567,3 +567,22 @@ async fn old_finished_tasks_are_forgotten_first() {
     assert!(sup.status(n as u64).is_some());
     assert_eq!(list[0].id, 3);
 }
+
+#[tokio::test]
+async fn a_binary_that_is_not_opencode_fails_the_task_as_spawn() {
+    let w = World::new();
+    let mut cfg = w.config();
+    cfg.opencode_bin = Some(PathBuf::from("/bin/true"));
+    let sup = Supervisor::new(cfg);
+    let id = sup.start(w.spec("ok")).unwrap();
+    let s = finish(&sup, id, Duration::from_secs(20)).await;
+    assert_eq!(s.state, TaskState::Failed);
+    let f = s.failure.unwrap();
+    assert_eq!(f.kind, FailureKind::Spawn);
+    assert!(
+        f.message.contains("does not look like opencode"),
+        "{}",
+        f.message
+    );
+    assert!(f.advice.contains("OPENCODE_BIN"));
+}
