@@ -6,6 +6,7 @@
 
 pub mod bins;
 pub mod fake_anthropic;
+pub mod fake_claude_api;
 pub mod fake_llm;
 pub mod sandbox;
 
