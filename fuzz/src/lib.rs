@@ -1,0 +1,18 @@
+//! Fuzz harnesses of opencode-bridge (see `docs/FUZZING.md`). Each module's `run(&[u8])` is one
+//! cargo-fuzz target; the files under `harness/` are also compiled by the corpus replay tests of
+//! the crates they exercise, so plain `cargo test` runs every committed seed.
+
+#[path = "../harness/events.rs"]
+pub mod events;
+#[path = "../harness/service.rs"]
+pub mod service;
+#[path = "../harness/store.rs"]
+pub mod store;
+#[path = "../harness/tool_args.rs"]
+pub mod tool_args;
+
+/// The binary's tool definitions and argument validation, compiled here by path (the binary
+/// has no library target). Only `serde_json` is needed by that file.
+#[path = "../../bins/opencode-bridge/src/tools.rs"]
+#[allow(dead_code)]
+mod tools;
