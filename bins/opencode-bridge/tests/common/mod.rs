@@ -199,8 +199,13 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Ends the bridge the way a client does (stdin EOF), so it stops the tasks it started;
+    /// SIGKILL only if it does not exit in time. Killing it outright would orphan its runs.
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        self.close_stdin();
+        if self.wait_exit(Duration::from_secs(20)).is_none() {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
