@@ -14,7 +14,7 @@
 //! | `claude-fake-bash` | a `Bash` call running `BASH_CMD=<command>` from the prompt (to the end of its line), then text echoing the result |
 //! | `claude-fake-slow` | streams a ping every 250 ms for 120 s, then text |
 //! | `claude-fake-429` | 429 `rate_limit_error` with `retry-after: 1` and `anthropic-ratelimit-requests-reset` one hour ahead |
-//! | `claude-fake-usage` | 429 with `anthropic-ratelimit-unified-status: rejected` and `anthropic-ratelimit-unified-reset` = [`USAGE_RESET_EPOCH`] (a subscription usage limit) |
+//! | `claude-fake-usage` | 429 with `anthropic-ratelimit-unified-status: rejected`, `anthropic-ratelimit-unified-reset` = [`USAGE_RESET_EPOCH`] and the message `Claude AI usage limit reached\|<that epoch>` (how a subscription limit is reported; with an API key Claude Code 2.1.328 passes only the message on) |
 //! | `claude-fake-529` | 529 `overloaded_error` |
 //! | `claude-fake-401` | 401 `authentication_error` |
 //! | `claude-fake-long` | 400 `invalid_request_error` "prompt is too long" |
@@ -351,7 +351,7 @@ fn handle(
             "application/json",
             &error_body(
                 "rate_limit_error",
-                "This request would exceed your account's rate limit. Please try again later.",
+                &format!("Claude AI usage limit reached|{USAGE_RESET_EPOCH}"),
             ),
         );
     }

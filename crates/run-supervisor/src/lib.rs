@@ -15,17 +15,20 @@
 #![deny(unsafe_code)]
 
 pub mod capture;
+pub mod claude;
 pub mod classify;
 pub mod command;
 pub mod events;
 mod procs;
 pub mod proctable;
+pub mod quota;
 mod spec;
 mod supervisor;
 
 use std::path::PathBuf;
 
 pub use capture::{Cut, cut_text};
+pub use claude::Runner;
 pub use classify::{ExitInfo, Failure, FailureKind};
 pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
@@ -74,4 +77,15 @@ pub enum StartError {
     /// `shutdown` was called.
     #[error("the bridge is shutting down: no new task is started")]
     ShuttingDown,
+    /// An earlier run on the same account was refused for quota or a usage limit, and its
+    /// window has not reset yet.
+    #[error(
+        "the {account} account is out of quota or at its usage limit until {until} (an earlier run was refused): wait until then, or use a model of another provider"
+    )]
+    QuotaWindow {
+        /// `claude` or the opencode provider.
+        account: String,
+        /// When the window resets (UTC, RFC 3339).
+        until: String,
+    },
 }

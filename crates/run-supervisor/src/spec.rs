@@ -74,6 +74,9 @@ impl TaskSpec {
 pub struct SupervisorConfig {
     /// `OPENCODE_BIN`; `None` looks for `opencode` on PATH.
     pub opencode_bin: Option<PathBuf>,
+    /// `CLAUDE_BIN`; `None` looks for `claude` on PATH (used for Claude models: sonnet, opus,
+    /// haiku, claude-…).
+    pub claude_bin: Option<PathBuf>,
     /// `OPENCODE_BRIDGE_ROOT` (default: the current directory): every task cwd must be inside.
     pub root: PathBuf,
     /// `OPENCODE_BRIDGE_MODEL`: `provider/model[#variant]` for tasks that name none.
@@ -112,6 +115,7 @@ impl Default for SupervisorConfig {
     fn default() -> Self {
         SupervisorConfig {
             opencode_bin: None,
+            claude_bin: None,
             root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             default_model: None,
             max_parallel: 6,
@@ -143,6 +147,9 @@ impl SupervisorConfig {
         let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
         if let Some(b) = get("OPENCODE_BIN").filter(|s| !s.trim().is_empty()) {
             c.opencode_bin = Some(PathBuf::from(b));
+        }
+        if let Some(b) = get("CLAUDE_BIN").filter(|s| !s.trim().is_empty()) {
+            c.claude_bin = Some(PathBuf::from(b));
         }
         if let Some(r) = get("OPENCODE_BRIDGE_ROOT").filter(|s| !s.trim().is_empty()) {
             c.root = PathBuf::from(r);

@@ -23,6 +23,8 @@ use crate::events::{RunSummary, TokenUsage, ToolCall};
 use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
 use crate::spec::{SupervisorConfig, TaskSpec};
+use crate::claude::{self, ClaudeStream, Runner};
+use crate::quota;
 
 /// Raw stdout kept per attempt (events are folded as they arrive; the raw lines are only
 /// kept for the byte counts and debugging).
@@ -178,6 +180,8 @@ struct Record {
     cwd: PathBuf,
     model: Option<String>,
     read_only: bool,
+    runner: Runner,
+    claude: ClaudeStream,
     state: TaskState,
     attempts: u32,
     accepted: Instant,
@@ -202,6 +206,8 @@ struct Inner {
     tasks: BTreeMap<TaskId, Record>,
     next_id: TaskId,
     shutting_down: bool,
+    /// Account key → until when starts are refused (quota or usage limit with a reset time).
+    quota_until: BTreeMap<String, SystemTime>,
 }
 
 #[derive(Debug)]
@@ -283,14 +289,28 @@ impl Supervisor {
         }
         let cfg = &self.shared.config;
         let cwd = command::check_cwd(&spec.cwd, &cfg.root)?;
-        let bin = command::resolve_binary(cfg.opencode_bin.as_deref())
-            .map_err(StartError::BinaryMissing)?;
+        let model = spec.model.clone().or_else(|| cfg.default_model.clone());
+        let runner = Runner::for_model(model.as_deref());
+        let account = quota::account_key(runner, model.as_deref());
+        let bin = match runner {
+            Runner::Opencode => command::resolve_binary(cfg.opencode_bin.as_deref()),
+            Runner::Claude => claude::resolve_claude(cfg.claude_bin.as_deref()),
+        }
+        .map_err(StartError::BinaryMissing)?;
         let (stop_tx, stop_rx) = watch::channel(None);
         let (done_tx, _) = watch::channel(false);
         let id = {
             let mut inner = self.shared.lock();
             if inner.shutting_down {
                 return Err(StartError::ShuttingDown);
+            }
+            if let Some(&until) = inner.quota_until.get(&account)
+                && until > SystemTime::now()
+            {
+                return Err(StartError::QuotaWindow {
+                    account,
+                    until: claude::fmt_utc(until),
+                });
             }
             let running = inner
                 .tasks
@@ -324,6 +344,8 @@ impl Supervisor {
                     cwd: cwd.clone(),
                     model: spec.model.clone().or_else(|| cfg.default_model.clone()),
                     read_only: spec.read_only,
+                    runner,
+                    claude: ClaudeStream::default(),
                     state: TaskState::Starting,
                     attempts: 0,
                     accepted: Instant::now(),
@@ -462,10 +484,46 @@ impl Supervisor {
         }
     }
 
-    /// The opencode process table, with this supervisor's tasks marked (task id, session id).
+    /// The runner of a task: opencode or Claude Code (`None`: unknown id).
+    pub fn runner(&self, id: TaskId) -> Option<Runner> {
+        self.shared.lock().tasks.get(&id).map(|r| r.runner)
+    }
+
+    /// Quota windows in force: account key (`claude` or an opencode provider) and the time
+    /// until which starts that would use it are refused.
+    pub fn quota_windows(&self) -> Vec<(String, SystemTime)> {
+        let now = SystemTime::now();
+        self.shared
+            .lock()
+            .quota_until
+            .iter()
+            .filter(|(_, t)| **t > now)
+            .map(|(k, t)| (k.clone(), *t))
+            .collect()
+    }
+
+    /// The opencode process table, with this supervisor's tasks marked (task id, session id),
+    /// followed by the running `claude -p` processes of its Claude tasks (kind `claude -p`).
     pub fn processes(&self) -> Vec<OpencodeProcess> {
         let mut table = proctable::scan();
         let inner = self.shared.lock();
+        for (&id, r) in &inner.tasks {
+            if r.runner == Runner::Claude
+                && !r.state.is_finished()
+                && let Some(root) = r.root
+                && root.is_alive()
+                && let Some(p) = claude::process_entry(
+                    root.pid,
+                    id,
+                    &r.agent,
+                    &r.title,
+                    r.model.as_deref(),
+                    r.claude_session(),
+                )
+            {
+                table.push(p);
+            }
+        }
         for p in &mut table {
             for (&id, r) in &inner.tasks {
                 if let Some(root) = r.root
@@ -538,7 +596,68 @@ fn snapshot(
     }
 }
 
+impl Record {
+    fn claude_session(&self) -> Option<&str> {
+        self.summary.session_id.as_deref()
+    }
+
+    /// Folds one stdout line with the parser of the task's runner.
+    fn push_out(&mut self, line: &str) -> bool {
+        match self.runner {
+            Runner::Opencode => self.summary.push_line(line),
+            Runner::Claude => self.claude.push_line(&mut self.summary, line),
+        }
+    }
+
+    /// The failure of a finished attempt, by the rules of the task's runner.
+    fn classify_attempt(&self, stderr: &str, exit: ExitInfo) -> Option<Failure> {
+        match self.runner {
+            Runner::Opencode => classify(&self.summary, stderr, exit),
+            Runner::Claude => {
+                claude::classify(&self.summary, &self.claude, stderr, exit).map(|c| c.failure)
+            }
+        }
+    }
+
+    /// When the quota window that refused this task resets, if the refusal said so.
+    fn quota_reset(&self) -> Option<SystemTime> {
+        match self.runner {
+            Runner::Claude => {
+                let text = self.claude.result.as_ref().map(|r| r.text.as_str());
+                self.claude
+                    .limit_reset
+                    .or_else(|| text.and_then(claude::reset_in_text))
+                    .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s))
+            }
+            Runner::Opencode => self
+                .summary
+                .errors
+                .last()
+                .and_then(|e| e.raw.get("data").and_then(|d| d.get("responseHeaders")))
+                .and_then(|h| quota::reset_from_headers(h, SystemTime::now())),
+        }
+    }
+}
+
+/// Remembers the quota window of a task refused for quota, so later starts on the same account
+/// are refused early.
+fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
+    if failure.is_none_or(|f| f.kind != FailureKind::Quota) {
+        return;
+    }
+    let mut inner = shared.lock();
+    let Some(r) = inner.tasks.get(&id) else {
+        return;
+    };
+    let Some(until) = r.quota_reset().filter(|t| *t > SystemTime::now()) else {
+        return;
+    };
+    let key = quota::account_key(r.runner, r.model.as_deref());
+    inner.quota_until.insert(key, until);
+}
+
 fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure>) {
+    note_quota_window(shared, id, failure.as_ref());
     shared.with(id, |r| {
         r.state = state;
         r.failure = failure;
@@ -592,7 +711,11 @@ async fn run_task(
     let cfg = shared.config.clone();
     let timeout = spec.timeout.unwrap_or(cfg.default_timeout);
     let deadline = tokio::time::Instant::now() + timeout;
-    let caps = {
+    let runner = shared.with(id, |r| r.runner).unwrap_or_default();
+    let caps = if runner == Runner::Claude {
+        // Claude Code's flags are fixed; nothing to detect.
+        Ok(Capabilities::default())
+    } else {
         let env = cfg.env.clone();
         let b = bin.clone();
         shared
@@ -681,7 +804,7 @@ async fn run_task(
                             && exit.code != Some(0)
                             && store_setup_error(&stderr);
                         (
-                            classify(&r.summary, &stderr, exit),
+                            r.classify_attempt(&stderr, exit),
                             r.summary.produced_output,
                             race,
                         )
@@ -792,7 +915,13 @@ async fn run_attempt(
         prompt_file_threshold: cfg.prompt_file_threshold,
         prompt_file_path: prompt_path,
     };
-    let launch = match command::build_launch(spec, cwd, &ctx) {
+    let launch = if shared.with(id, |r| r.runner) == Some(Runner::Claude) {
+        let model = spec.model.as_deref().or(cfg.default_model.as_deref());
+        Ok(claude::build_launch(spec, cwd, bin, model, &cfg.env))
+    } else {
+        command::build_launch(spec, cwd, &ctx)
+    };
+    let launch = match launch {
         Ok(l) => l,
         Err(e) => return AttemptEnd::SpawnFailed(e),
     };
@@ -837,6 +966,7 @@ async fn run_attempt(
         r.attempt_started = Some(Instant::now());
         r.last_event = None;
         r.summary = RunSummary::new(cfg.output_cap);
+        r.claude = ClaudeStream::default();
         r.stdout = HeadTail::new(RAW_STDOUT_CAP.min(cfg.output_cap));
         r.stderr = HeadTail::new(cfg.output_cap);
         r.exit = None;
@@ -999,7 +1129,7 @@ async fn read_stream(
             }
             pending.extend_from_slice(line);
             let text = String::from_utf8_lossy(&pending);
-            if r.summary.push_line(&text) {
+            if r.push_out(&text) {
                 r.last_event = Some(Instant::now());
             }
             pending.clear();
@@ -1016,7 +1146,7 @@ async fn read_stream(
     if is_stdout && !pending.is_empty() && !skipping {
         let text = String::from_utf8_lossy(&pending).into_owned();
         shared.with(id, |r| {
-            if r.summary.push_line(&text) {
+            if r.push_out(&text) {
                 r.last_event = Some(Instant::now());
             }
         });

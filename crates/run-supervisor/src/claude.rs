@@ -1,0 +1,954 @@
+//! The second runner: Claude Code's headless mode (`claude -p`) for bare Claude model ids.
+//!
+//! - [`Runner::for_model`] picks the runner from the model string: provider-prefixed models
+//!   (`openai/gpt-5`, `anthropic/claude-sonnet-4-5`) run through opencode; `claude/<model>`,
+//!   the aliases in [`CLAUDE_ALIASES`] and ids starting with `claude-` run through `claude -p`.
+//! - [`build_launch`] gives the command line: `-p --output-format stream-json --verbose`, the
+//!   model, a tool set fenced by `--tools` (read-only tasks get [`READ_TOOLS`] only), a
+//!   permission mode that never prompts, and no MCP server at all (`--strict-mcp-config`), so
+//!   a delegated run cannot reach back into the bridge.
+//! - [`ClaudeStream`] folds stream-json lines into the same [`RunSummary`] opencode runs use.
+//! - [`classify`] names failures with the same kinds, and finds the reset time of a usage
+//!   limit when Claude Code reports one.
+//!
+//! Facts marked *(observed)* in `docs/ERRORS.md` come from Claude Code 2.1.328 against the
+//! fake endpoint of `bridge_testkit::fake_claude_api`.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::classify::{ExitInfo, Failure, FailureKind, classify_error, strip_ansi};
+use crate::command::{DROPPED_ENV, Launch};
+use crate::events::{ErrorEvent, RunSummary, ToolCall};
+use crate::spec::TaskSpec;
+
+/// Which program runs a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Runner {
+    /// `opencode run --format json`.
+    #[default]
+    Opencode,
+    /// `claude -p --output-format stream-json`.
+    Claude,
+}
+
+/// Bare model names that mean Claude Code's own aliases.
+pub const CLAUDE_ALIASES: &[&str] = &[
+    "sonnet", "opus", "haiku", "fable", "opusplan", "default", "best",
+];
+
+/// Built-in Claude Code tools of a read-only run.
+pub const READ_TOOLS: &[&str] = &["Read", "Grep", "Glob"];
+
+/// Built-in Claude Code tools of an editing run.
+pub const EDIT_TOOLS: &[&str] = &["Read", "Grep", "Glob", "Edit", "Write", "Bash"];
+
+/// Variables of a parent Claude Code session that a delegated run must not inherit.
+pub const CLAUDE_DROPPED_ENV: &[&str] = &[
+    "CLAUDECODE",
+    "CLAUDE_CODE_ENTRYPOINT",
+    "CLAUDE_CODE_SSE_PORT",
+    "CLAUDE_CODE_SESSION_ID",
+];
+
+impl Runner {
+    /// The runner for a model string (`None`: no model at all → opencode's default model).
+    ///
+    /// ```
+    /// use run_supervisor::Runner;
+    /// assert_eq!(Runner::for_model(Some("openai/gpt-5")), Runner::Opencode);
+    /// assert_eq!(Runner::for_model(Some("anthropic/claude-sonnet-4-5")), Runner::Opencode);
+    /// assert_eq!(Runner::for_model(Some("sonnet")), Runner::Claude);
+    /// assert_eq!(Runner::for_model(Some("claude-haiku-4-5")), Runner::Claude);
+    /// assert_eq!(Runner::for_model(Some("claude/opus")), Runner::Claude);
+    /// assert_eq!(Runner::for_model(None), Runner::Opencode);
+    /// ```
+    pub fn for_model(model: Option<&str>) -> Runner {
+        let Some(m) = model.map(str::trim).filter(|m| !m.is_empty()) else {
+            return Runner::Opencode;
+        };
+        let lower = m.to_ascii_lowercase();
+        if lower.starts_with("claude/") {
+            return Runner::Claude;
+        }
+        if lower.contains('/') {
+            return Runner::Opencode;
+        }
+        let base = lower.split(['#', '[']).next().unwrap_or("");
+        if base.starts_with("claude-") || CLAUDE_ALIASES.contains(&base) {
+            Runner::Claude
+        } else {
+            Runner::Opencode
+        }
+    }
+
+    /// `opencode` or `claude`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runner::Opencode => "opencode",
+            Runner::Claude => "claude",
+        }
+    }
+}
+
+impl std::fmt::Display for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The model and effort passed to `claude`: `claude/` is dropped, `#<effort>` becomes
+/// `--effort <effort>`.
+pub fn claude_model(model: &str) -> (String, Option<String>) {
+    let m = model.trim();
+    let m = m
+        .strip_prefix("claude/")
+        .or_else(|| m.strip_prefix("Claude/"))
+        .unwrap_or(m);
+    match m.split_once('#') {
+        Some((m, e)) if !e.trim().is_empty() => (m.trim().to_owned(), Some(e.trim().to_owned())),
+        Some((m, _)) => (m.trim().to_owned(), None),
+        None => (m.to_owned(), None),
+    }
+}
+
+/// Finds the claude binary: `explicit` (from `CLAUDE_BIN`) if given, else `claude` on `PATH`.
+pub fn resolve_claude(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let exec = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if let Some(p) = explicit {
+        return if exec(p) {
+            Ok(p.to_path_buf())
+        } else {
+            Err(format!(
+                "CLAUDE_BIN={} is not an executable file: fix the path or unset it to use `claude` from PATH",
+                p.display()
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("claude"))
+        .find(|c| exec(c))
+        .ok_or_else(|| "claude was not found on PATH: install Claude Code (npm i -g @anthropic-ai/claude-code) or set CLAUDE_BIN to its path; a Claude model (sonnet, opus, haiku, claude-…) runs through it".to_owned())
+}
+
+/// The command line, environment and stdin of one `claude -p` attempt in `cwd`.
+///
+/// The tool set is fenced by `--tools` (a tool outside it does not exist for the run, whatever
+/// the user's settings allow): read-only tasks get [`READ_TOOLS`] with `--permission-mode
+/// dontAsk` (anything that would ask is denied, e.g. a read outside the directory); editing
+/// tasks get [`EDIT_TOOLS`] with `acceptEdits` (edits inside the directory are accepted,
+/// outside denied) and `Bash` allowed. `--permission-prompts none` makes sure nothing waits for
+/// an answer. `--strict-mcp-config` with an empty `--mcp-config` gives the run no MCP server.
+pub fn build_launch(
+    spec: &TaskSpec,
+    cwd: &Path,
+    program: &Path,
+    model: Option<&str>,
+    base_env: &[(String, String)],
+) -> Launch {
+    let mut args: Vec<OsString> = ["-p", "--output-format", "stream-json", "--verbose"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    if let Some(m) = model.filter(|m| !m.trim().is_empty()) {
+        let (m, effort) = claude_model(m);
+        args.push("--model".into());
+        args.push(m.into());
+        if let Some(e) = effort {
+            args.push("--effort".into());
+            args.push(e.into());
+        }
+    }
+    let tools = if spec.read_only {
+        READ_TOOLS
+    } else {
+        EDIT_TOOLS
+    };
+    args.push("--tools".into());
+    args.push(tools.join(",").into());
+    args.push("--permission-mode".into());
+    if spec.read_only {
+        args.push("dontAsk".into());
+    } else {
+        args.push("acceptEdits".into());
+        args.push("--allowedTools".into());
+        args.push("Bash".into());
+    }
+    for a in [
+        "--permission-prompts",
+        "none",
+        "--strict-mcp-config",
+        "--mcp-config",
+        r#"{"mcpServers":{}}"#,
+    ] {
+        args.push(a.into());
+    }
+    if !spec.title.is_empty() {
+        args.push("--name".into());
+        args.push(spec.title.clone().into());
+    }
+    let mut env_set: Vec<(String, String)> = base_env.to_vec();
+    env_set.extend(spec.env.iter().cloned());
+    env_set.push(("PWD".into(), cwd.to_string_lossy().into_owned()));
+    let env_remove: Vec<String> = DROPPED_ENV
+        .iter()
+        .chain(CLAUDE_DROPPED_ENV)
+        .map(|s| s.to_string())
+        .collect();
+    env_set.retain(|(k, _)| !env_remove.contains(k));
+    Launch {
+        program: program.to_path_buf(),
+        args,
+        env_remove,
+        env_set,
+        stdin: spec.prompt.clone().into_bytes(),
+        prompt_file: None,
+    }
+}
+
+/// The `result` event of a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClaudeResult {
+    /// `subtype`: `success`, `error_max_turns`, `error_during_execution`, ...
+    pub subtype: String,
+    /// `is_error`.
+    pub is_error: bool,
+    /// `result`: the final text, or the error text.
+    pub text: String,
+    /// `terminal_reason`: `completed`, `api_error`, `prompt_too_long`, ...
+    pub terminal_reason: Option<String>,
+    /// `api_error_status`: the HTTP status of a failed API call.
+    pub api_error_status: Option<u16>,
+    /// `api_error_type`: `rate_limit_error`, `overloaded_error`, `authentication_error`, ...
+    pub api_error_type: Option<String>,
+    /// Tool uses the permission rules denied.
+    pub permission_denials: usize,
+}
+
+/// Per-attempt state of the stream-json fold: tool calls waiting for their result, the result
+/// event, and a usage-limit window Claude Code announced.
+#[derive(Debug, Clone, Default)]
+pub struct ClaudeStream {
+    pending: HashMap<String, (String, Option<String>)>,
+    /// The `result` event, once seen.
+    pub result: Option<ClaudeResult>,
+    /// `rate_limit_event` with status `rejected`: when the window resets (epoch seconds).
+    pub limit_reset: Option<u64>,
+    /// True when a `rate_limit_event` said `rejected`.
+    pub limit_rejected: bool,
+    last_message: Option<String>,
+}
+
+fn title_of(input: &Value) -> Option<String> {
+    ["file_path", "command", "pattern", "path", "url"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(Value::as_str))
+        .map(|s| s.chars().take(200).collect())
+}
+
+fn content_text(c: &Value) -> String {
+    match c {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+impl ClaudeStream {
+    /// Folds one stdout line of `--output-format stream-json` into `summary`. Returns true if
+    /// it was a JSON event. Unknown event types are counted, malformed lines too; nothing is
+    /// fatal.
+    pub fn push_line(&mut self, summary: &mut RunSummary, line: &str) -> bool {
+        let t = line.trim();
+        if t.is_empty() {
+            return false;
+        }
+        let Some(v) = serde_json::from_str::<Value>(t)
+            .ok()
+            .filter(Value::is_object)
+        else {
+            summary.malformed += 1;
+            return false;
+        };
+        summary.events += 1;
+        if summary.session_id.is_none()
+            && let Some(s) = v.get("session_id").and_then(Value::as_str)
+        {
+            summary.session_id = Some(s.to_owned());
+        }
+        let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "system" => {}
+            "assistant" => self.assistant(summary, &v),
+            "user" => self.user(summary, &v),
+            "result" => self.result(summary, &v),
+            "rate_limit_event" => {
+                let info = v.get("rate_limit_info").unwrap_or(&Value::Null);
+                if info.get("status").and_then(Value::as_str) == Some("rejected") {
+                    self.limit_rejected = true;
+                    self.limit_reset = info
+                        .get("resetsAt")
+                        .and_then(Value::as_f64)
+                        .map(|f| f as u64)
+                        .or(self.limit_reset);
+                }
+            }
+            other => {
+                summary.unknown += 1;
+                if summary.unknown_types.len() < 20
+                    && !summary.unknown_types.iter().any(|k| k == other)
+                {
+                    summary.unknown_types.push(other.to_owned());
+                }
+            }
+        }
+        true
+    }
+
+    fn assistant(&mut self, summary: &mut RunSummary, v: &Value) {
+        let msg = v.get("message").unwrap_or(&Value::Null);
+        // An API failure is reported as a synthetic assistant message; it is not the model's.
+        if v.get("is_api_error_message").and_then(Value::as_bool) == Some(true)
+            || msg.get("model").and_then(Value::as_str) == Some("<synthetic>")
+        {
+            return;
+        }
+        summary.steps += 1;
+        let id = msg.get("id").and_then(Value::as_str).map(str::to_owned);
+        let Some(blocks) = msg.get("content").and_then(Value::as_array) else {
+            return;
+        };
+        for b in blocks {
+            match b.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    let text = b.get("text").and_then(Value::as_str).unwrap_or("");
+                    if text.is_empty() {
+                        continue;
+                    }
+                    summary.produced_output = true;
+                    if !summary.text.is_empty() {
+                        summary.text.push(b"\n\n");
+                    }
+                    summary.text.push(text.as_bytes());
+                    if id.is_some() && id == self.last_message && !summary.final_text.is_empty() {
+                        summary.final_text.push_str("\n\n");
+                        summary.final_text.push_str(text);
+                    } else {
+                        summary.final_text = text.to_owned();
+                    }
+                    self.last_message = id.clone();
+                }
+                Some("tool_use") => {
+                    summary.produced_output = true;
+                    let tid = b.get("id").and_then(Value::as_str).unwrap_or("").to_owned();
+                    let name = b
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                        .to_owned();
+                    let title = title_of(b.get("input").unwrap_or(&Value::Null));
+                    self.pending.insert(tid, (name, title));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn user(&mut self, summary: &mut RunSummary, v: &Value) {
+        let Some(blocks) = v
+            .get("message")
+            .and_then(|m| m.get("content"))
+            .and_then(Value::as_array)
+        else {
+            return;
+        };
+        for b in blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        {
+            let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
+            let (tool, title) = self
+                .pending
+                .remove(id)
+                .unwrap_or_else(|| ("?".to_owned(), None));
+            let is_error = b.get("is_error").and_then(Value::as_bool) == Some(true);
+            let text = content_text(b.get("content").unwrap_or(&Value::Null));
+            summary.tool_calls.push(ToolCall {
+                tool,
+                status: if is_error { "error" } else { "completed" }.to_owned(),
+                title,
+                error: is_error.then(|| {
+                    let t = text
+                        .trim()
+                        .trim_start_matches("<tool_use_error>")
+                        .trim_end_matches("</tool_use_error>");
+                    t.chars().take(600).collect()
+                }),
+            });
+        }
+    }
+
+    fn result(&mut self, summary: &mut RunSummary, v: &Value) {
+        let u = |path: &[&str]| {
+            let mut cur = v;
+            for k in path {
+                match cur.get(k) {
+                    Some(n) => cur = n,
+                    None => return 0,
+                }
+            }
+            cur.as_u64().unwrap_or(0)
+        };
+        summary.tokens.input = u(&["usage", "input_tokens"]);
+        summary.tokens.output = u(&["usage", "output_tokens"]);
+        summary.tokens.cache_read = u(&["usage", "cache_read_input_tokens"]);
+        summary.tokens.cache_write = u(&["usage", "cache_creation_input_tokens"]);
+        summary.tokens.reasoning = u(&["usage", "output_tokens_details", "thinking_tokens"]);
+        summary.cost = v
+            .get("total_cost_usd")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        summary.last_finish_reason = v
+            .get("stop_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        let r = ClaudeResult {
+            subtype: s("subtype").unwrap_or_default(),
+            is_error: v.get("is_error").and_then(Value::as_bool) == Some(true),
+            text: s("result").unwrap_or_default(),
+            terminal_reason: s("terminal_reason"),
+            api_error_status: v
+                .get("api_error_status")
+                .and_then(Value::as_u64)
+                .and_then(|n| u16::try_from(n).ok()),
+            api_error_type: s("api_error_type"),
+            permission_denials: v
+                .get("permission_denials")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len),
+        };
+        if !r.is_error && !r.text.is_empty() {
+            summary.final_text = r.text.clone();
+        }
+        self.result = Some(r);
+    }
+}
+
+const USAGE_WORDS: &[&str] = &[
+    "usage limit",
+    "limit reached",
+    "hit your limit",
+    "out of extra usage",
+    "credit balance",
+    "spend limit",
+];
+
+/// The reset time in a usage-limit message: `…|<epoch seconds>` (what Claude Code prints for
+/// a subscription limit), else `None`.
+pub fn reset_in_text(text: &str) -> Option<u64> {
+    let (_, tail) = text.rsplit_once('|')?;
+    let digits: String = tail
+        .trim()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse::<u64>().ok().filter(|&n| n > 1_000_000_000)
+}
+
+/// A quota refusal: the failure, and when its window resets when that is known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Classified {
+    /// The failure.
+    pub failure: Failure,
+    /// When a usage-limit window resets.
+    pub reset: Option<SystemTime>,
+}
+
+/// Formats an instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+pub fn fmt_utc(t: SystemTime) -> String {
+    let epoch = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let days = (epoch / 86_400) as i64;
+    let secs = epoch % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
+/// Classifies a finished `claude -p` run (`None`: it succeeded).
+///
+/// Rules, in order: a `result` event with `is_error` → the kind of its API error status and
+/// text (401/403 `auth`; 429 `rate_limit`, or `quota` when a usage limit was announced or the
+/// text speaks of one; 402 `quota`; 5xx and 529 `overloaded`; "prompt is too long" or
+/// `terminal_reason: prompt_too_long` `context_length`; 404 `model`; other 4xx
+/// `invalid_request`), other error subtypes (`error_max_turns`, `error_during_execution`) →
+/// `exit`; no `result` event → `exit` from the exit code or signal and the stderr tail.
+pub fn classify(
+    summary: &RunSummary,
+    stream: &ClaudeStream,
+    stderr: &str,
+    exit: ExitInfo,
+) -> Option<Classified> {
+    let stderr_tail = {
+        let clean = strip_ansi(stderr);
+        let t = clean.trim();
+        let mut start = t.len().saturating_sub(400);
+        while !t.is_char_boundary(start) {
+            start += 1;
+        }
+        t[start..].to_owned()
+    };
+    let plain = |f: Failure| {
+        Some(Classified {
+            failure: f,
+            reset: None,
+        })
+    };
+    let Some(r) = &stream.result else {
+        if let Some(sig) = exit.signal {
+            return plain(Failure::with_advice(
+                FailureKind::Exit,
+                format!("claude was killed by signal {sig}. {stderr_tail}"),
+                EXIT_ADVICE,
+            ));
+        }
+        let what = match exit.code {
+            Some(c) if c != 0 => format!("claude exited with code {c} without a result."),
+            _ => "claude printed no result event.".to_owned(),
+        };
+        let _ = summary;
+        return plain(Failure::with_advice(
+            FailureKind::Exit,
+            format!("{what} {stderr_tail}"),
+            EXIT_ADVICE,
+        ));
+    };
+    if !r.is_error && r.subtype == "success" {
+        return None;
+    }
+    if !r.is_error || (r.api_error_status.is_none() && r.subtype != "success") {
+        return plain(Failure::with_advice(
+            FailureKind::Exit,
+            format!(
+                "claude ended with `{}`{}: {}",
+                r.subtype,
+                r.terminal_reason
+                    .as_deref()
+                    .map(|t| format!(" ({t})"))
+                    .unwrap_or_default(),
+                r.text
+            ),
+            EXIT_ADVICE,
+        ));
+    }
+    let lower = format!(
+        "{} {}",
+        r.text.to_lowercase(),
+        r.api_error_type.as_deref().unwrap_or("")
+    );
+    let usage = stream.limit_rejected || USAGE_WORDS.iter().any(|w| lower.contains(w));
+    let reset = stream
+        .limit_reset
+        .or_else(|| reset_in_text(&r.text))
+        .map(|s| UNIX_EPOCH + Duration::from_secs(s));
+    let status = r
+        .api_error_status
+        .map(|s| format!(" (HTTP {s})"))
+        .unwrap_or_default();
+    let message = format!("{}{status}", r.text);
+    if usage || r.api_error_status == Some(402) {
+        let when = reset
+            .map(|t| format!("; the window resets at {}", fmt_utc(t)))
+            .unwrap_or_default();
+        return Some(Classified {
+            failure: Failure::with_advice(
+                FailureKind::Quota,
+                format!("usage limit reached{when}: {message}"),
+                "Claude Code's usage limit for this account is reached. Wait until the window resets (the time is in the message when Claude Code gave one), or use an opencode model (provider/model) meanwhile; retrying sooner does not help.",
+            ),
+            reset,
+        });
+    }
+    if r.terminal_reason.as_deref() == Some("prompt_too_long") {
+        return plain(Failure::new(FailureKind::ContextLength, message));
+    }
+    // Same status and word rules as opencode's API errors.
+    let f = classify_error(&ErrorEvent {
+        name: "APIError".into(),
+        message: r.text.clone(),
+        status_code: r.api_error_status,
+        is_retryable: None,
+        response_body: r
+            .api_error_type
+            .as_ref()
+            .map(|t| serde_json::json!({"error": {"type": t}}).to_string()),
+        raw: Value::Null,
+    });
+    let advice = match f.kind {
+        FailureKind::Auth => {
+            "Claude Code has no valid login for this run. Run `claude` once in a terminal and log in (or set ANTHROPIC_API_KEY for it); the bridge never reads credentials itself."
+        }
+        FailureKind::Model => {
+            "Claude Code does not know this model. Use an alias (sonnet, opus, haiku) or a full claude-… id."
+        }
+        k => k.advice(),
+    };
+    plain(Failure::with_advice(f.kind, message, advice))
+}
+
+const EXIT_ADVICE: &str = "Claude Code ended abnormally. Look at its stderr below; running the same prompt with `claude -p --verbose --output-format stream-json` shows more.";
+
+/// A running `claude -p` process of the bridge, for the process table.
+pub(crate) fn process_entry(
+    pid: i32,
+    task_id: u64,
+    agent: &str,
+    title: &str,
+    model: Option<&str>,
+    session_id: Option<&str>,
+) -> Option<crate::proctable::OpencodeProcess> {
+    let p = procfs::process::Process::new(pid).ok()?;
+    let stat = p.stat().ok()?;
+    let cmdline = p.cmdline().unwrap_or_default();
+    let ticks = procfs::ticks_per_second().max(1);
+    let boot = procfs::boot_time_secs().ok();
+    let elapsed = boot
+        .map(|b| {
+            let started = b as f64 + stat.starttime as f64 / ticks as f64;
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            Duration::from_secs_f64((now - started).max(0.0))
+        })
+        .unwrap_or_default();
+    Some(crate::proctable::OpencodeProcess {
+        pid,
+        ppid: stat.ppid,
+        kind: crate::proctable::ProcessKind::Other("claude -p".into()),
+        elapsed,
+        agent: Some(agent.to_owned()),
+        title: (!title.is_empty()).then(|| title.to_owned()),
+        model: model.map(str::to_owned),
+        cwd: p.cwd().ok(),
+        session_id: session_id.map(str::to_owned),
+        task_id: Some(task_id),
+        cmdline,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strs(a: &[OsString]) -> Vec<String> {
+        a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn runner_follows_the_model_string() {
+        for m in [
+            "sonnet",
+            "opus",
+            "haiku",
+            "Sonnet",
+            "claude-sonnet-4-5",
+            "claude-opus-4-1-20250805",
+            "claude/sonnet",
+            "sonnet[1m]",
+            "opus#high",
+        ] {
+            assert_eq!(Runner::for_model(Some(m)), Runner::Claude, "{m}");
+        }
+        for m in [
+            "openai/gpt-5",
+            "anthropic/claude-sonnet-4-5",
+            "fk/ok#high",
+            "gpt-5",
+            "",
+            "  ",
+        ] {
+            assert_eq!(Runner::for_model(Some(m)), Runner::Opencode, "{m}");
+        }
+        assert_eq!(Runner::for_model(None), Runner::Opencode);
+        assert_eq!(
+            claude_model("claude/opus#high"),
+            ("opus".into(), Some("high".into()))
+        );
+        assert_eq!(claude_model("sonnet"), ("sonnet".into(), None));
+    }
+
+    #[test]
+    fn read_only_and_editing_tool_sets_are_fenced() {
+        let mut spec = TaskSpec::new("look", "/p", "explore", "t");
+        spec.read_only = true;
+        let l = build_launch(
+            &spec,
+            Path::new("/p"),
+            Path::new("/bin/claude"),
+            Some("sonnet#low"),
+            &[],
+        );
+        let a = strs(&l.args);
+        assert!(
+            a.windows(2).any(|w| w == ["--tools", "Read,Grep,Glob"]),
+            "{a:?}"
+        );
+        assert!(a.windows(2).any(|w| w == ["--permission-mode", "dontAsk"]));
+        assert!(a.windows(2).any(|w| w == ["--model", "sonnet"]));
+        assert!(a.windows(2).any(|w| w == ["--effort", "low"]));
+        assert!(a.contains(&"--strict-mcp-config".to_owned()));
+        assert!(!a.iter().any(|x| x.contains("Write") || x.contains("Bash")));
+        assert_eq!(l.stdin, b"look");
+        assert!(l.env_remove.contains(&"CLAUDECODE".to_owned()));
+        spec.read_only = false;
+        let a =
+            strs(&build_launch(&spec, Path::new("/p"), Path::new("/bin/claude"), None, &[]).args);
+        assert!(
+            a.windows(2)
+                .any(|w| w == ["--tools", "Read,Grep,Glob,Edit,Write,Bash"])
+        );
+        assert!(
+            a.windows(2)
+                .any(|w| w == ["--permission-mode", "acceptEdits"])
+        );
+        assert!(!a.contains(&"--model".to_owned()));
+    }
+
+    const OK: &str = r#"{"type":"system","subtype":"init","cwd":"/p","session_id":"0d98f55c-e1be-40fc-9a78-c581f39ed541","tools":["Glob","Grep","Read"],"mcp_servers":[],"model":"claude-fake-text"}
+{"type":"assistant","message":{"content":[{"id":"toolu_1","input":{"file_path":"/p/w.txt","content":"x"},"name":"Write","type":"tool_use"}],"id":"msg_a","model":"claude-fake-write","role":"assistant"},"session_id":"0d98f55c-e1be-40fc-9a78-c581f39ed541"}
+{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"<tool_use_error>Error: No such tool available: Write.</tool_use_error>","is_error":true,"tool_use_id":"toolu_1"}]},"session_id":"0d98f55c-e1be-40fc-9a78-c581f39ed541"}
+{"type":"assistant","message":{"content":[{"text":"Hello from fake Anthropic. DONE","type":"text"}],"id":"msg_b","model":"claude-fake-text","role":"assistant"},"session_id":"0d98f55c-e1be-40fc-9a78-c581f39ed541"}
+{"type":"result","subtype":"success","is_error":false,"duration_ms":200,"num_turns":2,"result":"Hello from fake Anthropic. DONE","stop_reason":"end_turn","session_id":"0d98f55c-e1be-40fc-9a78-c581f39ed541","total_cost_usd":0.00028,"usage":{"input_tokens":20,"cache_creation_input_tokens":3,"cache_read_input_tokens":4,"output_tokens":10},"permission_denials":[],"terminal_reason":"completed"}"#;
+
+    fn fold(lines: &str) -> (RunSummary, ClaudeStream) {
+        let mut s = RunSummary::new(1 << 20);
+        let mut c = ClaudeStream::default();
+        for l in lines.lines() {
+            c.push_line(&mut s, l);
+        }
+        (s, c)
+    }
+
+    #[test]
+    fn stream_json_folds_into_the_summary() {
+        let (s, c) = fold(&format!("{OK}\nnot json\n{{\"type\":\"stream_event\"}}"));
+        assert_eq!(
+            s.session_id.as_deref(),
+            Some("0d98f55c-e1be-40fc-9a78-c581f39ed541")
+        );
+        assert_eq!(s.final_text, "Hello from fake Anthropic. DONE");
+        assert_eq!(s.tool_calls.len(), 1);
+        assert_eq!(s.tool_calls[0].tool, "Write");
+        assert_eq!(s.tool_calls[0].status, "error");
+        assert_eq!(s.tool_calls[0].title.as_deref(), Some("/p/w.txt"));
+        assert!(
+            s.tool_calls[0]
+                .error
+                .as_deref()
+                .unwrap()
+                .starts_with("Error: No such tool")
+        );
+        assert_eq!(
+            (
+                s.tokens.input,
+                s.tokens.output,
+                s.tokens.cache_read,
+                s.tokens.cache_write
+            ),
+            (20, 10, 4, 3)
+        );
+        assert!((s.cost - 0.00028).abs() < 1e-12);
+        assert_eq!((s.malformed, s.unknown), (1, 1));
+        assert!(s.produced_output);
+        assert!(
+            classify(
+                &s,
+                &c,
+                "",
+                ExitInfo {
+                    code: Some(0),
+                    signal: None
+                }
+            )
+            .is_none()
+        );
+    }
+
+    fn failed(status: u16, typ: &str, text: &str, reason: &str) -> String {
+        format!(
+            r#"{{"type":"assistant","message":{{"content":[{{"type":"text","text":{t}}}],"id":"x","model":"<synthetic>","role":"assistant"}},"session_id":"s","is_api_error_message":true,"error":"rate_limit"}}
+{{"type":"result","subtype":"success","is_error":true,"result":{t},"session_id":"s","total_cost_usd":0,"usage":{{}},"terminal_reason":"{reason}","api_error_status":{status},"api_error_type":"{typ}"}}"#,
+            t = serde_json::Value::from(text)
+        )
+    }
+
+    fn kind(lines: &str) -> (FailureKind, Option<SystemTime>, String) {
+        let (s, c) = fold(lines);
+        assert!(!s.produced_output);
+        let k = classify(
+            &s,
+            &c,
+            "",
+            ExitInfo {
+                code: Some(1),
+                signal: None,
+            },
+        )
+        .expect("a failure");
+        (k.failure.kind, k.reset, k.failure.message)
+    }
+
+    #[test]
+    fn api_errors_map_to_kinds() {
+        let cases = [
+            (
+                failed(
+                    429,
+                    "rate_limit_error",
+                    "API Error: Request rejected (429) · Number of request tokens has exceeded your per-minute rate limit",
+                    "api_error",
+                ),
+                FailureKind::RateLimit,
+            ),
+            (
+                failed(
+                    529,
+                    "overloaded_error",
+                    "API Error: 529 Overloaded. This is a server-side issue",
+                    "api_error",
+                ),
+                FailureKind::Overloaded,
+            ),
+            (
+                failed(
+                    401,
+                    "authentication_error",
+                    "Invalid API key · Fix external API key",
+                    "api_error",
+                ),
+                FailureKind::Auth,
+            ),
+            (
+                failed(
+                    400,
+                    "invalid_request_error",
+                    "Prompt is too long · the request is ~250000 tokens (limit 200000)",
+                    "prompt_too_long",
+                ),
+                FailureKind::ContextLength,
+            ),
+            (
+                failed(404, "not_found_error", "model: claude-nope", "api_error"),
+                FailureKind::Model,
+            ),
+            (
+                failed(400, "invalid_request_error", "bad thing", "api_error"),
+                FailureKind::InvalidRequest,
+            ),
+            (
+                failed(
+                    429,
+                    "rate_limit_error",
+                    "Claude AI usage limit reached|1893456000",
+                    "api_error",
+                ),
+                FailureKind::Quota,
+            ),
+        ];
+        for (lines, want) in cases {
+            assert_eq!(kind(&lines).0, want, "{lines}");
+        }
+        let (_, reset, msg) = kind(&failed(
+            429,
+            "rate_limit_error",
+            "Claude AI usage limit reached|1893456000",
+            "api_error",
+        ));
+        assert_eq!(reset, Some(UNIX_EPOCH + Duration::from_secs(1_893_456_000)));
+        assert!(msg.contains("resets at 2030-01-01T00:00:00Z"), "{msg}");
+        let with_event = format!(
+            "{{\"type\":\"rate_limit_event\",\"rate_limit_info\":{{\"status\":\"rejected\",\"resetsAt\":1893459600,\"rateLimitType\":\"five_hour\"}},\"session_id\":\"s\"}}\n{}",
+            failed(
+                429,
+                "rate_limit_error",
+                "API Error: Request rejected (429)",
+                "api_error"
+            )
+        );
+        let (k, reset, _) = kind(&with_event);
+        assert_eq!(k, FailureKind::Quota);
+        assert_eq!(reset, Some(UNIX_EPOCH + Duration::from_secs(1_893_459_600)));
+    }
+
+    #[test]
+    fn no_result_is_an_exit_failure() {
+        let (s, c) = fold(r#"{"type":"system","subtype":"init","session_id":"s"}"#);
+        let f = classify(
+            &s,
+            &c,
+            "boom\n",
+            ExitInfo {
+                code: Some(3),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(f.failure.kind, FailureKind::Exit);
+        assert!(f.failure.message.contains("code 3") && f.failure.message.contains("boom"));
+        let f = classify(
+            &s,
+            &c,
+            "",
+            ExitInfo {
+                code: None,
+                signal: Some(9),
+            },
+        )
+        .unwrap();
+        assert!(f.failure.message.contains("signal 9"));
+    }
+
+    #[test]
+    fn utc_formatting() {
+        assert_eq!(fmt_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            fmt_utc(UNIX_EPOCH + Duration::from_secs(1_893_456_000)),
+            "2030-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            fmt_utc(UNIX_EPOCH + Duration::from_secs(1_709_251_199)),
+            "2024-02-29T23:59:59Z"
+        );
+        assert_eq!(
+            reset_in_text("Claude AI usage limit reached|1893456000"),
+            Some(1_893_456_000)
+        );
+        assert_eq!(reset_in_text("a | b"), None);
+    }
+}

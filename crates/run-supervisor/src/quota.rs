@@ -1,0 +1,184 @@
+//! Quota windows: after a run is refused for quota or a usage limit with a known reset time,
+//! later starts that would use the same account are refused at once until that time.
+//!
+//! The window is kept per *account key*: `claude` for Claude Code runs, the provider (the part
+//! of the model before `/`) for opencode runs. The reset time comes from Claude Code's usage
+//! limit report (see [`crate::claude::classify`]) or, for opencode runs, from the response
+//! headers of the provider's error (`retry-after`, `retry-after-ms`,
+//! `anthropic-ratelimit-unified-reset`, `anthropic-ratelimit-*-reset`, `x-ratelimit-reset-*`).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::claude::Runner;
+
+/// The account a task's runs draw on: `claude`, or the opencode provider of its model
+/// (`opencode` when it names none).
+pub fn account_key(runner: Runner, model: Option<&str>) -> String {
+    match runner {
+        Runner::Claude => "claude".to_owned(),
+        Runner::Opencode => model
+            .and_then(|m| m.split_once('/'))
+            .map(|(p, _)| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "opencode".to_owned()),
+    }
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)` (UTC only) into epoch seconds.
+pub fn parse_rfc3339_utc(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+        return None;
+    }
+    let n = |a: usize, z: usize| s.get(a..z)?.parse::<i64>().ok();
+    let (y, m, d) = (n(0, 4)?, n(5, 7)?, n(8, 10)?);
+    let (hh, mm, ss) = (n(11, 13)?, n(14, 16)?, n(17, 19)?);
+    let rest = &s[19..];
+    let rest = rest.trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
+    if !(rest.is_empty() || rest == "Z" || rest == "+00:00") {
+        return None;
+    }
+    // Days from civil (Howard Hinnant).
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+/// Durations like `6m0s`, `1.5s`, `20ms`, `2h` (OpenAI's `x-ratelimit-reset-*`).
+fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut num = String::new();
+    let mut chars = s.trim().chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let v: f64 = num.parse().ok()?;
+        num.clear();
+        let unit = match c {
+            'h' => 3600.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                0.001
+            }
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+        total += v * unit;
+        any = true;
+    }
+    if !num.is_empty() {
+        total += num.parse::<f64>().ok()?;
+        any = true;
+    }
+    any.then(|| Duration::from_secs_f64(total))
+}
+
+/// The reset time announced by response headers (names compared case-insensitively), relative
+/// to `now` for relative forms. The latest of all announced times wins.
+pub fn reset_from_headers(headers: &Value, now: SystemTime) -> Option<SystemTime> {
+    let map = headers.as_object()?;
+    let mut best: Option<SystemTime> = None;
+    let mut take = |t: SystemTime| {
+        if best.is_none_or(|b| t > b) {
+            best = Some(t);
+        }
+    };
+    for (k, v) in map {
+        let k = k.to_ascii_lowercase();
+        let Some(v) = v
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| v.as_u64().map(|n| n.to_string()))
+        else {
+            continue;
+        };
+        let v = v.trim();
+        if k == "retry-after-ms" {
+            if let Ok(ms) = v.parse::<u64>() {
+                take(now + Duration::from_millis(ms));
+            }
+        } else if k == "retry-after" {
+            if let Ok(s) = v.parse::<u64>() {
+                take(now + Duration::from_secs(s));
+            }
+        } else if k == "anthropic-ratelimit-unified-reset" {
+            if let Ok(s) = v.parse::<u64>() {
+                take(UNIX_EPOCH + Duration::from_secs(s));
+            }
+        } else if k.starts_with("anthropic-ratelimit-") && k.ends_with("-reset") {
+            if let Some(s) = parse_rfc3339_utc(v) {
+                take(UNIX_EPOCH + Duration::from_secs(s));
+            }
+        } else if k.starts_with("x-ratelimit-reset")
+            && let Some(d) = parse_go_duration(v)
+        {
+            take(now + d);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_follow_the_runner_and_provider() {
+        assert_eq!(account_key(Runner::Claude, Some("sonnet")), "claude");
+        assert_eq!(
+            account_key(Runner::Opencode, Some("openai/gpt-5")),
+            "openai"
+        );
+        assert_eq!(account_key(Runner::Opencode, None), "opencode");
+    }
+
+    #[test]
+    fn reset_headers_are_read() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(
+            reset_from_headers(&json!({"retry-after": "30"}), now),
+            Some(now + Duration::from_secs(30))
+        );
+        assert_eq!(
+            reset_from_headers(&json!({"Retry-After-Ms": "1500"}), now),
+            Some(now + Duration::from_millis(1500))
+        );
+        assert_eq!(
+            reset_from_headers(
+                &json!({"anthropic-ratelimit-unified-reset": "1893456000"}),
+                now
+            ),
+            Some(UNIX_EPOCH + Duration::from_secs(1_893_456_000))
+        );
+        assert_eq!(
+            reset_from_headers(
+                &json!({"anthropic-ratelimit-tokens-reset": "2030-01-01T00:00:00Z", "retry-after": "5"}),
+                now
+            ),
+            Some(UNIX_EPOCH + Duration::from_secs(1_893_456_000))
+        );
+        assert_eq!(
+            reset_from_headers(&json!({"x-ratelimit-reset-requests": "6m0s"}), now),
+            Some(now + Duration::from_secs(360))
+        );
+        assert_eq!(reset_from_headers(&json!({"content-type": "x"}), now), None);
+        assert_eq!(
+            parse_rfc3339_utc("2024-02-29T23:59:59.123Z"),
+            Some(1_709_251_199)
+        );
+        assert_eq!(parse_rfc3339_utc("nope"), None);
+    }
+}
