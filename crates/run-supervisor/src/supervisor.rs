@@ -592,7 +592,8 @@ fn snapshot(
         cost: r.summary.cost,
         tool_calls: r.summary.tool_calls.len(),
         exit_code: r.exit.and_then(|e| e.code),
-        opencode_version: version,
+        // A Claude run uses no opencode.
+        opencode_version: version.filter(|_| r.runner == Runner::Opencode),
     }
 }
 

@@ -77,6 +77,10 @@ async fn live_claude_plain_answer_with_session_usage_and_no_mcp() {
     assert!(s.tokens.input > 0 && s.tokens.output > 0, "{:?}", s.tokens);
     assert!(s.cost > 0.0);
     assert_eq!(s.attempts, 1);
+    assert_eq!(
+        s.opencode_version, None,
+        "a Claude run reports no opencode version"
+    );
     // The run offered only the read-only tools and no MCP tool at all.
     let main: Vec<_> = w
         .fake
@@ -310,5 +314,23 @@ async fn live_claude_cancel_leaves_no_process_and_the_table_lists_the_run() {
     assert!(s.failure.is_none());
     common::assert_all_dead(&tree);
     assert!(!sup.processes().iter().any(|p| p.task_id == Some(id)));
+    assert_no_zombies().await;
+}
+
+#[tokio::test]
+async fn live_claude_run_past_its_time_limit_is_stopped() {
+    let claude = require_claude!();
+    let w = World::new();
+    let sup = w.supervisor(&claude);
+    let cwd = w.dir("timeout");
+    let mut sp = spec(&cwd, "claude-fake-slow", "take your time", true);
+    sp.timeout = Some(Duration::from_secs(4));
+    let id = sup.start(sp).unwrap();
+    let running = wait_until(&sup, id, RUN_LIMIT, |s| s.pid.is_some()).await;
+    let root = ProcId::of(running.pid.unwrap()).expect("claude process");
+    let s = finish(&sup, id, RUN_LIMIT).await;
+    assert_eq!(s.state, TaskState::TimedOut, "{s:?}");
+    assert_eq!(s.failure.unwrap().kind, FailureKind::Timeout);
+    assert!(!root.exists(), "claude survived its timeout");
     assert_no_zombies().await;
 }
