@@ -40,6 +40,40 @@ impl fmt::Debug for App {
 /// A session source and the sentence saying why it was chosen.
 pub type Chosen = (Box<dyn SessionSource>, String);
 
+/// Where a call reports how far it got (the server turns each message into an MCP progress
+/// notification when the caller asked for them). Reports after the call ended go nowhere.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    tx: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+}
+
+impl Progress {
+    /// Reports nothing.
+    pub fn none() -> Progress {
+        Progress { tx: None }
+    }
+
+    /// Reports into `tx`.
+    pub fn to(tx: tokio::sync::mpsc::UnboundedSender<String>) -> Progress {
+        Progress { tx: Some(tx) }
+    }
+
+    /// Whether anyone listens.
+    pub fn wanted(&self) -> bool {
+        self.tx.as_ref().is_some_and(|t| !t.is_closed())
+    }
+
+    /// One step, in words.
+    pub fn report(&self, message: impl Into<String>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(message.into());
+        }
+    }
+}
+
+/// How long `opencode_start` waits for the run's session id when the caller asked for progress.
+const START_PROGRESS_WAIT: Duration = Duration::from_secs(10);
+
 impl App {
     /// `serving`: this process is the long-lived MCP server (it then becomes a child subreaper
     /// so that escaped descendants of its tasks come back to it to be reaped).
@@ -76,16 +110,34 @@ impl App {
 
     /// Runs one validated call. No reply is longer than [`REPLY_CAP_CHARS`].
     pub async fn call(&self, call: Call) -> Result<String, String> {
-        self.call_uncapped(call).await.map(|text| cap_reply(&text))
+        self.call_with(call, Progress::none()).await
     }
 
-    async fn call_uncapped(&self, call: Call) -> Result<String, String> {
+    /// Like [`call`](Self::call), reporting its steps to `progress`.
+    pub async fn call_with(&self, call: Call, progress: Progress) -> Result<String, String> {
+        self.call_uncapped(call, progress)
+            .await
+            .map(|text| cap_reply(&text))
+    }
+
+    async fn call_uncapped(&self, call: Call, progress: Progress) -> Result<String, String> {
         match call {
             Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode.as_deref()),
             Call::Sessions(args) => self.sessions(args).await,
             Call::SessionOutput(args) => self.session_output(args).await,
             Call::Rename { id, title } => self.rename(id, title).await,
-            Call::Start(args) => self.start(args),
+            Call::Start(args) => self.start(args, &progress).await,
+            Call::Wait {
+                ids,
+                all,
+                timeout_s,
+            } => {
+                let ids = ids
+                    .iter()
+                    .map(|i| parse_task_id(i))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(self.wait(&ids, all, timeout_s, &progress).await)
+            }
             Call::Status { id } => {
                 let id = parse_task_id(&id)?;
                 let snap = self
@@ -106,8 +158,11 @@ impl App {
                 let id = parse_task_id(&id)?;
                 render::tasks::cancelled(id, self.supervisor.cancel(id).await)
             }
-            Call::List => {
-                let tasks = self.supervisor.list();
+            Call::List { label } => {
+                let mut tasks = self.supervisor.list();
+                if let Some(l) = &label {
+                    tasks.retain(|t| t.label.as_deref() == Some(l.as_str()));
+                }
                 let running = tasks.iter().filter(|t| !t.state.is_finished()).count();
                 Ok(render::tasks::task_list(
                     &tasks,
@@ -129,10 +184,66 @@ impl App {
         self.supervisor.shutdown().await;
     }
 
+    /// `opencode_wait`: until any or all of `ids` finished, or `timeout_s`; a progress report
+    /// each time one more finishes, and every 5 s.
+    pub async fn wait(
+        &self,
+        ids: &[TaskId],
+        all: bool,
+        timeout_s: u64,
+        progress: &Progress,
+    ) -> String {
+        let total = ids.len();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
+        let mut last_done = usize::MAX;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // Short slices while someone listens, so progress flows; one wait otherwise.
+            let slice = if progress.wanted() {
+                left.min(Duration::from_secs(5))
+            } else {
+                left
+            };
+            let report = self.supervisor.wait_for(ids, all, slice).await;
+            let done = report.finished.len();
+            if report.satisfied || left <= slice {
+                return render::tasks::waited(&report, all, timeout_s);
+            }
+            if done != last_done || progress.wanted() {
+                progress.report(format!(
+                    "{done} of {total} task(s) finished; waiting ({}s left)",
+                    deadline
+                        .saturating_duration_since(tokio::time::Instant::now())
+                        .as_secs()
+                ));
+                last_done = done;
+            }
+        }
+    }
+
     /// `opencode_start`: policy first (tier, mode, prompt, secret, agent), then the supervisor
-    /// (cwd inside the root, parallel limit, opencode present). Returns at once.
-    pub fn start(&self, args: StartArgs) -> Result<String, String> {
-        let cwd = self.resolve_dir(args.cwd.as_deref());
+    /// (cwd inside the root, parallel limit, opencode present). Returns at once, unless the
+    /// caller asked for progress: then it reports the run's start and waits up to 10 s for
+    /// its session id.
+    pub async fn start(&self, args: StartArgs, progress: &Progress) -> Result<String, String> {
+        // A follow-up: the session must exist; its agent, directory and model are the defaults.
+        let session = match &args.session {
+            Some(id) => Some(self.session_for_follow_up(id).await?),
+            None => None,
+        };
+        let cwd = match (&args.cwd, &session) {
+            (None, Some(s)) if !s.directory.is_empty() => PathBuf::from(&s.directory),
+            _ => self.resolve_dir(args.cwd.as_deref()),
+        };
+        let agent_default = session.as_ref().and_then(|s| s.agent.clone());
+        let args = StartArgs {
+            agent: args.agent.clone().or(agent_default),
+            model: args
+                .model
+                .clone()
+                .or_else(|| session.as_ref().and_then(|s| s.model.clone())),
+            ..args
+        };
         let env = SystemEnv;
         let roster = Roster::load(&env, &cwd);
         let request = DelegationRequest {
@@ -145,22 +256,29 @@ impl App {
         };
         let delegation = evaluate(&request, &env, &roster).map_err(|r| r.message)?;
         let agent = &delegation.agent;
-        let title = bridge_policy::naming::session_title(
-            args.lane.as_deref(),
-            &cwd,
-            &agent.name,
-            &args.prompt,
-            args.title.as_deref(),
-        );
-        let title_warning = args.title.as_ref().and_then(|_| {
-            let problems = bridge_policy::naming::check_title(&title);
-            (!problems.is_empty()).then(|| {
-                format!(
-                    "the title breaks the LANE/agent: task convention: {}",
-                    problems.join("; ")
-                )
-            })
-        });
+        let title = match &session {
+            Some(s) => s.title.clone(),
+            None => bridge_policy::naming::session_title(
+                args.lane.as_deref(),
+                &cwd,
+                &agent.name,
+                &args.prompt,
+                args.title.as_deref(),
+            ),
+        };
+        let title_warning = args
+            .title
+            .as_ref()
+            .filter(|_| session.is_none())
+            .and_then(|_| {
+                let problems = bridge_policy::naming::check_title(&title);
+                (!problems.is_empty()).then(|| {
+                    format!(
+                        "the title breaks the LANE/agent: task convention: {}",
+                        problems.join("; ")
+                    )
+                })
+            });
         let mut spec = TaskSpec::new(&delegation.prompt, &cwd, &agent.name, &title);
         spec.agent_mode = match agent.opencode_mode {
             PolicyAgentMode::Primary => AgentMode::Primary,
@@ -171,7 +289,12 @@ impl App {
         spec.model = args.model.clone();
         spec.timeout = args.timeout_minutes.map(|m| Duration::from_secs(m * 60));
         spec.config_overlay = delegation.config_overlay.clone();
+        spec.session = args.session.clone();
+        spec.label = args.label.clone();
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
+        if progress.wanted() {
+            self.report_start(id, progress).await;
+        }
         let model = args
             .model
             .clone()
@@ -187,7 +310,56 @@ impl App {
             cwd: &cwd_text,
             model: model.as_deref(),
             title_warning: title_warning.as_deref(),
+            label: args.label.as_deref(),
+            continues: args.session.as_deref(),
         }))
+    }
+
+    /// Reports the run's process and then its session id as they become known (at most
+    /// [`START_PROGRESS_WAIT`]), or the task's end if it ends first.
+    async fn report_start(&self, id: TaskId, progress: &Progress) {
+        let deadline = tokio::time::Instant::now() + START_PROGRESS_WAIT;
+        let mut spawned = false;
+        while tokio::time::Instant::now() < deadline {
+            let Some(s) = self.supervisor.status(id) else {
+                return;
+            };
+            if !spawned && let Some(pid) = s.pid {
+                progress.report(format!("task {id}: opencode started (pid {pid})"));
+                spawned = true;
+            }
+            if let Some(sid) = &s.session_id {
+                progress.report(format!("task {id}: session {sid}"));
+                return;
+            }
+            if s.state.is_finished() {
+                progress.report(format!("task {id}: {}", s.state));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The session a follow-up goes to, or why it cannot be used.
+    async fn session_for_follow_up(&self, id: &str) -> Result<opencode_client::Session, String> {
+        let liveness = self.liveness();
+        let (source, _why) = self.source()?;
+        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let id = id.to_owned();
+        let session = blocking(move || {
+            let ctx = cfg.scan_context(liveness);
+            source.get(&id, &ctx).map_err(|e| {
+                format!("cannot continue session {id}: {e} (opencode_sessions lists the sessions)")
+            })
+        })
+        .await?;
+        if session.state == SessionState::Running {
+            return Err(format!(
+                "session {} is still running: wait until it ends (opencode_wait, or opencode_sessions state=running), then send the follow-up",
+                session.id
+            ));
+        }
+        Ok(session)
     }
 
     /// A directory argument: relative paths are taken from the root.

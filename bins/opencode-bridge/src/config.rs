@@ -87,6 +87,16 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "SIGTERM to SIGKILL grace when a task is stopped",
     },
     EnvVar {
+        name: "OPENCODE_BRIDGE_STATE_DIR",
+        default: "$XDG_STATE_HOME/opencode-bridge (~/.local/state/opencode-bridge)",
+        meaning: "the task registry: every task, its outcome and output, across restarts",
+    },
+    EnvVar {
+        name: "OPENCODE_BRIDGE_PRUNE_DAYS",
+        default: "7",
+        meaning: "finished tasks older than this many days leave the registry",
+    },
+    EnvVar {
         name: "OPENCODE_BRIDGE_BACKEND",
         default: "unset: the server if OPENCODE_BRIDGE_SERVER_URL is set, else the store, else `opencode api`",
         meaning: "where sessions are read: store, server or api",

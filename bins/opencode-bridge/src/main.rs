@@ -4,7 +4,7 @@
 //! Module map:
 //! - `server`: the only MCP-aware code (rmcp `ServerHandler`: identity, instructions, tool list,
 //!   calls, cancellation, shutdown on stdin EOF / SIGTERM / SIGINT);
-//! - `tools`: the ten tool definitions (hand-written JSON Schemas, annotations) and the argument
+//! - `tools`: the eleven tool definitions (hand-written JSON Schemas, annotations) and the argument
 //!   validation that runs before anything else;
 //! - `app`: what each tool does, in plain Rust: policy (bridge-policy), sessions
 //!   (opencode-client), tasks and processes (run-supervisor), text (bridge-render);

@@ -3,15 +3,17 @@
 //! rmcp answers `server/discover` (2026-07-28) and `initialize` (2025-11-25 and older) from
 //! [`Bridge::get_info`]; this module supplies the identity, the instructions and the tools, and
 //! turns every tool call into an [`App`] call that is abandoned when the client sends
-//! `notifications/cancelled` for it.
+//! `notifications/cancelled` for it. When a call carries a `progressToken`, what the call
+//! reports ([`Progress`]) goes out as `notifications/progress` with a progress value that
+//! grows by one each time, and nothing goes out once the call has ended.
 
-use crate::app::App;
+use crate::app::{App, Progress};
 use crate::tools::{self, ToolDef};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-    Tool, ToolAnnotations,
+    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -98,21 +100,82 @@ impl ServerHandler for Bridge {
             Err(message) => return Ok(error_result(message)),
         };
         tracing::debug!(tool = name, "tool call");
+        let token = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get_progress_token())
+            .or_else(|| context.meta.get_progress_token());
+        tracing::debug!(tool = name, token = ?token, "progress token");
+        let scan = matches!(
+            call,
+            tools::Call::Sessions(_) | tools::Call::SessionOutput(_)
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let progress = if token.is_some() {
+            Progress::to(tx)
+        } else {
+            drop(tx);
+            Progress::none()
+        };
+        // Session scans report that they are still at it every 2 s after the first second.
+        let scan_started = tokio::time::Instant::now();
+        let mut scan_tick = tokio::time::interval_at(
+            scan_started + std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(2),
+        );
+        let mut step: u32 = 0;
         // Dropping this future (on cancellation) abandons the work; blocking scans stop at
         // their deadline and their answer is discarded.
-        let work = self.app.call(call);
-        let outcome = tokio::select! {
-            outcome = work => outcome,
-            _ = context.ct.cancelled() => {
-                tracing::info!(tool = name, "call cancelled by the client");
-                // rmcp drops the response of a cancelled request; this value is never sent.
-                return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
+        let work = self.app.call_with(call, progress);
+        tokio::pin!(work);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                Some(message) = rx.recv(), if token.is_some() => {
+                    step += 1;
+                    notify(&context, token.clone(), step, message).await;
+                }
+                _ = scan_tick.tick(), if scan && token.is_some() => {
+                    step += 1;
+                    let secs = scan_started.elapsed().as_secs();
+                    notify(&context, token.clone(), step, format!("reading sessions ({secs}s)")).await;
+                }
+                _ = context.ct.cancelled() => {
+                    tracing::info!(tool = name, "call cancelled by the client");
+                    // rmcp drops the response of a cancelled request; this value is never sent.
+                    return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
+                }
             }
         };
+        // What the call reported just before it ended goes out before its response; steps
+        // reported after this point are never sent.
+        if token.is_some() {
+            while let Ok(message) = rx.try_recv() {
+                step += 1;
+                notify(&context, token.clone(), step, message).await;
+            }
+        }
+        drop(rx);
         Ok(match outcome {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]).into(),
             Err(message) => error_result(message),
         })
+    }
+}
+
+/// Sends one progress notification (best effort: a closed connection is not an error here).
+async fn notify(
+    context: &RequestContext<RoleServer>,
+    token: Option<rmcp::model::ProgressToken>,
+    step: u32,
+    message: String,
+) {
+    let Some(token) = token else {
+        return;
+    };
+    let param = ProgressNotificationParam::new(token, f64::from(step)).with_message(message);
+    if let Err(e) = context.peer.notify_progress(param).await {
+        tracing::debug!("progress notification not sent: {e}");
     }
 }
 

@@ -1,4 +1,4 @@
-//! The ten tools: names, descriptions, input schemas, annotations, and the validation that turns
+//! The eleven tools: names, descriptions, input schemas, annotations, and the validation that turns
 //! a `tools/call` argument object into typed arguments before anything runs.
 //!
 //! The schemas are written by hand, on purpose: optional parameters are plain optional
@@ -8,10 +8,11 @@
 use serde_json::{Map, Value, json};
 
 /// Tool names, in the order `tools/list` returns them.
-pub const TOOL_NAMES: [&str; 10] = [
+pub const TOOL_NAMES: [&str; 11] = [
     "opencode_start",
     "opencode_status",
     "opencode_result",
+    "opencode_wait",
     "opencode_cancel",
     "opencode_list",
     "opencode_policy",
@@ -40,6 +41,15 @@ pub const SESSIONS_DEFAULT_LIMIT: u64 = 30;
 pub const OUTPUT_DEFAULT_MESSAGES: u64 = 12;
 /// Characters of `opencode_session_output` when `max_chars` is not given.
 pub const OUTPUT_DEFAULT_CHARS: u64 = 20_000;
+/// Values of `mode` for `opencode_wait`.
+pub const WAIT_MODES: [&str; 2] = ["any", "all"];
+/// Seconds `opencode_wait` waits when `timeout_s` is not given: well under the tool-call
+/// timeouts of MCP clients.
+pub const WAIT_DEFAULT_S: u64 = 50;
+/// The longest `opencode_wait`.
+pub const WAIT_MAX_S: u64 = 55;
+/// Task ids one `opencode_wait` accepts.
+pub const WAIT_MAX_IDS: usize = 64;
 
 /// Everything `tools/list` says about one tool.
 #[derive(Debug, Clone)]
@@ -52,7 +62,7 @@ pub struct ToolDef {
     pub destructive: bool,
 }
 
-/// The ten tool definitions.
+/// The eleven tool definitions.
 pub fn definitions() -> Vec<ToolDef> {
     let id = |what: &str| json!({"type": "string", "minLength": 1, "description": what});
     vec![
@@ -72,7 +82,9 @@ pub fn definitions() -> Vec<ToolDef> {
                     "mode": {"type": "string", "enum": MODES, "description": "Routing mode, only when the user asked for one. Sensitive always wins over other sources."},
                     "mechanical": {"type": "boolean", "description": "The job is a purely mechanical edit (rename, reformat, move). Lets fixer/worker run in sensitive mode."},
                     "model": {"type": "string", "pattern": MODEL_PATTERN, "description": "provider/model[#variant]. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
-                    "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."}
+                    "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."},
+                    "session": {"type": "string", "minLength": 1, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
+                    "label": {"type": "string", "minLength": 1, "maxLength": 100, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."}
                 },
                 "required": ["tier", "prompt"],
                 "additionalProperties": false
@@ -83,7 +95,7 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_status",
             title: "Status of a delegated task",
-            description: "State of a task started by this bridge (queued, running, retrying, succeeded, failed, cancelled, timed out), elapsed time, attempts and its opencode session id. A failed task shows its failure kind and what to do.",
+            description: "State of a delegated task (starting, running, retrying, succeeded, failed, cancelled, timed out; orphaned when the bridge that started it is gone but its run goes on), elapsed time, attempts, label and its opencode session id. A failed task shows its failure kind and what to do. Tasks are kept across bridge restarts.",
             schema: json!({
                 "type": "object",
                 "properties": {"id": id("Task id returned by opencode_start.")},
@@ -96,7 +108,7 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_result",
             title: "Output of a delegated task",
-            description: "What a task started by this bridge answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed. Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
+            description: "What a delegated task answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed, and for editing agents the files it changed with a short diff stat. Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
             schema: json!({
                 "type": "object",
                 "properties": {
@@ -111,9 +123,26 @@ pub fn definitions() -> Vec<ToolDef> {
             destructive: false,
         },
         ToolDef {
+            name: "opencode_wait",
+            title: "Wait for delegated tasks",
+            description: "Wait until any (default) or all of the given tasks have finished, for at most timeout_s seconds (default 50, at most 55, under client tool timeouts). Returns which finished, with their outcome, and which still run; call it again to keep waiting. Cheaper than polling opencode_status.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "ids": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": WAIT_MAX_IDS, "description": "Task ids returned by opencode_start."},
+                    "mode": {"type": "string", "enum": WAIT_MODES, "description": "any (default): return when one has finished; all: when every one has."},
+                    "timeout_s": {"type": "integer", "minimum": 1, "maximum": WAIT_MAX_S, "description": "Longest wait in seconds (default 50)."}
+                },
+                "required": ["ids"],
+                "additionalProperties": false
+            }),
+            read_only: true,
+            destructive: false,
+        },
+        ToolDef {
             name: "opencode_cancel",
             title: "Cancel a delegated task",
-            description: "Stop a queued, running or retrying task started by this bridge: SIGTERM, then SIGKILL after a grace period, to its whole process group. Never touches sessions or processes the bridge did not start. A task that already ended is reported as such.",
+            description: "Stop a starting, running, retrying or orphaned delegated task: SIGTERM, then SIGKILL after a grace period, to its whole process group (an orphan's pid is checked against its recorded start time first). Never touches sessions or processes no bridge started; a task another live bridge runs is left to that bridge. A task that already ended is reported as such.",
             schema: json!({
                 "type": "object",
                 "properties": {"id": id("Task id returned by opencode_start.")},
@@ -125,9 +154,15 @@ pub fn definitions() -> Vec<ToolDef> {
         },
         ToolDef {
             name: "opencode_list",
-            title: "Tasks started by this bridge",
-            description: "Tasks started by this bridge since it started, newest first, with state, agent, tier, mode and title. For every opencode session on the machine use opencode_sessions.",
-            schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            title: "Delegated tasks",
+            description: "Delegated tasks, newest first, with state, agent, elapsed time, tokens, session id, label and title: this bridge's and those of earlier bridges on the same state directory (kept across restarts; finished ones for OPENCODE_BRIDGE_PRUNE_DAYS days). For every opencode session on the machine use opencode_sessions.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "label": {"type": "string", "minLength": 1, "description": "Only tasks started with this label."}
+                },
+                "additionalProperties": false
+            }),
             read_only: true,
             destructive: false,
         },
@@ -227,10 +262,17 @@ pub enum Call {
         head: Option<usize>,
         tail: Option<usize>,
     },
+    Wait {
+        ids: Vec<String>,
+        all: bool,
+        timeout_s: u64,
+    },
     Cancel {
         id: String,
     },
-    List,
+    List {
+        label: Option<String>,
+    },
     Policy {
         cwd: Option<String>,
         mode: Option<String>,
@@ -257,6 +299,8 @@ pub struct StartArgs {
     pub mechanical: bool,
     pub model: Option<String>,
     pub timeout_minutes: Option<u64>,
+    pub session: Option<String>,
+    pub label: Option<String>,
 }
 
 /// Arguments of `opencode_sessions`.
@@ -312,6 +356,8 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             mechanical: a.opt_bool("mechanical")?.unwrap_or(false),
             model: a.opt_model("model")?,
             timeout_minutes: a.opt_int("timeout_minutes", 1, 1440)?,
+            session: a.opt_nonempty("session")?,
+            label: a.opt_str_max("label", 100)?,
         }),
         "opencode_status" => Call::Status {
             id: a.required_str("id")?,
@@ -325,10 +371,19 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
                 .opt_int("tail", 1, REPLY_CAP_CHARS as u64)?
                 .map(|v| v as usize),
         },
+        "opencode_wait" => Call::Wait {
+            ids: a.required_ids("ids", WAIT_MAX_IDS)?,
+            all: a.opt_enum("mode", &WAIT_MODES)?.as_deref() == Some("all"),
+            timeout_s: a
+                .opt_int("timeout_s", 1, WAIT_MAX_S)?
+                .unwrap_or(WAIT_DEFAULT_S),
+        },
         "opencode_cancel" => Call::Cancel {
             id: a.required_str("id")?,
         },
-        "opencode_list" => Call::List,
+        "opencode_list" => Call::List {
+            label: a.opt_nonempty("label")?,
+        },
         "opencode_policy" => Call::Policy {
             cwd: a.opt_str("cwd")?,
             mode: a.opt_enum("mode", &MODES)?,
@@ -433,6 +488,46 @@ impl Args<'_> {
             Some(s) if !s.trim().is_empty() => Ok(s),
             Some(_) => Err(format!("bad argument `{field}`: must not be empty")),
             None => Err(format!("missing required argument `{field}` (a string)")),
+        }
+    }
+
+    /// An optional string that, when given, must not be empty.
+    fn opt_nonempty(&self, field: &str) -> Result<Option<String>, String> {
+        match self.opt_str(field)? {
+            Some(s) if s.is_empty() => Err(format!("bad argument `{field}`: must not be empty")),
+            other => Ok(other),
+        }
+    }
+
+    fn opt_str_max(&self, field: &str, max: usize) -> Result<Option<String>, String> {
+        let s = self.opt_nonempty(field)?;
+        if s.as_ref().is_some_and(|s| s.chars().count() > max) {
+            return Err(format!(
+                "bad argument `{field}`: longer than {max} characters"
+            ));
+        }
+        Ok(s)
+    }
+
+    /// A required array of 1..=max non-empty strings.
+    fn required_ids(&self, field: &str, max: usize) -> Result<Vec<String>, String> {
+        let bad = || {
+            format!(
+                "bad argument `{field}`: use an array of 1 to {max} task ids, e.g. [\"3\", \"4\"]"
+            )
+        };
+        match self.get(field) {
+            None => Err(format!(
+                "missing required argument `{field}` (an array of task ids)"
+            )),
+            Some(Value::Array(items)) if !items.is_empty() && items.len() <= max => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                    _ => Err(bad()),
+                })
+                .collect(),
+            Some(_) => Err(bad()),
         }
     }
 
@@ -569,8 +664,20 @@ mod tests {
             "bad argument `limit`: 0 is not accepted; use a whole number from 1 to 500"
         );
         assert_eq!(
-            call("opencode_list", json!({"x": 1})).unwrap_err(),
+            call("opencode_processes", json!({"x": 1})).unwrap_err(),
             "unknown argument `x`; this tool takes no arguments"
+        );
+        assert_eq!(
+            call("opencode_list", json!({"x": 1})).unwrap_err(),
+            "unknown argument `x`; accepted arguments: label"
+        );
+        assert_eq!(
+            call("opencode_wait", json!({"ids": ["3", "t4"]})).unwrap(),
+            Call::Wait {
+                ids: vec!["3".into(), "t4".into()],
+                all: false,
+                timeout_s: WAIT_DEFAULT_S
+            }
         );
         assert!(
             call(
@@ -633,6 +740,31 @@ mod tests {
             ("opencode_cancel", json!({"id": "1"})),
             ("opencode_list", json!({})),
             ("opencode_list", json!({"x": 1})),
+            ("opencode_list", json!({"label": "night"})),
+            ("opencode_list", json!({"label": ""})),
+            (
+                "opencode_wait",
+                json!({"ids": ["1", "2"], "mode": "all", "timeout_s": 55}),
+            ),
+            ("opencode_wait", json!({"ids": ["1"]})),
+            ("opencode_wait", json!({"ids": []})),
+            ("opencode_wait", json!({"ids": [1]})),
+            ("opencode_wait", json!({"ids": [""]})),
+            ("opencode_wait", json!({"ids": ["1"], "timeout_s": 56})),
+            ("opencode_wait", json!({"ids": ["1"], "mode": "some"})),
+            ("opencode_wait", json!({})),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "session": "ses_1", "label": "b"}),
+            ),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "session": ""}),
+            ),
+            (
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "label": "y".repeat(101)}),
+            ),
             ("opencode_policy", json!({"cwd": "/x", "mode": "blueprint"})),
             ("opencode_policy", json!({"mode": "loose"})),
             (

@@ -321,10 +321,7 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
     let cancel = &one("opencode_cancel")[0];
     assert!(cancel.starts_with("task 2 cancelled"), "{cancel}");
     let list = &one("opencode_list")[0];
-    assert!(
-        list.contains("2 task(s) started by this bridge; 0 unfinished"),
-        "{list}"
-    );
+    assert!(list.contains("2 delegated task(s); 0 unfinished"), "{list}");
     // The fake LLM really served the delegated run, with the bridge's run instructions.
     let chats = llm.chat_requests("ok");
     assert!(

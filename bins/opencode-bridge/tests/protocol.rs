@@ -43,7 +43,7 @@ fn discover_reports_identity_versions_and_instructions() {
     let r = server.request(2, "tools/list", json!({"_meta": modern_meta()}));
     assert_eq!(
         r["result"]["tools"].as_array().map(Vec::len),
-        Some(10),
+        Some(11),
         "{r}"
     );
 }
@@ -82,6 +82,7 @@ fn tools_list_matches_snapshot() {
             "opencode_start",
             "opencode_status",
             "opencode_result",
+            "opencode_wait",
             "opencode_cancel",
             "opencode_list",
             "opencode_policy",

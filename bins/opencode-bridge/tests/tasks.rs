@@ -71,10 +71,7 @@ fn stdin_eof_stops_a_running_task_and_its_process_group() {
         "{status}"
     );
     let (list, _) = server.call_text(4, "opencode_list", json!({}));
-    assert!(
-        list.contains("1 task(s) started by this bridge; 1 unfinished"),
-        "{list}"
-    );
+    assert!(list.contains("1 delegated task(s); 1 unfinished"), "{list}");
 
     server.close_stdin();
     let status = server
@@ -123,7 +120,7 @@ fn cancel_stops_the_task_then_reports_it_ended() {
     let (unknown, is_error) = server.call_text(6, "opencode_status", json!({"id": "9"}));
     assert!(is_error);
     assert!(
-        unknown.starts_with("no task 9 was started by this bridge"),
+        unknown.starts_with("no task 9 is known to this bridge"),
         "{unknown}"
     );
 }

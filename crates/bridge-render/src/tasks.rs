@@ -1,8 +1,11 @@
-//! Tasks started by this bridge (`opencode_start`, `opencode_status`, `opencode_result`,
+//! Delegated tasks (`opencode_start`, `opencode_status`, `opencode_result`, `opencode_wait`,
 //! `opencode_cancel`, `opencode_list`) and the process table (`opencode_processes`).
 
 use crate::human::{clip, dir_tail, duration_ms, one_line, table, tokens};
-use run_supervisor::{CancelOutcome, OpencodeProcess, TaskId, TaskOutput, TaskSnapshot, TaskState};
+use run_supervisor::{
+    CancelOutcome, ChangedFiles, OpencodeProcess, TaskId, TaskOutput, TaskSnapshot, TaskState,
+    WaitReport,
+};
 
 /// What `opencode_start` reports about an accepted task.
 #[derive(Debug, Clone)]
@@ -17,6 +20,10 @@ pub struct Started<'a> {
     pub model: Option<&'a str>,
     /// A warning about an explicit title that breaks the convention.
     pub title_warning: Option<&'a str>,
+    /// The caller's label.
+    pub label: Option<&'a str>,
+    /// The session a follow-up was sent to.
+    pub continues: Option<&'a str>,
 }
 
 /// `opencode_start`.
@@ -27,6 +34,14 @@ pub fn started(s: &Started<'_>) -> String {
     );
     if let Some(m) = s.model {
         out.push_str(&format!("model: {m}\n"));
+    }
+    if let Some(l) = s.label {
+        out.push_str(&format!("label: {l}\n"));
+    }
+    if let Some(sid) = s.continues {
+        out.push_str(&format!(
+            "follow-up in session {sid} (it keeps its id and title)\n"
+        ));
     }
     if let Some(w) = s.title_warning {
         out.push_str(&format!("warning: {w}\n"));
@@ -40,8 +55,16 @@ pub fn started(s: &Started<'_>) -> String {
 
 fn state_word(s: &TaskSnapshot) -> String {
     match s.state {
+        _ if s.orphaned => format!(
+            "orphaned (pid {}, running for {})",
+            s.pid.map_or_else(|| "?".into(), |p| p.to_string()),
+            duration_ms(s.elapsed.as_millis() as u64)
+        ),
         TaskState::Running if s.quiet => "running (quiet)".into(),
-        other => other.as_str().to_string(),
+        other => match s.other_bridge.filter(|_| !other.is_finished()) {
+            Some(pid) => format!("{} (in bridge pid {pid})", other.as_str()),
+            None => other.as_str().to_string(),
+        },
     }
 }
 
@@ -56,7 +79,13 @@ pub fn status(s: &TaskSnapshot) -> String {
         s.attempts.max(1)
     );
     out.push_str(&format!("title: {}\n", s.title));
+    if let Some(l) = &s.label {
+        out.push_str(&format!("label: {l}\n"));
+    }
     out.push_str(&format!("cwd: {}\n", s.cwd.display()));
+    if let Some(sid) = &s.continues {
+        out.push_str(&format!("follow-up in session {sid}\n"));
+    }
     out.push_str(&format!(
         "session: {}\n",
         s.session_id.as_deref().unwrap_or("(not known yet)")
@@ -105,8 +134,18 @@ pub fn status(s: &TaskSnapshot) -> String {
             "next: opencode_result id={} (verify it before relying on it)\n",
             s.id
         )),
+        _ if s.orphaned => out.push_str(
+            "the bridge that started it is gone but its opencode run goes on; opencode_cancel stops it, or check again later\n",
+        ),
         TaskState::Starting | TaskState::Running | TaskState::Retrying => {
-            out.push_str("still working: check again later; opencode_cancel stops it\n")
+            match s.other_bridge {
+                Some(pid) => out.push_str(&format!(
+                    "still working in another bridge (pid {pid}); only that bridge can cancel it\n"
+                )),
+                None => out.push_str(
+                    "still working: opencode_wait waits for it, opencode_cancel stops it\n",
+                ),
+            }
         }
         _ => {}
     }
@@ -135,6 +174,9 @@ pub fn result(o: &TaskOutput) -> String {
             out.push_str(&line);
             out.push('\n');
         }
+    }
+    if let Some(c) = &o.changed_files {
+        out.push_str(&changed_files(c));
     }
     out.push_str(&"-".repeat(40));
     out.push('\n');
@@ -169,6 +211,90 @@ pub fn result(o: &TaskOutput) -> String {
     out
 }
 
+/// The files a task changed: `changed files (N):` then `  path +a -d (status)` lines.
+pub fn changed_files(c: &ChangedFiles) -> String {
+    let how = match c.source {
+        run_supervisor::ChangeSource::Git => "from git",
+        run_supervisor::ChangeSource::ToolCalls => {
+            "from the agent's write/edit calls, no line counts"
+        }
+    };
+    if c.files.is_empty() {
+        return format!("changed files: none ({how})\n");
+    }
+    let mut out = format!("changed files ({}, {how}):\n", c.files.len());
+    const SHOWN: usize = 100;
+    for f in c.files.iter().take(SHOWN) {
+        let stat = match (f.added, f.removed) {
+            (Some(a), Some(d)) => format!(" +{a} -{d}"),
+            _ if c.source == run_supervisor::ChangeSource::Git => " (binary)".into(),
+            _ => String::new(),
+        };
+        out.push_str(&format!("  {}{stat} ({})\n", f.path, f.status));
+    }
+    if c.files.len() > SHOWN {
+        out.push_str(&format!("  ... {} more\n", c.files.len() - SHOWN));
+    }
+    out
+}
+
+/// `opencode_wait`: which tasks finished (with their outcome) and which still run.
+pub fn waited(r: &WaitReport, all: bool, timeout_s: u64) -> String {
+    let asked = r.finished.len() + r.running.len();
+    let mut out = if r.satisfied {
+        if all || r.running.is_empty() {
+            format!("all {asked} task(s) finished\n")
+        } else {
+            format!(
+                "{} of {asked} task(s) finished; {} still running\n",
+                r.finished.len(),
+                r.running.len()
+            )
+        }
+    } else {
+        format!(
+            "waited {timeout_s}s: {} of {asked} task(s) finished, {} still running; call opencode_wait again to keep waiting\n",
+            r.finished.len(),
+            r.running.len()
+        )
+    };
+    for s in &r.finished {
+        let mut line = format!("finished: task {}  {}", s.id, s.state.as_str());
+        if let Some(f) = &s.failure {
+            line.push_str(&format!(
+                " ({}: {})",
+                f.kind.as_str(),
+                clip(&one_line(&f.message, 200), 160)
+            ));
+        }
+        line.push_str(&format!(
+            "  {}  {}",
+            duration_ms(s.elapsed.as_millis() as u64),
+            s.title
+        ));
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for s in &r.running {
+        out.push_str(&format!(
+            "running: task {}  {}  {}  {}\n",
+            s.id,
+            state_word(s),
+            duration_ms(s.elapsed.as_millis() as u64),
+            s.title
+        ));
+    }
+    for id in &r.unknown {
+        out.push_str(&format!(
+            "unknown: task {id} (opencode_list shows the known tasks)\n"
+        ));
+    }
+    if !r.finished.is_empty() {
+        out.push_str("next: opencode_result id=<id> for each finished task; verify what it did\n");
+    }
+    out
+}
+
 /// `opencode_cancel`.
 pub fn cancelled(id: TaskId, outcome: CancelOutcome) -> Result<String, String> {
     match outcome {
@@ -179,20 +305,23 @@ pub fn cancelled(id: TaskId, outcome: CancelOutcome) -> Result<String, String> {
             "task {id} had already ended ({state}); nothing was signalled\n"
         )),
         CancelOutcome::NotFound => Err(unknown_task(id)),
+        CancelOutcome::OtherBridge { pid } => Err(format!(
+            "task {id} is run by another bridge that is still running (pid {pid}); cancel it from that bridge, or stop that bridge"
+        )),
     }
 }
 
 /// The error for an id no task has.
 pub fn unknown_task(id: TaskId) -> String {
     format!(
-        "no task {id} was started by this bridge; opencode_list shows its tasks (for any opencode session use opencode_sessions)"
+        "no task {id} is known to this bridge or its task registry; opencode_list shows the delegated tasks (for any opencode session use opencode_sessions)"
     )
 }
 
 /// `opencode_list`: newest first.
 pub fn task_list(tasks: &[TaskSnapshot], running: usize, limit: usize) -> String {
     let mut out = format!(
-        "{} task(s) started by this bridge; {running} unfinished (limit {limit})\n",
+        "{} delegated task(s); {running} unfinished (limit {limit})\n",
         tasks.len()
     );
     let rows: Vec<Vec<String>> = tasks
@@ -206,7 +335,10 @@ pub fn task_list(tasks: &[TaskSnapshot], running: usize, limit: usize) -> String
                 duration_ms(s.elapsed.as_millis() as u64),
                 tokens(s.tokens.input, s.tokens.output),
                 s.session_id.clone().unwrap_or_else(|| "-".into()),
-                s.title.clone(),
+                match &s.label {
+                    Some(l) => format!("[{l}] {}", s.title),
+                    None => s.title.clone(),
+                },
             ]
         })
         .collect();

@@ -9,8 +9,9 @@ use opencode_client::{
     Tokens, ToolStatus,
 };
 use run_supervisor::{
-    CancelOutcome, Cut, Failure, FailureKind, OpencodeProcess, ProcessKind, TaskOutput,
-    TaskSnapshot, TaskState, TokenUsage, ToolCall,
+    CancelOutcome, ChangeSource, ChangedFiles, Cut, Failure, FailureKind, FileChange,
+    OpencodeProcess, ProcessKind, TaskOutput, TaskSnapshot, TaskState, TokenUsage, ToolCall,
+    WaitReport,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -241,6 +242,10 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
         tool_calls: 2,
         exit_code: None,
         opencode_version: Some("1.18.33".into()),
+        label: None,
+        continues: None,
+        orphaned: false,
+        other_bridge: None,
     }
 }
 
@@ -257,6 +262,8 @@ fn task_texts() {
             cwd: "/home/u/proj",
             model: Some("fk/ok"),
             title_warning: Some("the title breaks the LANE/agent: task convention: missing \": \""),
+            label: None,
+            continues: None,
         })
     );
     insta::assert_snapshot!(
@@ -303,6 +310,7 @@ fn task_texts() {
         malformed_lines: 0,
         unknown_events: 0,
         stdout_bytes_dropped: 0,
+        changed_files: None,
     };
     insta::assert_snapshot!("result_failed", tasks::result(&output));
     insta::assert_snapshot!(
@@ -318,6 +326,94 @@ fn task_texts() {
         snapshot(2, TaskState::Running),
     ];
     insta::assert_snapshot!("task_list", tasks::task_list(&list, 1, 6));
+}
+
+/// Texts of durable tasks: orphans, other bridges' tasks, labels, follow-ups, changed files,
+/// waiting.
+#[test]
+fn durable_task_texts() {
+    let mut orphan = snapshot(12, TaskState::Running);
+    orphan.orphaned = true;
+    orphan.label = Some("night-batch".into());
+    orphan.last_event_age = None;
+    insta::assert_snapshot!("status_orphaned", tasks::status(&orphan));
+    let mut elsewhere = snapshot(13, TaskState::Running);
+    elsewhere.other_bridge = Some(777);
+    elsewhere.continues = Some("ses_e31688286ffeA2b3C4d5E6f7G8".into());
+    insta::assert_snapshot!(
+        "list_durable",
+        tasks::task_list(&[orphan.clone(), elsewhere.clone()], 2, 6)
+    );
+    insta::assert_snapshot!(
+        "cancel_other_bridge",
+        tasks::cancelled(13, CancelOutcome::OtherBridge { pid: 777 }).unwrap_err()
+    );
+    let mut done = snapshot(14, TaskState::Succeeded);
+    done.agent = "fixer".into();
+    done.read_only = false;
+    done.pid = None;
+    done.last_event_age = None;
+    let output = TaskOutput {
+        snapshot: done.clone(),
+        text: Cut {
+            text: "Added the parser and its tests.".into(),
+            total_chars: 31,
+            truncated: false,
+        },
+        final_text: "Added the parser and its tests.".into(),
+        tool_calls: vec![],
+        stderr_tail: String::new(),
+        malformed_lines: 0,
+        unknown_events: 0,
+        stdout_bytes_dropped: 0,
+        changed_files: Some(ChangedFiles {
+            source: ChangeSource::Git,
+            files: vec![
+                FileChange {
+                    path: "src/parse.rs".into(),
+                    added: Some(120),
+                    removed: Some(4),
+                    status: "modified".into(),
+                },
+                FileChange {
+                    path: "assets/logo.png".into(),
+                    added: None,
+                    removed: None,
+                    status: "added".into(),
+                },
+            ],
+        }),
+    };
+    insta::assert_snapshot!("result_changed_files", tasks::result(&output));
+    let mut failed = snapshot(15, TaskState::Failed);
+    failed.failure = Some(Failure::new(FailureKind::Quota, "insufficient_quota"));
+    let report = WaitReport {
+        finished: vec![done, failed],
+        running: vec![orphan],
+        unknown: vec![99],
+        satisfied: true,
+    };
+    insta::assert_snapshot!("wait_any", tasks::waited(&report, false, 50));
+    let timed_out = WaitReport {
+        satisfied: false,
+        ..report
+    };
+    insta::assert_snapshot!("wait_all_timed_out", tasks::waited(&timed_out, true, 50));
+    insta::assert_snapshot!(
+        "started_follow_up",
+        tasks::started(&Started {
+            id: 16,
+            agent: "fixer",
+            mode: "blueprint (default)",
+            tier: "medium",
+            title: "PROJ/fixer: add the parser",
+            cwd: "/home/u/proj",
+            model: None,
+            title_warning: None,
+            label: Some("parser"),
+            continues: Some("ses_e31688286ffeA2b3C4d5E6f7G8"),
+        })
+    );
     insta::assert_snapshot!("task_list_empty", tasks::task_list(&[], 0, 6));
 }
 

@@ -249,7 +249,11 @@ pub fn build_launch(
     let mut args: Vec<OsString> = vec!["run".into(), "--format".into(), "json".into()];
     args.push("--agent".into());
     args.push(spec.agent.clone().into());
-    if !spec.title.is_empty() {
+    if let Some(session) = spec.session.as_deref().filter(|s| !s.trim().is_empty()) {
+        // A follow-up in an existing session keeps that session's title.
+        args.push("--session".into());
+        args.push(session.trim().to_owned().into());
+    } else if !spec.title.is_empty() {
         args.push("--title".into());
         args.push(spec.title.clone().into());
     }
@@ -430,6 +434,21 @@ mod tests {
         spec.model = None;
         let l = build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker)).unwrap();
         assert!(strs(&l.args).windows(2).any(|w| w == ["-m", "fk/default"]));
+    }
+
+    #[test]
+    fn a_follow_up_names_the_session_and_keeps_its_title() {
+        let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
+        let worker = serde_json::json!({});
+        let mut spec = TaskSpec::new("and now the tests", "/p", "worker", "P/worker: x");
+        spec.session = Some("ses_abc".into());
+        let a = strs(
+            &build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker))
+                .unwrap()
+                .args,
+        );
+        assert!(a.windows(2).any(|w| w == ["--session", "ses_abc"]), "{a:?}");
+        assert!(!a.contains(&"--title".to_owned()), "{a:?}");
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! - [`events`]: the tolerant parser of opencode's JSON event lines.
 //! - [`classify`](mod@classify): failure kinds, the provider's message and advice.
 //! - [`proctable`]: every opencode process on the machine, from `/proc`.
+//! - [`registry`]: the durable task registry in the state directory, so tasks, their outcome and
+//!   output survive a bridge restart (clean or `kill -9`), and runs that outlived their bridge
+//!   show as orphaned and can still be cancelled.
+//! - [`changes`]: the files an editing task changed, with a short diff stat.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
 //! signalled, each after checking its start time.
@@ -16,12 +20,14 @@
 
 pub mod capture;
 pub mod claude;
+pub mod changes;
 pub mod classify;
 pub mod command;
 pub mod events;
 mod procs;
 pub mod proctable;
 pub mod quota;
+pub mod registry;
 mod spec;
 mod supervisor;
 
@@ -29,6 +35,7 @@ use std::path::PathBuf;
 
 pub use capture::{Cut, cut_text};
 pub use claude::Runner;
+pub use changes::{ChangeSource, ChangedFiles, FileChange};
 pub use classify::{ExitInfo, Failure, FailureKind};
 pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
@@ -37,6 +44,7 @@ pub use proctable::{OpencodeProcess, ProcessKind};
 pub use spec::{AgentMode, SupervisorConfig, TaskSpec};
 pub use supervisor::{
     CancelOutcome, MAX_FINISHED_TASKS, Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState,
+    WaitReport,
 };
 
 /// Why a task was not started. Each message says what to do.
@@ -88,4 +96,7 @@ pub enum StartError {
         /// When the window resets (UTC, RFC 3339).
         until: String,
     },
+    /// The task registry could not hand out an id (the message says what to fix).
+    #[error("{0}")]
+    Registry(String),
 }

@@ -42,6 +42,11 @@ pub struct TaskSpec {
     pub config_overlay: Option<serde_json::Value>,
     /// Extra environment for the child.
     pub env: Vec<(String, String)>,
+    /// Continue this existing opencode session (`--session <id>`) with the prompt as a
+    /// follow-up, instead of starting a new session. The title is then left as it is.
+    pub session: Option<String>,
+    /// A free-form label the caller can filter the task list by.
+    pub label: Option<String>,
 }
 
 impl TaskSpec {
@@ -65,6 +70,8 @@ impl TaskSpec {
             auto_approve: true,
             config_overlay: None,
             env: Vec::new(),
+            session: None,
+            label: None,
         }
     }
 }
@@ -109,6 +116,14 @@ pub struct SupervisorConfig {
     /// Make this process a child subreaper so escaped descendants come back to it to be reaped
     /// (default true).
     pub subreaper: bool,
+    /// Where the task registry lives, so tasks outlive the bridge (see [`crate::registry`]).
+    /// `None` (the default) keeps tasks in memory only; [`from_env`](Self::from_env) uses
+    /// `OPENCODE_BRIDGE_STATE_DIR`, else `$XDG_STATE_HOME/opencode-bridge`, else
+    /// `~/.local/state/opencode-bridge`.
+    pub state_dir: Option<PathBuf>,
+    /// `OPENCODE_BRIDGE_PRUNE_DAYS` (default 7): finished tasks older than this are removed from
+    /// the registry when a supervisor opens it. Nothing else is ever pruned.
+    pub prune_after: Duration,
 }
 
 impl Default for SupervisorConfig {
@@ -130,6 +145,8 @@ impl Default for SupervisorConfig {
             prompt_dir: PathBuf::from("/tmp/opencode"),
             env: Vec::new(),
             subreaper: true,
+            state_dir: None,
+            prune_after: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -173,6 +190,13 @@ impl SupervisorConfig {
         if let Some(n) = num("OPENCODE_BRIDGE_QUIET_MIN").filter(|&n| n > 0) {
             c.quiet_after = Duration::from_secs(n * 60);
         }
+        if let Some(n) = num("OPENCODE_BRIDGE_PRUNE_DAYS") {
+            c.prune_after = Duration::from_secs(n.min(36_500) * 24 * 3600);
+        }
+        let nonempty = |k: &str| get(k).filter(|s| !s.trim().is_empty()).map(PathBuf::from);
+        c.state_dir = nonempty("OPENCODE_BRIDGE_STATE_DIR")
+            .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))
+            .or_else(|| nonempty("HOME").map(|h| h.join(".local/state/opencode-bridge")));
         c
     }
 }
@@ -205,6 +229,29 @@ mod tests {
         assert_eq!(c.default_model.as_deref(), Some("fk/ok#high"));
         assert_eq!(c.root, PathBuf::from("/srv"));
         assert_eq!(c.opencode_bin, Some(PathBuf::from("/opt/opencode")));
+        assert_eq!(c.state_dir, None, "no HOME, no XDG_STATE_HOME: in memory");
+        let st = |vars: &[(&str, &str)]| {
+            let m: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            SupervisorConfig::from_lookup(|k| m.get(k).cloned())
+        };
+        assert_eq!(
+            st(&[("HOME", "/h")]).state_dir,
+            Some(PathBuf::from("/h/.local/state/opencode-bridge"))
+        );
+        assert_eq!(
+            st(&[("HOME", "/h"), ("XDG_STATE_HOME", "/x")]).state_dir,
+            Some(PathBuf::from("/x/opencode-bridge"))
+        );
+        let own = st(&[
+            ("XDG_STATE_HOME", "/x"),
+            ("OPENCODE_BRIDGE_STATE_DIR", "/own"),
+            ("OPENCODE_BRIDGE_PRUNE_DAYS", "2"),
+        ]);
+        assert_eq!(own.state_dir, Some(PathBuf::from("/own")));
+        assert_eq!(own.prune_after, Duration::from_secs(2 * 86_400));
         let zero = SupervisorConfig::from_lookup(|k| {
             (k == "OPENCODE_BRIDGE_MAX_PARALLEL").then(|| "0".to_owned())
         });

@@ -17,11 +17,13 @@ use tokio::sync::{OnceCell, watch};
 
 use crate::StartError;
 use crate::capture::{Cut, HeadTail, REPLY_CHARS, cut_text};
+use crate::changes::{self, ChangedFiles, GitSnapshot};
 use crate::classify::{ExitInfo, Failure, FailureKind, classify};
 use crate::command::{self, Capabilities, LaunchContext};
 use crate::events::{RunSummary, TokenUsage, ToolCall};
 use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
+use crate::registry::{self, Registry, StoredOutput, StoredTask};
 use crate::spec::{SupervisorConfig, TaskSpec};
 use crate::claude::{self, ClaudeStream, Runner};
 use crate::quota;
@@ -65,6 +67,21 @@ impl TaskState {
             self,
             TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled | TaskState::TimedOut
         )
+    }
+
+    /// The state named by [`as_str`](Self::as_str).
+    pub fn parse(name: &str) -> Option<TaskState> {
+        [
+            TaskState::Starting,
+            TaskState::Running,
+            TaskState::Retrying,
+            TaskState::Succeeded,
+            TaskState::Failed,
+            TaskState::Cancelled,
+            TaskState::TimedOut,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
     }
 
     /// snake_case name.
@@ -133,6 +150,15 @@ pub struct TaskSnapshot {
     pub exit_code: Option<i32>,
     /// opencode version in use.
     pub opencode_version: Option<String>,
+    /// The caller's label.
+    pub label: Option<String>,
+    /// The session this task sent a follow-up to (`None`: it started a new session).
+    pub continues: Option<String>,
+    /// The bridge that ran the task is gone but its opencode process still runs (`pid`); it can
+    /// be cancelled.
+    pub orphaned: bool,
+    /// pid of another live bridge (sharing the state directory) that runs this task.
+    pub other_bridge: Option<i32>,
 }
 
 /// The output of a task.
@@ -154,6 +180,8 @@ pub struct TaskOutput {
     pub unknown_events: usize,
     /// Bytes of raw stdout dropped by the 2 MB capture.
     pub stdout_bytes_dropped: u64,
+    /// The files the task changed (editing agents only, once finished; `None`: not tracked).
+    pub changed_files: Option<ChangedFiles>,
 }
 
 /// What `cancel` did.
@@ -165,6 +193,24 @@ pub enum CancelOutcome {
     AlreadyFinished(TaskState),
     /// No task has this id.
     NotFound,
+    /// Another bridge that is still running owns the task: cancel it there.
+    OtherBridge {
+        /// That bridge's pid.
+        pid: i32,
+    },
+}
+
+/// What [`Supervisor::wait_for`] saw.
+#[derive(Debug, Clone)]
+pub struct WaitReport {
+    /// Tasks that have finished, in the order asked.
+    pub finished: Vec<TaskSnapshot>,
+    /// Tasks still running, in the order asked.
+    pub running: Vec<TaskSnapshot>,
+    /// Ids no task has.
+    pub unknown: Vec<TaskId>,
+    /// True when the wait ended because its condition held (false: it timed out).
+    pub satisfied: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +245,12 @@ struct Record {
     exit: Option<ExitInfo>,
     stop: watch::Sender<Option<StopReason>>,
     done: watch::Sender<bool>,
+    label: Option<String>,
+    continues: Option<String>,
+    changes: Option<ChangedFiles>,
+    /// What the registry last got: events folded, session id known.
+    persisted_events: usize,
+    persisted_session: bool,
 }
 
 #[derive(Debug, Default)]
@@ -216,6 +268,7 @@ struct Shared {
     inner: Mutex<Inner>,
     caps: OnceCell<Result<Capabilities, String>>,
     worker_agent: serde_json::Value,
+    registry: Option<Registry>,
 }
 
 impl Shared {
@@ -245,6 +298,17 @@ impl Supervisor {
         if config.subreaper {
             procs::become_subreaper();
         }
+        let registry = config.state_dir.as_deref().and_then(|dir| {
+            Registry::open(dir)
+                .inspect_err(|e| tracing::warn!("{e}; tasks are kept in memory only"))
+                .ok()
+        });
+        if let Some(reg) = &registry {
+            let pruned = reg.prune(config.prune_after);
+            if pruned > 0 {
+                tracing::info!(pruned, "finished tasks pruned from the registry");
+            }
+        }
         Supervisor {
             shared: Arc::new(Shared {
                 config,
@@ -254,8 +318,17 @@ impl Supervisor {
                 }),
                 caps: OnceCell::new(),
                 worker_agent: bridge_policy::worker_agent_config(),
+                registry,
             }),
         }
+    }
+
+    /// The registry directory in use (`None`: tasks are kept in memory only).
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.shared
+            .registry
+            .as_ref()
+            .and(self.shared.config.state_dir.as_deref())
     }
 
     /// The configuration in use.
@@ -312,6 +385,14 @@ impl Supervisor {
                     until: claude::fmt_utc(until),
                 });
             }
+            if let Some(&until) = inner.quota_until.get(&account)
+                && until > SystemTime::now()
+            {
+                return Err(StartError::QuotaWindow {
+                    account,
+                    until: claude::fmt_utc(until),
+                });
+            }
             let running = inner
                 .tasks
                 .values()
@@ -334,8 +415,16 @@ impl Supervisor {
                     inner.tasks.remove(old);
                 }
             }
-            let id = inner.next_id;
-            inner.next_id += 1;
+            let id = match &self.shared.registry {
+                Some(reg) => reg
+                    .next_id()
+                    .map_err(|e| StartError::Registry(e.to_string()))?,
+                None => {
+                    let id = inner.next_id;
+                    inner.next_id += 1;
+                    id
+                }
+            };
             inner.tasks.insert(
                 id,
                 Record {
@@ -363,8 +452,16 @@ impl Supervisor {
                     exit: None,
                     stop: stop_tx,
                     done: done_tx,
+                    label: spec.label.clone().filter(|l| !l.trim().is_empty()),
+                    continues: spec.session.clone().filter(|s| !s.trim().is_empty()),
+                    changes: None,
+                    persisted_events: 0,
+                    persisted_session: false,
                 },
             );
+            if let Some(r) = inner.tasks.get(&id) {
+                persist(&self.shared, id, r, false);
+            }
             id
         };
         let shared = Arc::clone(&self.shared);
@@ -373,24 +470,86 @@ impl Supervisor {
     }
 
     /// The state of a task.
+    /// Tasks of this supervisor come from memory; with a registry, every other task of the
+    /// state directory (earlier bridges, other bridges) from disk.
     pub fn status(&self, id: TaskId) -> Option<TaskSnapshot> {
         let version = self.version();
-        let inner = self.shared.lock();
-        inner
-            .tasks
-            .get(&id)
-            .map(|r| snapshot(id, r, &self.shared.config, version.clone()))
+        let mine = {
+            let inner = self.shared.lock();
+            inner
+                .tasks
+                .get(&id)
+                .map(|r| snapshot(id, r, &self.shared.config, version.clone()))
+        };
+        mine.or_else(|| {
+            self.stored(id)
+                .map(|t| stored_snapshot(&t, &self.judge(&t)))
+        })
     }
 
-    /// Every task, oldest first.
+    /// Every task, oldest first: this supervisor's and, with a registry, every other task
+    /// recorded in the state directory.
     pub fn list(&self) -> Vec<TaskSnapshot> {
         let version = self.version();
-        let inner = self.shared.lock();
-        inner
-            .tasks
-            .iter()
-            .map(|(&id, r)| snapshot(id, r, &self.shared.config, version.clone()))
-            .collect()
+        let mut all: BTreeMap<TaskId, TaskSnapshot> = {
+            let inner = self.shared.lock();
+            inner
+                .tasks
+                .iter()
+                .map(|(&id, r)| (id, snapshot(id, r, &self.shared.config, version.clone())))
+                .collect()
+        };
+        if let Some(reg) = &self.shared.registry {
+            for id in reg.ids() {
+                if all.contains_key(&id) {
+                    continue;
+                }
+                if let Some(t) = self.stored(id) {
+                    all.insert(id, stored_snapshot(&t, &self.judge(&t)));
+                }
+            }
+        }
+        all.into_values().collect()
+    }
+
+    /// A task of the registry that is not in memory, with a dead owner's unfinished task
+    /// settled first when its run is gone too.
+    fn stored(&self, id: TaskId) -> Option<StoredTask> {
+        let reg = self.shared.registry.as_ref()?;
+        if self.shared.lock().tasks.contains_key(&id) {
+            return None;
+        }
+        let mut t = reg.read_task(id)?;
+        if self.judge(&t) == Owner::Lost {
+            t.state = TaskState::Failed.as_str().into();
+            t.failure = Some(registry::StoredFailure::from(&Failure::with_advice(
+                FailureKind::Exit,
+                format!(
+                    "lost: the bridge that ran it (pid {}) stopped before the run ended, and the run is gone too; its outcome is unknown",
+                    t.owner.pid
+                ),
+                "Read what the session did with opencode_session_output (its id is in the status, when one was known), or start the task again.",
+            )));
+            t.finished_ms = Some(registry::now_ms());
+            t.run = None;
+            t.updated_ms = registry::now_ms();
+            reg.write_task(&t);
+        }
+        Some(t)
+    }
+
+    fn judge(&self, t: &StoredTask) -> Owner {
+        if t.state().is_finished() {
+            return Owner::Finished;
+        }
+        let owner = ProcId::from(t.owner);
+        if owner.is_alive() {
+            return Owner::Alive(owner.pid);
+        }
+        match t.run.map(ProcId::from).filter(ProcId::is_alive) {
+            Some(run) => Owner::Orphan(run),
+            None => Owner::Lost,
+        }
     }
 
     fn version(&self) -> Option<String> {
@@ -411,7 +570,10 @@ impl Supervisor {
     ) -> Option<TaskOutput> {
         let version = self.version();
         let inner = self.shared.lock();
-        let r = inner.tasks.get(&id)?;
+        let Some(r) = inner.tasks.get(&id) else {
+            drop(inner);
+            return self.stored_result(id, head, tail);
+        };
         let snap = snapshot(id, r, &self.shared.config, version);
         let text = cut_text(&r.summary.text.to_string_lossy(), head, tail);
         let final_text = cut_text(&r.summary.final_text, Some(REPLY_CHARS), None).text;
@@ -426,6 +588,34 @@ impl Supervisor {
             malformed_lines: r.summary.malformed,
             unknown_events: r.summary.unknown,
             stdout_bytes_dropped: r.stdout.dropped_bytes().max(r.stdout_dropped),
+            changed_files: r.changes.clone(),
+        })
+    }
+
+    fn stored_result(
+        &self,
+        id: TaskId,
+        head: Option<usize>,
+        tail: Option<usize>,
+    ) -> Option<TaskOutput> {
+        let t = self.stored(id)?;
+        let snap = stored_snapshot(&t, &self.judge(&t));
+        let o = self
+            .shared
+            .registry
+            .as_ref()
+            .and_then(|reg| reg.read_output(id))
+            .unwrap_or_default();
+        Some(TaskOutput {
+            snapshot: snap,
+            text: cut_text(&o.text, head, tail),
+            final_text: cut_text(&o.final_text, Some(REPLY_CHARS), None).text,
+            tool_calls: o.tool_calls.iter().map(ToolCall::from).collect(),
+            stderr_tail: o.stderr_tail,
+            malformed_lines: o.malformed_lines,
+            unknown_events: o.unknown_events,
+            stdout_bytes_dropped: o.stdout_bytes_dropped,
+            changed_files: o.changed_files,
         })
     }
 
@@ -434,20 +624,107 @@ impl Supervisor {
     pub async fn cancel(&self, id: TaskId) -> CancelOutcome {
         let done = {
             let inner = self.shared.lock();
-            let Some(r) = inner.tasks.get(&id) else {
-                return CancelOutcome::NotFound;
-            };
-            if r.state.is_finished() {
-                return CancelOutcome::AlreadyFinished(state_of(r));
+            match inner.tasks.get(&id) {
+                None => None,
+                Some(r) if r.state.is_finished() => {
+                    return CancelOutcome::AlreadyFinished(state_of(r));
+                }
+                Some(r) => {
+                    r.stop.send_replace(Some(StopReason::Cancel));
+                    Some(r.done.subscribe())
+                }
             }
-            r.stop.send_replace(Some(StopReason::Cancel));
-            r.done.subscribe()
+        };
+        let Some(done) = done else {
+            return self.cancel_stored(id).await;
         };
         wait_done(done).await;
         match self.status(id).map(|s| s.state) {
             Some(TaskState::Cancelled) => CancelOutcome::Cancelled,
             Some(s) => CancelOutcome::AlreadyFinished(s),
             None => CancelOutcome::NotFound,
+        }
+    }
+
+    /// Cancels a task of the registry that this supervisor did not start: only an orphan (its
+    /// bridge is dead, its run alive) is stopped, after its start time is checked; the record
+    /// then says `cancelled`.
+    async fn cancel_stored(&self, id: TaskId) -> CancelOutcome {
+        let Some(mut t) = self.stored(id) else {
+            return CancelOutcome::NotFound;
+        };
+        let run = match self.judge(&t) {
+            Owner::Finished | Owner::Lost => return CancelOutcome::AlreadyFinished(t.state()),
+            Owner::Alive(pid) => return CancelOutcome::OtherBridge { pid },
+            Owner::Orphan(run) => run,
+        };
+        let mut known = BTreeSet::new();
+        procs::terminate_tree(run, &mut known, self.shared.config.kill_grace).await;
+        procs::sweep(&known, Duration::from_secs(2)).await;
+        procs::reap_if_our_zombie(run);
+        t.state = TaskState::Cancelled.as_str().into();
+        t.failure = None;
+        t.run = None;
+        t.finished_ms = Some(registry::now_ms());
+        t.updated_ms = registry::now_ms();
+        if let Some(reg) = &self.shared.registry {
+            reg.write_task(&t);
+        }
+        CancelOutcome::Cancelled
+    }
+
+    /// Waits until the tasks have finished — any one of them (`all` false) or every one — or
+    /// until `timeout`, and says which finished and which still run. Unknown ids are reported,
+    /// never waited for.
+    pub async fn wait_for(&self, ids: &[TaskId], all: bool, timeout: Duration) -> WaitReport {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let mut report = WaitReport {
+                finished: Vec::new(),
+                running: Vec::new(),
+                unknown: Vec::new(),
+                satisfied: false,
+            };
+            for &id in ids {
+                match self.status(id) {
+                    Some(s) if s.state.is_finished() => report.finished.push(s),
+                    Some(s) => report.running.push(s),
+                    None => report.unknown.push(id),
+                }
+            }
+            report.satisfied = if all {
+                report.running.is_empty()
+            } else {
+                !report.finished.is_empty() || report.running.is_empty()
+            };
+            if report.satisfied || tokio::time::Instant::now() >= deadline {
+                return report;
+            }
+            let watchers: Vec<watch::Receiver<bool>> = report
+                .running
+                .iter()
+                .filter_map(|s| self.watch_done(s.id))
+                .collect();
+            let poll = if watchers.len() == report.running.len() {
+                Duration::from_millis(500)
+            } else {
+                // Tasks of other bridges are polled on disk.
+                Duration::from_millis(250)
+            };
+            let any_done = async {
+                let mut set = tokio::task::JoinSet::new();
+                for w in watchers {
+                    set.spawn(wait_done(w));
+                }
+                if set.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                set.join_next().await;
+            };
+            tokio::select! {
+                _ = any_done => {}
+                _ = tokio::time::sleep(poll.min(deadline.saturating_duration_since(tokio::time::Instant::now()))) => {}
+            }
         }
     }
 
@@ -594,6 +871,116 @@ fn snapshot(
         exit_code: r.exit.and_then(|e| e.code),
         // A Claude run uses no opencode.
         opencode_version: version.filter(|_| r.runner == Runner::Opencode),
+        label: r.label.clone(),
+        continues: r.continues.clone(),
+        orphaned: false,
+        other_bridge: None,
+    }
+}
+
+/// Who is in charge of a task found in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// It has finished.
+    Finished,
+    /// The bridge that started it still runs (pid).
+    Alive(i32),
+    /// Its bridge is gone, its run still runs.
+    Orphan(ProcId),
+    /// Its bridge is gone and so is its run: the outcome is unknown.
+    Lost,
+}
+
+fn stored_snapshot(t: &StoredTask, owner: &Owner) -> TaskSnapshot {
+    let now = registry::now_ms();
+    let end = t.finished_ms.unwrap_or(now).max(t.accepted_ms);
+    let (pid, orphaned, other_bridge) = match owner {
+        Owner::Orphan(run) => (Some(run.pid), true, None),
+        Owner::Alive(bridge) => (t.run.map(|r| r.pid), false, Some(*bridge)),
+        Owner::Finished | Owner::Lost => (None, false, None),
+    };
+    TaskSnapshot {
+        id: t.id,
+        state: t.state(),
+        agent: t.agent.clone(),
+        title: t.title.clone(),
+        cwd: t.cwd.clone(),
+        model: t.model.clone(),
+        read_only: t.read_only,
+        attempts: t.attempts,
+        elapsed: Duration::from_millis(end - t.accepted_ms),
+        started_at: registry::from_ms(t.accepted_ms),
+        session_id: t.session_id.clone(),
+        pid,
+        last_event_age: None,
+        quiet: false,
+        failure: t.failure.as_ref().map(registry::StoredFailure::to_failure),
+        retry_in: None,
+        tokens: t.tokens.into(),
+        cost: t.cost,
+        tool_calls: t.tool_calls,
+        exit_code: t.exit_code,
+        opencode_version: t.opencode_version.clone(),
+        label: t.label.clone(),
+        continues: t.continues.clone(),
+        orphaned,
+        other_bridge,
+    }
+}
+
+/// Records a task of this supervisor in the registry (its output too with `output`). Called
+/// with the table locked, so writes of one task never overtake each other.
+fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) {
+    let Some(reg) = &shared.registry else {
+        return;
+    };
+    let version = shared
+        .caps
+        .get()
+        .and_then(|c| c.as_ref().ok())
+        .map(|c| c.version.clone());
+    let finished_ms = r.finished.map(|f| {
+        registry::to_ms(r.accepted_wall)
+            + f.saturating_duration_since(r.accepted).as_millis() as u64
+    });
+    let t = StoredTask {
+        id,
+        owner: reg.me.into(),
+        label: r.label.clone(),
+        agent: r.agent.clone(),
+        title: r.title.clone(),
+        cwd: r.cwd.clone(),
+        model: r.model.clone(),
+        read_only: r.read_only,
+        continues: r.continues.clone(),
+        state: r.state.as_str().into(),
+        attempts: r.attempts,
+        accepted_ms: registry::to_ms(r.accepted_wall),
+        finished_ms,
+        session_id: r.summary.session_id.clone(),
+        run: r.root.filter(|_| !r.state.is_finished()).map(Into::into),
+        failure: r.failure.as_ref().map(Into::into),
+        exit_code: r.exit.and_then(|e| e.code),
+        tokens: r.summary.tokens.into(),
+        cost: r.summary.cost,
+        tool_calls: r.summary.tool_calls.len(),
+        opencode_version: version,
+        updated_ms: registry::now_ms(),
+    };
+    reg.write_task(&t);
+    if output {
+        let stderr_clean = crate::classify::strip_ansi(&r.stderr.tail_string(16_000));
+        let o = StoredOutput {
+            text: r.summary.text.to_string_lossy(),
+            final_text: r.summary.final_text.clone(),
+            tool_calls: r.summary.tool_calls.iter().map(Into::into).collect(),
+            stderr_tail: cut_text(stderr_clean.trim(), None, Some(4_000)).text,
+            malformed_lines: r.summary.malformed,
+            unknown_events: r.summary.unknown,
+            stdout_bytes_dropped: r.stdout.dropped_bytes().max(r.stdout_dropped),
+            changed_files: r.changes.clone(),
+        };
+        reg.write_output(id, &o);
     }
 }
 
@@ -672,6 +1059,7 @@ fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure
         }
         r.finished = Some(Instant::now());
         r.retry_at = None;
+        persist(shared, id, r, true);
         r.done.send_replace(true);
     });
 }
@@ -707,8 +1095,45 @@ async fn run_task(
     spec: TaskSpec,
     cwd: PathBuf,
     bin: PathBuf,
-    mut stop_rx: watch::Receiver<Option<StopReason>>,
+    stop_rx: watch::Receiver<Option<StopReason>>,
 ) {
+    // Editing agents: look at the git tree before and after, to list what the task changed.
+    let before = if spec.read_only {
+        None
+    } else {
+        let dir = cwd.clone();
+        tokio::task::spawn_blocking(move || GitSnapshot::take(&dir))
+            .await
+            .ok()
+            .flatten()
+    };
+    let read_only = spec.read_only;
+    let dir = cwd.clone();
+    let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
+    if !read_only {
+        let calls = shared
+            .with(id, |r| r.summary.tool_calls.clone())
+            .unwrap_or_default();
+        let changes = tokio::task::spawn_blocking(move || match before {
+            Some(snap) => snap.changes_since(),
+            None => Some(changes::from_tool_calls(&calls, &dir)),
+        })
+        .await
+        .ok()
+        .flatten();
+        shared.with(id, |r| r.changes = changes);
+    }
+    finish(&shared, id, state, failure);
+}
+
+async fn run_task_inner(
+    shared: &Arc<Shared>,
+    id: TaskId,
+    spec: TaskSpec,
+    cwd: PathBuf,
+    bin: PathBuf,
+    mut stop_rx: watch::Receiver<Option<StopReason>>,
+) -> (TaskState, Option<Failure>) {
     let cfg = shared.config.clone();
     let timeout = spec.timeout.unwrap_or(cfg.default_timeout);
     let deadline = tokio::time::Instant::now() + timeout;
@@ -728,25 +1153,18 @@ async fn run_task(
     let caps = match caps {
         Ok(c) => c,
         Err(e) => {
-            finish(
-                &shared,
-                id,
-                TaskState::Failed,
-                Some(Failure::new(FailureKind::Spawn, e)),
-            );
-            return;
+            return (TaskState::Failed, Some(Failure::new(FailureKind::Spawn, e)));
         }
     };
     let mut attempt: u32 = 0;
     let mut startup_retries = 0u32;
     loop {
         if let Some(reason) = *stop_rx.borrow() {
-            finish_stopped(&shared, id, reason);
-            return;
+            return stopped(reason);
         }
         attempt += 1;
         let end = run_attempt(
-            &shared,
+            shared,
             id,
             &spec,
             &cwd,
@@ -759,8 +1177,7 @@ async fn run_task(
         .await;
         match end {
             AttemptEnd::Stopped(reason) => {
-                finish_stopped(&shared, id, reason);
-                return;
+                return stopped(reason);
             }
             AttemptEnd::TimedOut => {
                 let f = Failure::new(
@@ -770,17 +1187,13 @@ async fn run_task(
                         fmt_duration(timeout)
                     ),
                 );
-                finish(&shared, id, TaskState::TimedOut, Some(f));
-                return;
+                return (TaskState::TimedOut, Some(f));
             }
             AttemptEnd::SpawnFailed(msg) => {
-                finish(
-                    &shared,
-                    id,
+                return (
                     TaskState::Failed,
                     Some(Failure::new(FailureKind::Spawn, msg)),
                 );
-                return;
             }
             AttemptEnd::OverflowLoop(n) => {
                 let last = shared
@@ -793,8 +1206,7 @@ async fn run_task(
                         "stopped after {n} context overflows in a row: opencode kept compacting and retrying. Last: {last}"
                     ),
                 );
-                finish(&shared, id, TaskState::Failed, Some(f));
-                return;
+                return (TaskState::Failed, Some(f));
             }
             AttemptEnd::Exited(exit) => {
                 let (failure, produced, store_race) = shared
@@ -812,8 +1224,7 @@ async fn run_task(
                     })
                     .unwrap_or((None, false, false));
                 let Some(f) = failure else {
-                    finish(&shared, id, TaskState::Succeeded, None);
-                    return;
+                    return (TaskState::Succeeded, None);
                 };
                 // Several runs starting at once on a fresh store can trip over each other's
                 // database setup before any session exists. Nothing ran, so starting again is
@@ -826,8 +1237,7 @@ async fn run_task(
                         _ = tokio::time::sleep(pause) => {}
                         _ = stop_rx.changed() => {
                             let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
-                            finish_stopped(&shared, id, reason);
-                            return;
+                            return stopped(reason);
                         }
                     }
                     attempt -= 1;
@@ -836,28 +1246,26 @@ async fn run_task(
                 let retryable =
                     f.kind.is_transient() && spec.read_only && !produced && attempt <= cfg.retries;
                 if !retryable {
-                    finish(&shared, id, TaskState::Failed, Some(f));
-                    return;
+                    return (TaskState::Failed, Some(f));
                 }
                 let delay = cfg
                     .retry_delay
                     .saturating_mul(3u32.saturating_pow(attempt - 1));
                 let at = tokio::time::Instant::now() + delay;
                 if at >= deadline {
-                    finish(&shared, id, TaskState::Failed, Some(f));
-                    return;
+                    return (TaskState::Failed, Some(f));
                 }
                 shared.with(id, |r| {
                     r.state = TaskState::Retrying;
                     r.retry_at = Some(Instant::now() + delay);
                     r.failure = Some(f);
+                    persist(shared, id, r, true);
                 });
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = stop_rx.changed() => {
                         let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
-                        finish_stopped(&shared, id, reason);
-                        return;
+                        return stopped(reason);
                     }
                 }
             }
@@ -865,7 +1273,7 @@ async fn run_task(
     }
 }
 
-fn finish_stopped(shared: &Shared, id: TaskId, reason: StopReason) {
+fn stopped(reason: StopReason) -> (TaskState, Option<Failure>) {
     let f = match reason {
         StopReason::Cancel => None,
         StopReason::Shutdown => Some(Failure::with_advice(
@@ -874,7 +1282,7 @@ fn finish_stopped(shared: &Shared, id: TaskId, reason: StopReason) {
             "Start the task again once the bridge is running.",
         )),
     };
-    finish(shared, id, TaskState::Cancelled, f);
+    (TaskState::Cancelled, f)
 }
 
 fn fmt_duration(d: Duration) -> String {
@@ -986,7 +1394,10 @@ async fn run_attempt(
     let pid = child.id().map(|p| p as i32).unwrap_or(0);
     // The child is not reaped until we wait on it, so its /proc entry is there.
     let root = ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 });
-    shared.with(id, |r| r.root = Some(root));
+    shared.with(id, |r| {
+        r.root = Some(root);
+        persist(shared, id, r, false);
+    });
 
     if let Some(mut stdin) = child.stdin.take() {
         let bytes = launch.stdin.clone();
@@ -1005,6 +1416,7 @@ async fn run_attempt(
         .map(|s| tokio::spawn(read_stream(Arc::clone(shared), id, s, false)));
 
     let mut known: BTreeSet<ProcId> = BTreeSet::new();
+    let mut ticks: u64 = 0;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let stop_reason: Option<AttemptEnd>;
@@ -1032,6 +1444,18 @@ async fn run_attempt(
                 break;
             }
             _ = tick.tick() => {
+                ticks += 1;
+                // Keep the registry current: the session id as soon as it is known, the output
+                // every few seconds while events arrive.
+                shared.with(id, |r| {
+                    let session = r.summary.session_id.is_some() && !r.persisted_session;
+                    let output = ticks.is_multiple_of(25) && r.summary.events != r.persisted_events;
+                    if session || output {
+                        r.persisted_session = r.summary.session_id.is_some();
+                        r.persisted_events = r.summary.events;
+                        persist(shared, id, r, output);
+                    }
+                });
                 procs::refresh_known(root, &mut known);
                 let overflows = shared.with(id, |r| r.summary.overflows).unwrap_or(0);
                 if overflows >= cfg.overflow_limit.max(1) {

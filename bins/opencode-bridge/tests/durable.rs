@@ -1,0 +1,544 @@
+//! Durable tasks through the real binary: a bridge killed with SIGKILL leaves an orphan that a
+//! restarted bridge lists, shows and cancels; a clean stop records the outcome; waiting,
+//! labels and progress notifications. `live_…` tests use the real opencode and our fake LLM:
+//! waiting on real runs, a follow-up in an existing session, the files a real run wrote, and
+//! a real run outliving a killed bridge.
+
+mod common;
+
+use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
+use common::{Server, World, fake_opencode};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn group_alive(pgid: i32) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
+}
+
+fn fake_env(world: &World) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "OPENCODE_BIN",
+            fake_opencode(world).to_string_lossy().into_owned(),
+        ),
+        ("OPENCODE_BRIDGE_KILL_GRACE_MS", "500".into()),
+    ]
+}
+
+/// A tools/call carrying a progressToken: the response and the progress notifications that
+/// came before it.
+fn call_with_progress(
+    server: &mut Server,
+    id: i64,
+    tool: &str,
+    args: Value,
+    token: &str,
+) -> (Value, Vec<Value>) {
+    server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": args, "_meta": {"progressToken": token}}}));
+    let mut notes = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = server
+            .recv_within(left)
+            .unwrap_or_else(|| panic!("no response to {tool}; stderr:\n{}", server.stderr()));
+        if msg.get("id") == Some(&json!(id)) {
+            return (msg, notes);
+        }
+        if msg["method"] == "notifications/progress" {
+            notes.push(msg["params"].clone());
+        }
+    }
+}
+
+fn text_of(response: &Value) -> String {
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {response}"))
+        .to_owned()
+}
+
+/// Progress values of one token rise strictly.
+fn assert_monotonic(notes: &[Value], token: &str) {
+    let values: Vec<f64> = notes
+        .iter()
+        .filter(|n| n["progressToken"] == token)
+        .map(|n| n["progress"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|w| w[0] < w[1]),
+        "not increasing: {values:?}"
+    );
+}
+
+/// No progress notification arrives once the call has answered.
+fn assert_no_more_progress(server: &mut Server, within: Duration) {
+    let deadline = Instant::now() + within;
+    while let Some(msg) = server.recv_within(deadline.saturating_duration_since(Instant::now())) {
+        assert_ne!(
+            msg["method"], "notifications/progress",
+            "progress after the call ended: {msg}"
+        );
+    }
+}
+
+#[test]
+fn a_bridge_killed_with_sigkill_leaves_an_orphan_that_a_restarted_bridge_cancels() {
+    let world = World::new();
+    let mut first = Server::start(&world, &fake_env(&world));
+    first.initialize();
+    let (text, is_error) = first.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the changelog", "label": "night"}),
+    );
+    assert!(!is_error, "{text}");
+    assert!(text.starts_with("started task 1:"), "{text}");
+    let run = wait_for("the run's pid", Duration::from_secs(20), || {
+        read_pid(&world.path("pids.group"))
+    });
+    // The registry knows the run's pid and session before we pull the plug.
+    let record = world.path("xdg/state/opencode-bridge/tasks/1/task.json");
+    wait_for("the run recorded", Duration::from_secs(10), || {
+        std::fs::read_to_string(&record).ok().filter(|t| {
+            t.contains(&format!("\"pid\": {run}")) && t.contains("ses_fakefakefakefakefake0001")
+        })
+    });
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    assert!(group_alive(run), "the run outlives its bridge");
+
+    let mut second = Server::start(&world, &fake_env(&world));
+    second.initialize();
+    let (list, _) = second.call_text(2, "opencode_list", json!({}));
+    assert!(
+        list.contains(&format!("orphaned (pid {run}, running for")),
+        "{list}"
+    );
+    assert!(
+        list.contains("[night] ROOT/worker: Summarise the changelog"),
+        "{list}"
+    );
+    let (status, _) = second.call_text(3, "opencode_status", json!({"id": "1"}));
+    assert!(
+        status.contains(&format!("task 1  orphaned (pid {run}")),
+        "{status}"
+    );
+    assert!(
+        status.contains("session: ses_fakefakefakefakefake0001"),
+        "{status}"
+    );
+    assert!(status.contains("opencode_cancel stops it"), "{status}");
+    let (result, is_error) = second.call_text(4, "opencode_result", json!({"id": "1"}));
+    assert!(!is_error && result.contains("orphaned"), "{result}");
+    let (labelled, _) = second.call_text(5, "opencode_list", json!({"label": "night"}));
+    assert!(labelled.starts_with("1 delegated task(s)"), "{labelled}");
+    let (other, _) = second.call_text(6, "opencode_list", json!({"label": "day"}));
+    assert!(other.starts_with("0 delegated task(s)"), "{other}");
+
+    let (cancel, is_error) = second.call_text(7, "opencode_cancel", json!({"id": "1"}));
+    assert!(!is_error, "{cancel}");
+    assert!(cancel.starts_with("task 1 cancelled"), "{cancel}");
+    wait_for("the orphan's group gone", Duration::from_secs(10), || {
+        (!group_alive(run)).then_some(())
+    });
+    let (status, _) = second.call_text(8, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  cancelled"), "{status}");
+    // New tasks go on from the registry's ids.
+    let (text, _) = second.call_text(
+        9,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the readme"}),
+    );
+    assert!(text.starts_with("started task 2:"), "{text}");
+}
+
+#[test]
+fn a_clean_stop_records_the_outcome_for_the_next_bridge() {
+    let world = World::new();
+    let mut first = Server::start(&world, &fake_env(&world));
+    first.initialize();
+    let (text, _) = first.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the changelog"}),
+    );
+    assert!(text.starts_with("started task 1:"), "{text}");
+    let run = wait_for("the run's pid", Duration::from_secs(20), || {
+        read_pid(&world.path("pids.group"))
+    });
+    first.close_stdin();
+    assert!(first.wait_exit(Duration::from_secs(20)).is_some());
+    assert!(!group_alive(run));
+    drop(first);
+    let mut second = Server::start(&world, &fake_env(&world));
+    second.initialize();
+    let (status, _) = second.call_text(2, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  cancelled"), "{status}");
+    assert!(
+        status.contains("stopped because the bridge shut down"),
+        "{status}"
+    );
+    let (wait, _) = second.call_text(3, "opencode_wait", json!({"ids": ["1", "5"]}));
+    assert!(wait.starts_with("all 1 task(s) finished"), "{wait}");
+    assert!(wait.contains("finished: task 1  cancelled"), "{wait}");
+    assert!(wait.contains("unknown: task 5"), "{wait}");
+}
+
+#[test]
+fn start_and_wait_report_progress_only_while_the_call_runs() {
+    let world = World::new();
+    let mut server = Server::start(&world, &fake_env(&world));
+    server.initialize();
+    let (resp, notes) = call_with_progress(
+        &mut server,
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the changelog"}),
+        "start-1",
+    );
+    let text = text_of(&resp);
+    assert!(text.starts_with("started task 1:"), "{text}");
+    let messages: Vec<&str> = notes
+        .iter()
+        .map(|n| n["message"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.contains("opencode started (pid")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("session ses_fakefakefakefakefake0001")),
+        "{messages:?}"
+    );
+    assert_monotonic(&notes, "start-1");
+    assert_no_more_progress(&mut server, Duration::from_millis(1500));
+
+    let started = Instant::now();
+    let (resp, notes) = call_with_progress(
+        &mut server,
+        2,
+        "opencode_wait",
+        json!({"ids": ["1"], "mode": "all", "timeout_s": 7}),
+        "wait-2",
+    );
+    let text = text_of(&resp);
+    assert!(started.elapsed() >= Duration::from_secs(7));
+    assert!(
+        text.starts_with("waited 7s: 0 of 1 task(s) finished, 1 still running"),
+        "{text}"
+    );
+    assert!(text.contains("running: task 1  running"), "{text}");
+    assert!(!notes.is_empty(), "a progress report during the wait");
+    assert!(
+        notes[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("0 of 1 task(s) finished"),
+        "{notes:?}"
+    );
+    assert_monotonic(&notes, "wait-2");
+    assert_no_more_progress(&mut server, Duration::from_millis(1500));
+    // Without a token: no notification at all, and start returns at once.
+    let (text, _) = server.call_text(3, "opencode_wait", json!({"ids": ["1"], "timeout_s": 1}));
+    assert!(text.starts_with("waited 1s"), "{text}");
+}
+
+// ---- live: the real opencode 1.18.33 and our fake LLM ----
+
+struct Live {
+    llm: FakeLlm,
+    sb: OpencodeSandbox,
+    world: World,
+    oc: PathBuf,
+}
+
+impl Live {
+    fn new(oc: PathBuf) -> Live {
+        let llm = FakeLlm::start().unwrap();
+        let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+        Live {
+            llm,
+            sb,
+            world: World::new(),
+            oc,
+        }
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env: Vec<(&'static str, String)> = Vec::new();
+        for (k, v) in self.sb.env() {
+            let k: &'static str = match k.as_str() {
+                "XDG_DATA_HOME" => "XDG_DATA_HOME",
+                "XDG_CONFIG_HOME" => "XDG_CONFIG_HOME",
+                "XDG_CACHE_HOME" => "XDG_CACHE_HOME",
+                "OPENCODE_DISABLE_AUTOUPDATE" => "OPENCODE_DISABLE_AUTOUPDATE",
+                "OPENCODE_DISABLE_MODELS_FETCH" => "OPENCODE_DISABLE_MODELS_FETCH",
+                "OPENCODE_DISABLE_LSP_DOWNLOAD" => "OPENCODE_DISABLE_LSP_DOWNLOAD",
+                "OPENCODE_DISABLE_DEFAULT_PLUGINS" => "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+                "OPENCODE_DISABLE_CLAUDE_CODE" => "OPENCODE_DISABLE_CLAUDE_CODE",
+                _ => continue,
+            };
+            env.push((k, v));
+        }
+        env.push(("OPENCODE_BIN", self.oc.to_string_lossy().into_owned()));
+        env.push((
+            "OPENCODE_BRIDGE_ROOT",
+            self.sb.project_dir().to_string_lossy().into_owned(),
+        ));
+        env.push(("OPENCODE_BRIDGE_MODEL", "fk/ok".into()));
+        env.push(("OPENCODE_BRIDGE_KILL_GRACE_MS", "2000".into()));
+        env
+    }
+
+    fn server(&self) -> Server {
+        let mut s = Server::start_in(&self.world, &self.env(), self.sb.project_dir());
+        s.initialize();
+        s
+    }
+}
+
+/// Polls opencode_status until the task ended; returns the last status text.
+fn until_ended(server: &mut Server, id: &str, next: &mut i64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        *next += 1;
+        let (s, _) = server.call_text(*next, "opencode_status", json!({"id": id}));
+        let first = s.lines().next().unwrap_or("").to_owned();
+        if ["succeeded", "failed", "cancelled", "timed_out"]
+            .iter()
+            .any(|w| first.contains(w))
+        {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "task {id} did not end: {s}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn session_of(status: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("session: "))
+        .filter(|s| s.starts_with("ses_"))
+        .unwrap_or_else(|| panic!("no session in {status}"))
+        .to_owned()
+}
+
+#[test]
+fn live_wait_any_then_all_over_real_runs() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    live.llm.set_slow_secs(6);
+    let mut server = live.server();
+    let (a, _) = server.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Say hello", "model": "fk/ok"}),
+    );
+    assert!(a.starts_with("started task 1:"), "{a}");
+    let (b, _) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Say hello slowly", "model": "fk/slow"}),
+    );
+    assert!(b.starts_with("started task 2:"), "{b}");
+    let mut any = String::new();
+    for i in 0..6 {
+        let (t, _) = server.call_text(
+            10 + i,
+            "opencode_wait",
+            json!({"ids": ["1", "2"], "timeout_s": 55}),
+        );
+        any = t;
+        if !any.starts_with("waited") {
+            break;
+        }
+    }
+    assert!(
+        any.starts_with("1 of 2 task(s) finished; 1 still running")
+            || any.starts_with("all 2 task(s) finished"),
+        "{any}"
+    );
+    assert!(any.contains("finished: task 1  succeeded"), "{any}");
+    let mut all = String::new();
+    for i in 0..6 {
+        let (t, _) = server.call_text(
+            20 + i,
+            "opencode_wait",
+            json!({"ids": ["1", "2"], "mode": "all", "timeout_s": 55}),
+        );
+        all = t;
+        if !all.starts_with("waited") {
+            break;
+        }
+    }
+    assert!(all.starts_with("all 2 task(s) finished"), "{all}");
+    assert!(all.contains("finished: task 1  succeeded"), "{all}");
+    assert!(all.contains("finished: task 2  succeeded"), "{all}");
+}
+
+#[test]
+fn live_a_follow_up_continues_the_session_and_an_edit_lists_its_files() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    let proj = live.sb.project_dir().to_path_buf();
+    // A git tree with one commit: the task's write shows up as a change.
+    let git = |args: &[&str]| {
+        let st = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&proj)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(proj.join("README.md"), "# demo\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "init"]);
+    let head = std::fs::read_to_string(proj.join(".git/HEAD")).unwrap();
+
+    let mut server = live.server();
+    let mut next = 100;
+    let (t, _) = server.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "First question: alpha", "label": "conv"}),
+    );
+    assert!(t.starts_with("started task 1:"), "{t}");
+    let first = until_ended(&mut server, "1", &mut next);
+    assert!(first.contains("succeeded"), "{first}");
+    let session = session_of(&first);
+    let (t, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Second question: beta", "session": session}),
+    );
+    assert!(!is_error, "{t}");
+    assert!(
+        t.contains(&format!("follow-up in session {session}")),
+        "{t}"
+    );
+    let second = until_ended(&mut server, "2", &mut next);
+    assert!(second.contains("succeeded"), "{second}");
+    assert_eq!(session_of(&second), session, "the session keeps its id");
+    // The session now holds both exchanges, and the model saw the first one again.
+    let (full, _) = server.call_text(
+        3,
+        "opencode_session_output",
+        json!({"id": session, "mode": "full", "max_chars": 100000}),
+    );
+    assert!(full.contains("First question: alpha"), "{full}");
+    assert!(full.contains("Second question: beta"), "{full}");
+    let followed = live
+        .llm
+        .chat_requests("ok")
+        .into_iter()
+        .filter(|r| r.has_tools() && r.body.contains("Second question: beta"))
+        .collect::<Vec<_>>();
+    assert!(
+        followed
+            .iter()
+            .any(|r| r.body.contains("First question: alpha")),
+        "the follow-up request carries the earlier exchange"
+    );
+
+    // An editing agent writes a file through the real opencode: the result lists it.
+    let (t, _) = server.call_text(
+        4,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Write the greeting file", "model": "fk/toolwrite"}),
+    );
+    assert!(t.starts_with("started task 3:"), "{t}");
+    let status = until_ended(&mut server, "3", &mut next);
+    assert!(status.contains("succeeded"), "{status}");
+    let (result, _) = server.call_text(5, "opencode_result", json!({"id": "3"}));
+    assert!(
+        result.contains("changed files (1, from git):\n  hello.txt +1 -0 (added)"),
+        "{result}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(proj.join("hello.txt")).unwrap(),
+        "hi from fake\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(proj.join(".git/HEAD")).unwrap(),
+        head,
+        "nothing committed"
+    );
+    let (list, _) = server.call_text(6, "opencode_list", json!({"label": "conv"}));
+    assert!(list.starts_with("1 delegated task(s)"), "{list}");
+}
+
+#[test]
+fn live_a_real_run_outlives_a_killed_bridge_and_is_cancelled_after_restart() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    live.llm.set_slow_secs(300);
+    let mut first = live.server();
+    let (t, _) = first.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Tell a long story", "model": "fk/slow"}),
+    );
+    assert!(t.starts_with("started task 1:"), "{t}");
+    // Running, with its session known: the model is streaming.
+    let mut n = 10;
+    let status = wait_for("the run streaming", Duration::from_secs(120), || {
+        n += 1;
+        let (s, _) = first.call_text(n, "opencode_status", json!({"id": "1"}));
+        (s.contains("session: ses_") && s.contains("\npid ")).then_some(s)
+    });
+    let pid: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("pid "))
+        .and_then(|l| l.split(',').next())
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {status}"));
+    let session = session_of(&status);
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(group_alive(pid), "the real run outlives its bridge");
+
+    let mut second = live.server();
+    let (list, _) = second.call_text(2, "opencode_list", json!({}));
+    assert!(list.contains(&format!("orphaned (pid {pid}")), "{list}");
+    assert!(list.contains(&session), "{list}");
+    let (cancel, is_error) = second.call_text(3, "opencode_cancel", json!({"id": "1"}));
+    assert!(
+        !is_error && cancel.starts_with("task 1 cancelled"),
+        "{cancel}"
+    );
+    wait_for("the run gone", Duration::from_secs(15), || {
+        (!group_alive(pid)).then_some(())
+    });
+    let (status, _) = second.call_text(4, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  cancelled"), "{status}");
+    assert!(status.contains(&session), "{status}");
+}

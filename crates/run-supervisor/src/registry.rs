@@ -1,0 +1,458 @@
+//! The durable task registry: every task of every bridge that shares a state directory.
+//!
+//! Layout under the state directory (`OPENCODE_BRIDGE_STATE_DIR`, default
+//! `$XDG_STATE_HOME/opencode-bridge`):
+//!
+//! - `next-id`: the last task id handed out. Ids come from this counter under an exclusive
+//!   `flock`, so they stay small, readable numbers and are unique across restarts and across
+//!   bridges on one state directory.
+//! - `tasks/<id>/task.json`: the task's record ([`StoredTask`]): who owns it (the bridge
+//!   process, by pid and start time), what it runs, its state, the current run's pid and start
+//!   time, its outcome.
+//! - `tasks/<id>/output.json`: its kept output ([`StoredOutput`]), written while it runs (every
+//!   few seconds when something new arrived) and when it ends.
+//!
+//! Every file is written whole to a temporary name and renamed over the old one, so a reader
+//! (another bridge, or this one after a `kill -9`) sees either the old or the new version,
+//! never a torn one. A bridge writes only the files of its own tasks; the one exception is a
+//! task whose owning bridge is dead: a later bridge may record its end (cancelled by it, or
+//! lost), which is the last write the task ever gets.
+//!
+//! Pruning removes finished tasks older than the configured age, and nothing else.
+
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::changes::ChangedFiles;
+use crate::classify::{Failure, FailureKind};
+use crate::events::{TokenUsage, ToolCall};
+use crate::procs::ProcId;
+use crate::supervisor::TaskState;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    to_ms(SystemTime::now())
+}
+
+pub(crate) fn to_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub(crate) fn from_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// A process by pid and start time, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredProc {
+    pub pid: i32,
+    pub start_time: u64,
+}
+
+impl From<ProcId> for StoredProc {
+    fn from(p: ProcId) -> Self {
+        StoredProc {
+            pid: p.pid,
+            start_time: p.start_time,
+        }
+    }
+}
+
+impl From<StoredProc> for ProcId {
+    fn from(p: StoredProc) -> Self {
+        ProcId {
+            pid: p.pid,
+            start_time: p.start_time,
+        }
+    }
+}
+
+/// A failure, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredFailure {
+    pub kind: String,
+    pub message: String,
+    pub advice: String,
+}
+
+impl From<&Failure> for StoredFailure {
+    fn from(f: &Failure) -> Self {
+        StoredFailure {
+            kind: f.kind.as_str().to_owned(),
+            message: f.message.clone(),
+            advice: f.advice.clone(),
+        }
+    }
+}
+
+impl StoredFailure {
+    pub fn to_failure(&self) -> Failure {
+        let kind = FailureKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == self.kind)
+            .unwrap_or(FailureKind::Exit);
+        Failure {
+            kind,
+            message: self.message.clone(),
+            advice: self.advice.clone(),
+        }
+    }
+}
+
+/// Token counts, as stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredTokens {
+    pub input: u64,
+    pub output: u64,
+    pub reasoning: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+impl From<TokenUsage> for StoredTokens {
+    fn from(t: TokenUsage) -> Self {
+        StoredTokens {
+            input: t.input,
+            output: t.output,
+            reasoning: t.reasoning,
+            cache_read: t.cache_read,
+            cache_write: t.cache_write,
+        }
+    }
+}
+
+impl From<StoredTokens> for TokenUsage {
+    fn from(t: StoredTokens) -> Self {
+        TokenUsage {
+            input: t.input,
+            output: t.output,
+            reasoning: t.reasoning,
+            cache_read: t.cache_read,
+            cache_write: t.cache_write,
+        }
+    }
+}
+
+/// `tasks/<id>/task.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredTask {
+    pub id: u64,
+    /// The bridge process that runs the task.
+    pub owner: StoredProc,
+    pub label: Option<String>,
+    pub agent: String,
+    pub title: String,
+    pub cwd: PathBuf,
+    pub model: Option<String>,
+    pub read_only: bool,
+    /// The session this task continues, when it is a follow-up.
+    pub continues: Option<String>,
+    /// [`TaskState::as_str`].
+    pub state: String,
+    pub attempts: u32,
+    pub accepted_ms: u64,
+    pub finished_ms: Option<u64>,
+    pub session_id: Option<String>,
+    /// The running attempt's `opencode run` process.
+    pub run: Option<StoredProc>,
+    pub failure: Option<StoredFailure>,
+    pub exit_code: Option<i32>,
+    pub tokens: StoredTokens,
+    pub cost: f64,
+    pub tool_calls: usize,
+    pub opencode_version: Option<String>,
+    pub updated_ms: u64,
+}
+
+impl StoredTask {
+    pub fn state(&self) -> TaskState {
+        TaskState::parse(&self.state).unwrap_or(TaskState::Failed)
+    }
+}
+
+/// One tool call, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredToolCall {
+    pub tool: String,
+    pub status: String,
+    pub title: Option<String>,
+    pub error: Option<String>,
+}
+
+impl From<&ToolCall> for StoredToolCall {
+    fn from(c: &ToolCall) -> Self {
+        StoredToolCall {
+            tool: c.tool.clone(),
+            status: c.status.clone(),
+            title: c.title.clone(),
+            error: c.error.clone(),
+        }
+    }
+}
+
+impl From<&StoredToolCall> for ToolCall {
+    fn from(c: &StoredToolCall) -> Self {
+        ToolCall {
+            tool: c.tool.clone(),
+            status: c.status.clone(),
+            title: c.title.clone(),
+            error: c.error.clone(),
+        }
+    }
+}
+
+/// `tasks/<id>/output.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredOutput {
+    pub text: String,
+    pub final_text: String,
+    pub tool_calls: Vec<StoredToolCall>,
+    pub stderr_tail: String,
+    pub malformed_lines: usize,
+    pub unknown_events: usize,
+    pub stdout_bytes_dropped: u64,
+    pub changed_files: Option<ChangedFiles>,
+}
+
+/// Why the registry cannot be used. The message names the directory and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("the task registry in {} cannot be used ({source}): fix its permissions or set OPENCODE_BRIDGE_STATE_DIR to a writable directory", dir.display())]
+pub struct RegistryError {
+    dir: PathBuf,
+    source: std::io::Error,
+}
+
+/// The registry of one state directory.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    dir: PathBuf,
+    /// This process.
+    pub me: ProcId,
+}
+
+fn private_dir(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+}
+
+impl Registry {
+    /// Opens (creating it if needed) the registry in `dir`.
+    pub fn open(dir: &Path) -> Result<Registry, RegistryError> {
+        let err = |source| RegistryError {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        private_dir(&dir.join("tasks")).map_err(err)?;
+        let me = ProcId::of(std::process::id() as i32).ok_or_else(|| {
+            err(std::io::Error::other(
+                "cannot read this process's start time from /proc",
+            ))
+        })?;
+        Ok(Registry {
+            dir: dir.to_path_buf(),
+            me,
+        })
+    }
+
+    fn task_dir(&self, id: u64) -> PathBuf {
+        self.dir.join("tasks").join(id.to_string())
+    }
+
+    /// Hands out the next task id (under an exclusive lock on `next-id`).
+    pub fn next_id(&self) -> Result<u64, RegistryError> {
+        let path = self.dir.join("next-id");
+        let err = |source| RegistryError {
+            dir: self.dir.clone(),
+            source,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(err)?;
+        let mut file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| err(std::io::Error::from(e)))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(err)?;
+        let last = text.trim().parse::<u64>().unwrap_or(0);
+        // Never reuse an id that has a directory (the counter file may have been removed).
+        let highest = self.ids().into_iter().max().unwrap_or(0);
+        let id = last.max(highest) + 1;
+        file.rewind().map_err(err)?;
+        file.set_len(0).map_err(err)?;
+        file.write_all(format!("{id}\n").as_bytes()).map_err(err)?;
+        file.sync_data().map_err(err)?;
+        private_dir(&self.task_dir(id)).map_err(err)?;
+        Ok(id)
+    }
+
+    fn write_atomic(&self, id: u64, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = self.task_dir(id);
+        private_dir(&dir)?;
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+        }
+        std::fs::rename(&tmp, dir.join(name))
+    }
+
+    /// Writes `task.json` of a task.
+    pub fn write_task(&self, t: &StoredTask) {
+        match serde_json::to_vec_pretty(t) {
+            Ok(bytes) => {
+                if let Err(e) = self.write_atomic(t.id, "task.json", &bytes) {
+                    tracing::warn!(task = t.id, "cannot record the task: {e}");
+                }
+            }
+            Err(e) => tracing::warn!(task = t.id, "cannot encode the task: {e}"),
+        }
+    }
+
+    /// Writes `output.json` of a task.
+    pub fn write_output(&self, id: u64, o: &StoredOutput) {
+        match serde_json::to_vec(o) {
+            Ok(bytes) => {
+                if let Err(e) = self.write_atomic(id, "output.json", &bytes) {
+                    tracing::warn!(task = id, "cannot record the task's output: {e}");
+                }
+            }
+            Err(e) => tracing::warn!(task = id, "cannot encode the task's output: {e}"),
+        }
+    }
+
+    /// The stored record of a task (`None`: unknown id or unreadable record).
+    pub fn read_task(&self, id: u64) -> Option<StoredTask> {
+        let bytes = std::fs::read(self.task_dir(id).join("task.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// The stored output of a task.
+    pub fn read_output(&self, id: u64) -> Option<StoredOutput> {
+        let bytes = std::fs::read(self.task_dir(id).join("output.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Ids of every task directory, ascending.
+    pub fn ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = std::fs::read_dir(self.dir.join("tasks"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Removes finished tasks that ended more than `age` ago. Returns how many were removed.
+    pub fn prune(&self, age: Duration) -> usize {
+        let cutoff = now_ms().saturating_sub(age.as_millis() as u64);
+        let mut removed = 0;
+        for id in self.ids() {
+            let Some(t) = self.read_task(id) else {
+                continue;
+            };
+            let ended = t.finished_ms.filter(|_| t.state().is_finished());
+            if let Some(end) = ended
+                && end < cutoff
+                && std::fs::remove_dir_all(self.task_dir(id)).is_ok()
+            {
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(reg: &Registry, id: u64, state: TaskState, finished_ms: Option<u64>) -> StoredTask {
+        StoredTask {
+            id,
+            owner: reg.me.into(),
+            label: Some("l".into()),
+            agent: "worker".into(),
+            title: "T/worker: x".into(),
+            cwd: PathBuf::from("/p"),
+            model: None,
+            read_only: false,
+            continues: None,
+            state: state.as_str().into(),
+            attempts: 1,
+            accepted_ms: now_ms(),
+            finished_ms,
+            session_id: None,
+            run: None,
+            failure: Some(StoredFailure::from(&Failure::new(FailureKind::Quota, "q"))),
+            exit_code: Some(1),
+            tokens: StoredTokens::default(),
+            cost: 0.0,
+            tool_calls: 0,
+            opencode_version: None,
+            updated_ms: now_ms(),
+        }
+    }
+
+    #[test]
+    fn ids_are_unique_and_records_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Registry::open(dir.path()).unwrap();
+        let b = Registry::open(dir.path()).unwrap();
+        let ids: Vec<u64> = (0..6)
+            .map(|i| if i % 2 == 0 { a.next_id() } else { b.next_id() }.unwrap())
+            .collect();
+        assert_eq!(ids, [1, 2, 3, 4, 5, 6]);
+        let t = task(&a, 3, TaskState::Failed, Some(now_ms()));
+        a.write_task(&t);
+        assert_eq!(b.read_task(3), Some(t.clone()));
+        assert_eq!(
+            b.read_task(3).unwrap().failure.unwrap().to_failure().kind,
+            FailureKind::Quota
+        );
+        // The counter file going away does not bring an id back.
+        std::fs::remove_file(dir.path().join("next-id")).unwrap();
+        assert_eq!(a.next_id().unwrap(), 7);
+        assert_eq!(a.ids(), [1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn pruning_removes_only_old_finished_tasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Registry::open(dir.path()).unwrap();
+        let old = now_ms() - 10 * 86_400_000;
+        for (id, state, fin) in [
+            (1, TaskState::Succeeded, Some(old)),
+            (2, TaskState::Succeeded, Some(now_ms())),
+            (3, TaskState::Running, None),
+            (4, TaskState::Cancelled, Some(old)),
+        ] {
+            r.write_task(&task(&r, id, state, fin));
+        }
+        // A directory without a readable record is not ours to judge: kept.
+        std::fs::create_dir_all(dir.path().join("tasks/9")).unwrap();
+        assert_eq!(r.prune(Duration::from_secs(7 * 86_400)), 2);
+        let mut left = r.ids();
+        left.sort();
+        assert_eq!(left, [2, 3, 9]);
+    }
+}
