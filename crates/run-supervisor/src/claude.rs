@@ -193,7 +193,11 @@ pub fn build_launch(
     ] {
         args.push(a.into());
     }
-    if !spec.title.is_empty() {
+    if let Some(session) = spec.session.as_deref().filter(|s| !s.trim().is_empty()) {
+        // A follow-up continues that Claude Code session (same id, its history as context).
+        args.push("--resume".into());
+        args.push(session.trim().to_owned().into());
+    } else if !spec.title.is_empty() {
         args.push("--name".into());
         args.push(spec.title.clone().into());
     }
@@ -738,6 +742,15 @@ mod tests {
                 .any(|w| w == ["--permission-mode", "acceptEdits"])
         );
         assert!(!a.contains(&"--model".to_owned()));
+        assert!(a.windows(2).any(|w| w == ["--name", "t"]));
+        spec.session = Some("0d98f55c-e1be-40fc-9a78-c581f39ed541".into());
+        let a =
+            strs(&build_launch(&spec, Path::new("/p"), Path::new("/bin/claude"), None, &[]).args);
+        assert!(
+            a.windows(2)
+                .any(|w| w == ["--resume", "0d98f55c-e1be-40fc-9a78-c581f39ed541"])
+        );
+        assert!(!a.contains(&"--name".to_owned()));
     }
 
     const OK: &str = r#"{"type":"system","subtype":"init","cwd":"/p","session_id":"0d98f55c-e1be-40fc-9a78-c581f39ed541","tools":["Glob","Grep","Read"],"mcp_servers":[],"model":"claude-fake-text"}

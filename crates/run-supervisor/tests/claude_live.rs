@@ -334,3 +334,46 @@ async fn live_claude_run_past_its_time_limit_is_stopped() {
     assert!(!root.exists(), "claude survived its timeout");
     assert_no_zombies().await;
 }
+
+#[tokio::test]
+async fn live_claude_follow_up_resumes_the_session() {
+    let claude = require_claude!();
+    let w = World::new();
+    let sup = w.supervisor(&claude);
+    let cwd = w.dir("follow");
+    let first = sup
+        .start(spec(
+            &cwd,
+            "claude-fake-text",
+            "First question: MARKER-ONE",
+            true,
+        ))
+        .unwrap();
+    let s1 = finish(&sup, first, RUN_LIMIT).await;
+    assert_eq!(s1.state, TaskState::Succeeded, "{s1:?}");
+    let session = s1.session_id.clone().expect("a session id");
+    let mut follow = spec(
+        &cwd,
+        "claude-fake-text",
+        "Second question: MARKER-TWO",
+        true,
+    );
+    follow.session = Some(session.clone());
+    let second = sup.start(follow).unwrap();
+    let s2 = finish(&sup, second, RUN_LIMIT).await;
+    assert_eq!(s2.state, TaskState::Succeeded, "{s2:?}");
+    assert_eq!(s2.session_id.as_deref(), Some(session.as_str()));
+    // The follow-up's request carried the first exchange.
+    let last = w
+        .fake
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| !r.tools.is_empty())
+        .unwrap();
+    let body = last.body.to_string();
+    assert!(
+        body.contains("MARKER-ONE") && body.contains("MARKER-TWO"),
+        "{body}"
+    );
+}
