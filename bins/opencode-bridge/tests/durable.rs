@@ -530,6 +530,11 @@ fn live_a_real_run_outlives_a_killed_bridge_and_is_cancelled_after_restart() {
     let (list, _) = second.call_text(2, "opencode_list", json!({}));
     assert!(list.contains(&format!("orphaned (pid {pid}")), "{list}");
     assert!(list.contains(&session), "{list}");
+    let (procs, _) = second.call_text(5, "opencode_processes", json!({}));
+    assert!(
+        procs.contains(&format!("pid {pid}")) && procs.contains("[task 1]"),
+        "the orphan's run is marked with its task: {procs}"
+    );
     let (cancel, is_error) = second.call_text(3, "opencode_cancel", json!({"id": "1"}));
     assert!(
         !is_error && cancel.starts_with("task 1 cancelled"),

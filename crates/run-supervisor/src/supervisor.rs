@@ -19,14 +19,14 @@ use crate::StartError;
 use crate::capture::{Cut, HeadTail, REPLY_CHARS, cut_text};
 use crate::changes::{self, ChangedFiles, GitSnapshot};
 use crate::classify::{ExitInfo, Failure, FailureKind, classify};
+use crate::claude::{self, ClaudeStream, Runner};
 use crate::command::{self, Capabilities, LaunchContext};
 use crate::events::{RunSummary, TokenUsage, ToolCall};
 use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
+use crate::quota;
 use crate::registry::{self, Registry, StoredOutput, StoredTask};
 use crate::spec::{SupervisorConfig, TaskSpec};
-use crate::claude::{self, ClaudeStream, Runner};
-use crate::quota;
 
 /// Raw stdout kept per attempt (events are folded as they arrive; the raw lines are only
 /// kept for the byte counts and debugging).
@@ -810,6 +810,23 @@ impl Supervisor {
                     p.task_id = Some(id);
                     if p.session_id.is_none() {
                         p.session_id = r.summary.session_id.clone();
+                    }
+                }
+            }
+        }
+        drop(inner);
+        // Runs of the registry's other tasks (orphans, other bridges') are marked too.
+        if self.shared.registry.is_some() && table.iter().any(|p| p.task_id.is_none()) {
+            for t in self.list() {
+                if t.state.is_finished() || !(t.orphaned || t.other_bridge.is_some()) {
+                    continue;
+                }
+                for p in table.iter_mut().filter(|p| p.task_id.is_none()) {
+                    if Some(p.pid) == t.pid {
+                        p.task_id = Some(t.id);
+                        if p.session_id.is_none() {
+                            p.session_id = t.session_id.clone();
+                        }
                     }
                 }
             }
