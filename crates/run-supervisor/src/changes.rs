@@ -55,6 +55,10 @@ pub struct ChangedFiles {
 /// Largest dirty file whose content is kept in a snapshot.
 const KEEP_BYTES: u64 = 1024 * 1024;
 
+/// A tree with more changed or untracked files than this is not snapshotted (the tool calls
+/// name the files instead): reading them all would cost too much.
+pub const MAX_DIRTY_FILES: usize = 5000;
+
 /// The state of a git working tree at one moment.
 #[derive(Debug, Clone)]
 pub struct GitSnapshot {
@@ -153,13 +157,17 @@ fn line_delta(before: &[u8], after: &[u8]) -> (u64, u64) {
 }
 
 impl GitSnapshot {
-    /// Snapshots the git working tree containing `dir`; `None` when `dir` is not in one (or git
-    /// is missing).
+    /// Snapshots the git working tree containing `dir`; `None` when `dir` is not in one, git
+    /// is missing, or the tree has more than [`MAX_DIRTY_FILES`] changed or untracked files.
     pub fn take(dir: &Path) -> Option<GitSnapshot> {
         let top = git(dir, &["rev-parse", "--show-toplevel"])?;
         let top = PathBuf::from(String::from_utf8_lossy(&top).trim());
         let mut dirty = BTreeMap::new();
-        for p in dirty_paths(&top)? {
+        let paths = dirty_paths(&top)?;
+        if paths.len() > MAX_DIRTY_FILES {
+            return None;
+        }
+        for p in paths {
             let state = read_state(&top.join(&p));
             dirty.insert(p, state);
         }
