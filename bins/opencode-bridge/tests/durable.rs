@@ -203,6 +203,88 @@ fn a_clean_stop_records_the_outcome_for_the_next_bridge() {
 }
 
 #[test]
+fn two_running_bridges_share_one_registry() {
+    let world = World::new();
+    let mut a = Server::start(&world, &fake_env(&world));
+    a.initialize();
+    let mut b = Server::start(&world, &fake_env(&world));
+    b.initialize();
+    let mut started = Vec::new();
+    for i in 0..4 {
+        let server = if i % 2 == 0 { &mut a } else { &mut b };
+        let (t, is_error) = server.call_text(
+            i + 1,
+            "opencode_start",
+            json!({"tier": "easy", "prompt": format!("Summarise part {i}")}),
+        );
+        assert!(!is_error, "{t}");
+        started.push(t.lines().next().unwrap().to_owned());
+    }
+    for (i, line) in started.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!("started task {}:", i + 1)),
+            "ids are handed out once across both bridges: {started:?}"
+        );
+    }
+    let a_pid = a.child.id();
+    // b sees a's task 1 running in a, and leaves it alone.
+    let status = wait_for("task 1 running", Duration::from_secs(20), || {
+        let (s, _) = b.call_text(20, "opencode_status", json!({"id": "1"}));
+        s.contains("running").then_some(s)
+    });
+    assert!(
+        status.contains(&format!("running (in bridge pid {a_pid})")),
+        "{status}"
+    );
+    let (refused, is_error) = b.call_text(21, "opencode_cancel", json!({"id": "1"}));
+    assert!(is_error, "{refused}");
+    assert!(
+        refused.contains(&format!(
+            "another bridge that is still running (pid {a_pid})"
+        )),
+        "{refused}"
+    );
+    let (list, _) = b.call_text(22, "opencode_list", json!({}));
+    assert!(list.starts_with("4 delegated task(s)"), "{list}");
+    let (t, _) = a.call_text(23, "opencode_cancel", json!({"id": "1"}));
+    assert!(t.starts_with("task 1 cancelled"), "{t}");
+    let (s, _) = b.call_text(24, "opencode_status", json!({"id": "1"}));
+    assert!(s.starts_with("task 1  cancelled"), "{s}");
+}
+
+#[test]
+fn finished_tasks_older_than_the_prune_age_leave_the_registry() {
+    let world = World::new();
+    let mut first = Server::start(&world, &fake_env(&world));
+    first.initialize();
+    let (t, _) = first.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the changelog"}),
+    );
+    assert!(t.starts_with("started task 1:"), "{t}");
+    drop(first);
+    let mut keep = Server::start(&world, &fake_env(&world));
+    keep.initialize();
+    let (list, _) = keep.call_text(2, "opencode_list", json!({}));
+    assert!(list.starts_with("1 delegated task(s)"), "{list}");
+    drop(keep);
+    let mut env = fake_env(&world);
+    env.push(("OPENCODE_BRIDGE_PRUNE_DAYS", "0".into()));
+    let mut prune = Server::start(&world, &env);
+    prune.initialize();
+    let (list, _) = prune.call_text(3, "opencode_list", json!({}));
+    assert!(list.starts_with("0 delegated task(s)"), "{list}");
+    // Ids are still never reused.
+    let (t, _) = prune.call_text(
+        4,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the readme"}),
+    );
+    assert!(t.starts_with("started task 2:"), "{t}");
+}
+
+#[test]
 fn start_and_wait_report_progress_only_while_the_call_runs() {
     let world = World::new();
     let mut server = Server::start(&world, &fake_env(&world));
