@@ -7,7 +7,7 @@
 mod common;
 
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use common::{Server, World, fake_opencode};
+use common::{Server, World, fake_opencode, hung_http_server};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -343,6 +343,37 @@ fn start_and_wait_report_progress_only_while_the_call_runs() {
     // Without a token: no notification at all, and start returns at once.
     let (text, _) = server.call_text(3, "opencode_wait", json!({"ids": ["1"], "timeout_s": 1}));
     assert!(text.starts_with("waited 1s"), "{text}");
+}
+
+#[test]
+fn a_slow_session_scan_reports_progress_until_it_answers() {
+    let world = World::new();
+    // A service that never answers: the listing runs until its call timeout.
+    let (port, _hung) = hung_http_server();
+    let mut server = Server::start(
+        &world,
+        &[
+            (
+                "OPENCODE_BRIDGE_SERVER_URL",
+                format!("http://127.0.0.1:{port}"),
+            ),
+            ("OPENCODE_BRIDGE_API_TIMEOUT_MS", "4500".into()),
+        ],
+    );
+    server.initialize();
+    let (resp, notes) =
+        call_with_progress(&mut server, 1, "opencode_sessions", json!({}), "scan-1");
+    assert!(resp.get("result").is_some(), "{resp}");
+    assert!(notes.len() >= 2, "a report every 2 s: {notes:?}");
+    assert!(
+        notes[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("reading sessions ("),
+        "{notes:?}"
+    );
+    assert_monotonic(&notes, "scan-1");
+    assert_no_more_progress(&mut server, Duration::from_millis(2500));
 }
 
 // ---- live: the real opencode 1.18.33 and our fake LLM ----
