@@ -144,7 +144,8 @@ impl App {
                     .supervisor
                     .status(id)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
-                Ok(render::tasks::status(&snap))
+                let note = self.lost_note(&snap).await;
+                Ok(render::tasks::status(&snap) + &note)
             }
             Call::Result { id, head, tail } => {
                 let id = parse_task_id(&id)?;
@@ -152,7 +153,8 @@ impl App {
                     .supervisor
                     .result(id, head, tail)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
-                Ok(render::tasks::result(&out))
+                let note = self.lost_note(&out.snapshot).await;
+                Ok(render::tasks::result(&out) + &note)
             }
             Call::Cancel { id } => {
                 let id = parse_task_id(&id)?;
@@ -337,6 +339,43 @@ impl App {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// For a task lost with its bridge: what its session says now (the run may have finished on
+    /// its own after the bridge died). Empty when not lost or the session cannot be read.
+    async fn lost_note(&self, snap: &run_supervisor::TaskSnapshot) -> String {
+        let lost = snap
+            .failure
+            .as_ref()
+            .is_some_and(|f| f.message.starts_with("lost:"));
+        let Some(sid) = snap.session_id.clone().filter(|_| lost) else {
+            return String::new();
+        };
+        let Ok((source, _why)) = self.source() else {
+            return String::new();
+        };
+        let Ok(cfg) = self.client.as_ref().map(Clone::clone) else {
+            return String::new();
+        };
+        let liveness = self.liveness();
+        let session = blocking(move || {
+            let ctx = cfg.scan_context(liveness);
+            source.get(&sid, &ctx).map_err(|e| e.to_string())
+        })
+        .await;
+        match session {
+            Ok(s) => format!(
+                "its session {} is {} now{}; opencode_session_output id={} shows what it did\n",
+                s.id,
+                s.state.as_str(),
+                s.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default(),
+                s.id
+            ),
+            Err(_) => String::new(),
         }
     }
 

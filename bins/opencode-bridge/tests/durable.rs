@@ -614,30 +614,48 @@ fn live_a_real_run_outlives_a_killed_bridge_and_is_cancelled_after_restart() {
     let live = Live::new(oc);
     live.llm.set_slow_secs(300);
     let mut first = live.server();
-    let (t, _) = first.call_text(
-        1,
-        "opencode_start",
-        json!({"tier": "easy", "prompt": "Tell a long story", "model": "fk/slow"}),
-    );
-    assert!(t.starts_with("started task 1:"), "{t}");
-    // Running, with its session known: the model is streaming.
+    for id in 1..=2 {
+        let (t, _) = first.call_text(
+            id,
+            "opencode_start",
+            json!({"tier": "easy", "prompt": format!("Tell long story {id}"), "model": "fk/slow"}),
+        );
+        assert!(t.starts_with(&format!("started task {id}:")), "{t}");
+    }
+    // Running, with their sessions known: the model is streaming.
     let mut n = 10;
-    let status = wait_for("the run streaming", Duration::from_secs(120), || {
-        n += 1;
-        let (s, _) = first.call_text(n, "opencode_status", json!({"id": "1"}));
-        (s.contains("session: ses_") && s.contains("\npid ")).then_some(s)
-    });
-    let pid: i32 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("pid "))
-        .and_then(|l| l.split(',').next())
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {status}"));
-    let session = session_of(&status);
+    let mut running = |id: &str| {
+        wait_for("the run streaming", Duration::from_secs(120), || {
+            n += 1;
+            let (s, _) = first.call_text(n, "opencode_status", json!({"id": id}));
+            (s.contains("session: ses_") && s.contains("\npid ")).then_some(s)
+        })
+    };
+    let pid_of = |status: &str| -> i32 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("pid "))
+            .and_then(|l| l.split(',').next())
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {status}"))
+    };
+    let status = running("1");
+    let (pid, session) = (pid_of(&status), session_of(&status));
+    let status2 = running("2");
+    let (pid2, session2) = (pid_of(&status2), session_of(&status2));
     first.child.kill().unwrap();
     first.child.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert!(group_alive(pid), "the real run outlives its bridge");
+    // The second run dies too (as in a crash): its task is lost, not orphaned.
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid2),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for("the second run gone", Duration::from_secs(10), || {
+        (!group_alive(pid2)).then_some(())
+    });
 
     let mut second = live.server();
     let (list, _) = second.call_text(2, "opencode_list", json!({}));
@@ -659,4 +677,11 @@ fn live_a_real_run_outlives_a_killed_bridge_and_is_cancelled_after_restart() {
     let (status, _) = second.call_text(4, "opencode_status", json!({"id": "1"}));
     assert!(status.starts_with("task 1  cancelled"), "{status}");
     assert!(status.contains(&session), "{status}");
+    let (lost, _) = second.call_text(6, "opencode_status", json!({"id": "2"}));
+    assert!(lost.starts_with("task 2  failed"), "{lost}");
+    assert!(lost.contains("failure: exit: lost:"), "{lost}");
+    assert!(
+        lost.contains(&format!("its session {session2} is ")),
+        "what the session says now: {lost}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Supervises delegated `opencode run` tasks.
 //!
 //! - [`Supervisor`]: start a [`TaskSpec`] (returns a [`TaskId`] at once), then `status`,
-//!   `result`, `wait`, `cancel`, `list`, `shutdown`. Each run is `opencode run --format json`
+//!   `result`, `wait`, `wait_for` (any or all of several, with a timeout), `cancel`, `list`,
+//!   `shutdown`. Each run is `opencode run --format json`
 //!   in its own process group, in the task's directory (also as `PWD`, which opencode 1.18
 //!   uses instead of the real cwd), with the prompt on stdin (or in an attached file when it is
 //!   over ~100 KB).

@@ -1575,6 +1575,12 @@ async fn read_stream(
                 r.last_event = Some(Instant::now());
             }
             pending.clear();
+            // The session id goes to the registry the moment it is known: no status shows it
+            // before a restarted bridge could.
+            if !r.persisted_session && r.summary.session_id.is_some() {
+                r.persisted_session = true;
+                persist(&shared, id, r, false);
+            }
         }
         if !skipping {
             pending.extend_from_slice(rest);

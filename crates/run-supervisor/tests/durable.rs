@@ -134,7 +134,10 @@ async fn two_supervisors_share_one_state_dir_without_stepping_on_each_other() {
     let a_task = ids[0];
     wait_until(&a, a_task, LIMIT, |s| s.pid.is_some()).await;
     // b sees a's task as another bridge's, and does not cancel it.
-    let seen = wait_until(&b, a_task, LIMIT, |s| s.pid.is_some()).await;
+    let seen = wait_until(&b, a_task, LIMIT, |s| {
+        s.pid.is_some() && s.session_id.is_some()
+    })
+    .await;
     assert_eq!(seen.state, TaskState::Running);
     assert_eq!(seen.other_bridge, Some(std::process::id() as i32));
     assert!(!seen.orphaned);
