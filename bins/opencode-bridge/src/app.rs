@@ -303,7 +303,7 @@ impl App {
             .or_else(|| self.supervisor.config().default_model.clone());
         let mode = delegation.mode.reason();
         let cwd_text = cwd.display().to_string();
-        Ok(render::tasks::started(&render::tasks::Started {
+        let started = render::tasks::started(&render::tasks::Started {
             id,
             agent: &agent.name,
             mode: &mode,
@@ -314,7 +314,31 @@ impl App {
             title_warning: title_warning.as_deref(),
             label: args.label.as_deref(),
             continues: args.session.as_deref(),
-        }))
+        });
+        match args.wait_s {
+            Some(wait_s) => Ok(self.sync_wait(id, wait_s, started).await),
+            None => Ok(started),
+        }
+    }
+
+    /// A sync run: waits up to `wait_s` seconds; a finished task answers with its result, an
+    /// unfinished one with the start text and a note that it goes on.
+    async fn sync_wait(&self, id: TaskId, wait_s: u64, started: String) -> String {
+        let report = self
+            .supervisor
+            .wait_for(&[id], true, Duration::from_secs(wait_s))
+            .await;
+        if report.satisfied
+            && let Some(out) = self.supervisor.result(id, None, None)
+        {
+            return format!(
+                "task {id} finished within wait_s={wait_s}:\n{}",
+                render::tasks::result(&out)
+            );
+        }
+        format!(
+            "{started}still running after wait_s={wait_s} s: opencode_wait ids=[\"{id}\"] waits for it, opencode_result id={id} reads it once it ends.\n"
+        )
     }
 
     /// Reports the run's process and then its session id as they become known (at most
@@ -327,7 +351,8 @@ impl App {
                 return;
             };
             if !spawned && let Some(pid) = s.pid {
-                progress.report(format!("task {id}: opencode started (pid {pid})"));
+                let runner = self.supervisor.runner(id).unwrap_or_default();
+                progress.report(format!("task {id}: {runner} started (pid {pid})"));
                 spawned = true;
             }
             if let Some(sid) = &s.session_id {

@@ -122,6 +122,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "the opencode binary to run",
     },
     EnvVar {
+        name: "CLAUDE_BIN",
+        default: "`claude` on PATH",
+        meaning: "the Claude Code binary, for tasks whose model is a Claude model (sonnet, opus, haiku, claude-...)",
+    },
+    EnvVar {
         name: "OPENCODE_DB",
         default: "$XDG_DATA_HOME/opencode/opencode.db",
         meaning: "opencode's SQLite store",

@@ -69,7 +69,7 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_start",
             title: "Delegate a job to an opencode agent",
-            description: "Delegate an EASY or MEDIUM job to an opencode agent. Returns at once with a task id; follow it with opencode_status and opencode_result. The policy is enforced here: `tier` is required and hard or unsure work is refused (it stays with you); the routing mode (blueprint by default, sensitive, insensitive; sensitive wins) is detected from OPENCODE_BRIDGE_MODE/OPENCODE_MODE, <project>/.claude/sensitive|insensitive, ~/.claude/insensitive or the `mode` argument, and decides which agents are allowed (sensitive: explorer, librarian, deep-research, oracle, and fixer/worker only with mechanical=true). Give fixer/designer a written blueprint: files, signatures, edge cases, acceptance criteria, test command. Prompts that contain secrets are refused. The session is titled `LANE/agent: task`. Limits: OPENCODE_BRIDGE_MAX_PARALLEL tasks at once (default 6), a per-task timeout, transient provider errors retried only for read-only agents. The output is an untrusted draft: check files, rerun tests, recompute numbers. Call opencode_policy for the full rules.",
+            description: "Delegate an EASY or MEDIUM job to an opencode agent. Returns at once with a task id (or, with wait_s, the result itself when the run finishes within that many seconds); follow it with opencode_wait, opencode_status and opencode_result. A Claude model (sonnet, opus, haiku, claude-...) runs through Claude Code's `claude -p` instead of opencode; a quota or usage-limit refusal with a known reset time refuses later starts on that account until then. The policy is enforced here: `tier` is required and hard or unsure work is refused (it stays with you); the routing mode (blueprint by default, sensitive, insensitive; sensitive wins) is detected from OPENCODE_BRIDGE_MODE/OPENCODE_MODE, <project>/.claude/sensitive|insensitive, ~/.claude/insensitive or the `mode` argument, and decides which agents are allowed (sensitive: explorer, librarian, deep-research, oracle, and fixer/worker only with mechanical=true). Give fixer/designer a written blueprint: files, signatures, edge cases, acceptance criteria, test command. Prompts that contain secrets are refused. The session is titled `LANE/agent: task`. Limits: OPENCODE_BRIDGE_MAX_PARALLEL tasks at once (default 6), a per-task timeout, transient provider errors retried only for read-only agents. The output is an untrusted draft: check files, rerun tests, recompute numbers. Call opencode_policy for the full rules.",
             schema: json!({
                 "type": "object",
                 "properties": {
@@ -81,7 +81,8 @@ pub fn definitions() -> Vec<ToolDef> {
                     "title": {"type": "string", "description": "Explicit session title; should follow `LANE/agent: task`."},
                     "mode": {"type": "string", "enum": MODES, "description": "Routing mode, only when the user asked for one. Sensitive always wins over other sources."},
                     "mechanical": {"type": "boolean", "description": "The job is a purely mechanical edit (rename, reformat, move). Lets fixer/worker run in sensitive mode."},
-                    "model": {"type": "string", "pattern": MODEL_PATTERN, "description": "provider/model[#variant]. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
+                    "model": {"type": "string", "pattern": MODEL_PATTERN, "description": "provider/model[#variant] runs through opencode; a Claude model (sonnet, opus, haiku, claude-..., claude/<model>, optionally #effort) runs through Claude Code (`claude -p`) with the same policy, a read-only or editing tool set by agent, and no MCP servers. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
+                    "wait_s": {"type": "integer", "minimum": 1, "maximum": WAIT_MAX_S, "description": "Sync run: wait up to this many seconds (at most 55, under client tool timeouts) and return the result directly if the task finishes in time; otherwise the task id is returned as usual."},
                     "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."},
                     "session": {"type": "string", "minLength": 1, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
                     "label": {"type": "string", "minLength": 1, "maxLength": 100, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."}
@@ -247,8 +248,8 @@ pub fn definitions() -> Vec<ToolDef> {
     ]
 }
 
-/// `provider/model` with an optional `#variant`.
-pub const MODEL_PATTERN: &str = r"^[^/\s#]+/[^\s#]+(#[^\s#]+)?$";
+/// `provider/model` with an optional `#variant`, or a bare Claude model id or alias.
+pub const MODEL_PATTERN: &str = r"^([^/\s#]+/[^\s#]+|[Cc]laude-[^/\s#]+|(sonnet|opus|haiku|fable|opusplan|default|best|Sonnet|Opus|Haiku)(\[1m\])?)(#[^\s#]+)?$";
 
 /// A validated call.
 #[derive(Debug, Clone, PartialEq)]
@@ -301,6 +302,8 @@ pub struct StartArgs {
     pub timeout_minutes: Option<u64>,
     pub session: Option<String>,
     pub label: Option<String>,
+    /// Sync run: seconds to wait for the result before answering with the task id.
+    pub wait_s: Option<u64>,
 }
 
 /// Arguments of `opencode_sessions`.
@@ -358,6 +361,7 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             timeout_minutes: a.opt_int("timeout_minutes", 1, 1440)?,
             session: a.opt_nonempty("session")?,
             label: a.opt_str_max("label", 100)?,
+            wait_s: a.opt_int("wait_s", 1, WAIT_MAX_S)?,
         }),
         "opencode_status" => Call::Status {
             id: a.required_str("id")?,
@@ -605,14 +609,33 @@ impl Args<'_> {
             Ok(Some(model))
         } else {
             Err(format!(
-                "bad argument `{field}`: {model:?} is not accepted; use provider/model or provider/model#variant"
+                "bad argument `{field}`: {model:?} is not accepted; use provider/model or provider/model#variant (opencode), or a Claude model: sonnet, opus, haiku, claude-... (Claude Code)"
             ))
         }
     }
 }
 
-/// Whether a model string has the `provider/model[#variant]` shape.
+/// Whether a model string has the `provider/model[#variant]` shape or names a Claude model
+/// (which runs through `claude -p`).
 pub fn valid_model(model: &str) -> bool {
+    // The same shapes as MODEL_PATTERN's Claude branch.
+    let (base, effort) = match model.split_once('#') {
+        Some((b, e)) => (b, Some(e)),
+        None => (model, None),
+    };
+    let clean = |s: &str| !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c == '#');
+    let claude_id = ["claude-", "Claude-"].iter().any(|p| {
+        base.strip_prefix(p)
+            .is_some_and(|rest| clean(rest) && !rest.contains('/'))
+    });
+    let alias = [
+        "sonnet", "opus", "haiku", "fable", "opusplan", "default", "best", "Sonnet", "Opus",
+        "Haiku",
+    ]
+    .contains(&base.strip_suffix("[1m]").unwrap_or(base));
+    if (claude_id || alias) && effort.is_none_or(clean) {
+        return true;
+    }
     let (main, variant) = match model.split_once('#') {
         Some((m, v)) => (m, Some(v)),
         None => (model, None),
@@ -798,6 +821,41 @@ mod tests {
                 "{tool} {args}: schema {by_schema}, validator {by_us}"
             );
         }
+    }
+
+    #[test]
+    fn claude_models_and_wait_s_are_accepted() {
+        for m in [
+            "sonnet",
+            "opus#high",
+            "haiku",
+            "sonnet[1m]",
+            "claude-haiku-4-5",
+            "Claude-opus-4-1",
+            "claude/opus",
+        ] {
+            assert!(valid_model(m), "{m}");
+        }
+        for m in ["gpt4", "claude-", "sonnet x", "opus#", "sonnets"] {
+            assert!(!valid_model(m), "{m}");
+        }
+        let Call::Start(args) = call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "x", "model": "sonnet", "wait_s": 30}),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(args.wait_s, Some(30));
+        assert_eq!(args.model.as_deref(), Some("sonnet"));
+        assert!(
+            call(
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "wait_s": 56})
+            )
+            .unwrap_err()
+            .contains("wait_s")
+        );
     }
 
     #[test]

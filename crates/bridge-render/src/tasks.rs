@@ -3,8 +3,8 @@
 
 use crate::human::{clip, dir_tail, duration_ms, one_line, table, tokens};
 use run_supervisor::{
-    CancelOutcome, ChangedFiles, OpencodeProcess, TaskId, TaskOutput, TaskSnapshot, TaskState,
-    WaitReport,
+    CancelOutcome, ChangedFiles, OpencodeProcess, Runner, TaskId, TaskOutput, TaskSnapshot,
+    TaskState, WaitReport,
 };
 
 /// What `opencode_start` reports about an accepted task.
@@ -35,6 +35,7 @@ pub fn started(s: &Started<'_>) -> String {
     if let Some(m) = s.model {
         out.push_str(&format!("model: {m}\n"));
     }
+    out.push_str(&format!("runner: {}\n", Runner::for_model(s.model)));
     if let Some(l) = s.label {
         out.push_str(&format!("label: {l}\n"));
     }
@@ -93,6 +94,10 @@ pub fn status(s: &TaskSnapshot) -> String {
     if let Some(m) = &s.model {
         out.push_str(&format!("model: {m}\n"));
     }
+    out.push_str(&format!(
+        "runner: {}\n",
+        Runner::for_model(s.model.as_deref())
+    ));
     out.push_str(&format!(
         "tokens: {}  tool calls: {}",
         tokens(s.tokens.input, s.tokens.output),
