@@ -8,11 +8,14 @@ pub mod events;
 pub mod service;
 #[path = "../harness/store.rs"]
 pub mod store;
+#[cfg(not(test))]
 #[path = "../harness/tool_args.rs"]
 pub mod tool_args;
 
 /// The binary's tool definitions and argument validation, compiled here by path (the binary
-/// has no library target). Only `serde_json` is needed by that file.
+/// has no library target). Only `serde_json` is needed by that file, except by its own unit
+/// tests (they need the binary's dev-dependencies), hence not under `cfg(test)`.
+#[cfg(not(test))]
 #[path = "../../bins/opencode-bridge/src/tools.rs"]
 #[allow(dead_code)]
 mod tools;
