@@ -36,3 +36,5 @@ if command -v cargo-nextest >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast
 fi
+# Benchmarks in quick mode: figures only (docs/PERFORMANCE.md), never a failure on time.
+cargo run --release -p bridge-bench --locked -- --quick

@@ -807,5 +807,11 @@ fn machine() -> String {
         .unwrap_or_default()
         .trim()
         .to_string();
-    format!("{cpu}, {cores} cores, {mem_gb:.0} GB RAM, Linux {kernel}")
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split(' ').next().map(str::to_string))
+        .unwrap_or_default();
+    format!(
+        "{cpu}, {cores} cores, {mem_gb:.0} GB RAM, Linux {kernel}; load average {load} at start"
+    )
 }
