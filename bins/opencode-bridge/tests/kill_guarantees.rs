@@ -253,3 +253,89 @@ fn stdin_eof_leaves_no_survivor_and_no_zombie() {
 fn timeout_leaves_no_survivor_and_no_zombie() {
     stop_a_tree(Stop::Timeout);
 }
+
+/// A `sleep` in its own process group, with its start time.
+fn sleeper() -> (std::process::Child, Proc) {
+    use std::os::unix::process::CommandExt;
+    let child = std::process::Command::new("sleep")
+        .arg("300")
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let p = proc_of(child.id() as i32).unwrap();
+    (child, p)
+}
+
+/// A task record as an earlier bridge (now gone) left it, naming `run` as its running process.
+fn write_orphan_record(state: &Path, id: u64, run_pid: i32, run_start: u64, cwd: &Path) {
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let owner = proc_of(gone.id() as i32).map_or((gone.id() as i32, 1), |p| (p.pid, p.start));
+    gone.wait().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let dir = state.join("tasks").join(id.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = json!({
+        "id": id, "owner": {"pid": owner.0, "start_time": owner.1},
+        "label": null, "agent": "worker", "title": "ROOT/worker: long job",
+        "cwd": cwd, "model": null, "read_only": false, "continues": null,
+        "state": "running", "attempts": 1, "accepted_ms": now - 60_000, "finished_ms": null,
+        "session_id": "ses_reusedpidreusedpid01", "run": {"pid": run_pid, "start_time": run_start},
+        "failure": null, "exit_code": null,
+        "tokens": {"input": 0, "output": 0, "reasoning": 0, "cache_read": 0, "cache_write": 0},
+        "cost": 0.0, "tool_calls": 0, "opencode_version": "1.18.33", "updated_ms": now
+    });
+    std::fs::write(dir.join("task.json"), serde_json::to_vec(&t).unwrap()).unwrap();
+}
+
+/// Through the server: an orphaned run recorded with its true start time is stopped by
+/// `opencode_cancel`; a record whose pid now belongs to another process (the start time differs)
+/// is never signalled, by status or by cancel.
+#[test]
+fn a_reused_pid_is_never_signalled() {
+    let world = World::new();
+    let state = world.path("state");
+    let (mut orphan, o) = sleeper();
+    let (mut other, p) = sleeper();
+    write_orphan_record(&state, 41, o.pid, o.start, &world.root());
+    write_orphan_record(&state, 42, p.pid, p.start + 1, &world.root());
+    let mut server = Server::start(
+        &world,
+        &[
+            (
+                "OPENCODE_BRIDGE_STATE_DIR",
+                state.to_string_lossy().into_owned(),
+            ),
+            ("OPENCODE_BRIDGE_KILL_GRACE_MS", "500".into()),
+        ],
+    );
+    server.initialize();
+
+    let (status, _) = server.call_text(2, "opencode_status", json!({"id": "41"}));
+    assert!(status.contains("orphan"), "{status}");
+    let (text, is_error) = server.call_text(3, "opencode_cancel", json!({"id": "41"}));
+    assert!(!is_error, "{text}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while orphan.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the orphaned run survived: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let (status, _) = server.call_text(4, "opencode_status", json!({"id": "42"}));
+    assert!(!status.contains("orphan"), "{status}");
+    let (text, _) = server.call_text(5, "opencode_cancel", json!({"id": "42"}));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        other.try_wait().unwrap().is_none(),
+        "the process that reused the pid was signalled: {text}"
+    );
+    assert_eq!(exists(&p).map(|q| q.state), Some('S'), "{text}");
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
