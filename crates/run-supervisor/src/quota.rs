@@ -13,6 +13,9 @@ use serde_json::Value;
 
 use crate::claude::Runner;
 
+/// A refusal whose reset is closer than this opens no window: it is a retry hint.
+pub const MIN_WINDOW: Duration = Duration::from_secs(60);
+
 /// The account a task's runs draw on: `claude`, or the opencode provider of its model
 /// (`opencode` when it names none).
 pub fn account_key(runner: Runner, model: Option<&str>) -> String {

@@ -1054,7 +1054,11 @@ fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
     let Some(r) = inner.tasks.get(&id) else {
         return;
     };
-    let Some(until) = r.quota_reset().filter(|t| *t > SystemTime::now()) else {
+    // A reset only seconds away is a retry hint (e.g. `retry-after-ms: 10`), not a window.
+    let Some(until) = r
+        .quota_reset()
+        .filter(|t| *t > SystemTime::now() + quota::MIN_WINDOW)
+    else {
         return;
     };
     let key = quota::account_key(r.runner, r.model.as_deref());
