@@ -364,11 +364,12 @@ impl RunSummary {
                 cost,
                 ..
             } => {
-                self.tokens.input += tokens.input;
-                self.tokens.output += tokens.output;
-                self.tokens.reasoning += tokens.reasoning;
-                self.tokens.cache_read += tokens.cache_read;
-                self.tokens.cache_write += tokens.cache_write;
+                self.tokens.input = self.tokens.input.saturating_add(tokens.input);
+                self.tokens.output = self.tokens.output.saturating_add(tokens.output);
+                self.tokens.reasoning = self.tokens.reasoning.saturating_add(tokens.reasoning);
+                self.tokens.cache_read = self.tokens.cache_read.saturating_add(tokens.cache_read);
+                self.tokens.cache_write =
+                    self.tokens.cache_write.saturating_add(tokens.cache_write);
                 self.cost += cost;
                 self.last_finish_reason = reason;
                 if !self.errors.is_empty() {
@@ -406,6 +407,17 @@ mod tests {
             s.push_line(l);
         }
         s
+    }
+
+    #[test]
+    fn token_totals_saturate_instead_of_overflowing() {
+        // Found by the event_lines fuzz target: two steps with huge token counts overflowed
+        // the sums (a panic in debug builds, a wrapped total in release).
+        let huge = r#"{"type":"step_finish","sessionID":"ses_x","part":{"type":"step-finish","reason":"stop","tokens":{"input":18446744073709551615,"output":18446744073709551615,"reasoning":18446744073709551615,"cache":{"write":18446744073709551615,"read":18446744073709551615}},"cost":0}}"#;
+        let s = fold(&format!("{huge}\n{huge}"));
+        assert_eq!(s.tokens.input, u64::MAX);
+        assert_eq!(s.tokens.output, u64::MAX);
+        assert_eq!(s.tokens.cache_read, u64::MAX);
     }
 
     #[test]
