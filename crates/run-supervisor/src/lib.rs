@@ -20,9 +20,9 @@
 #![deny(unsafe_code)]
 
 pub mod capture;
-pub mod claude;
 pub mod changes;
 pub mod classify;
+pub mod claude;
 pub mod command;
 pub mod events;
 mod procs;
@@ -35,9 +35,9 @@ mod supervisor;
 use std::path::PathBuf;
 
 pub use capture::{Cut, cut_text};
-pub use claude::Runner;
 pub use changes::{ChangeSource, ChangedFiles, FileChange};
 pub use classify::{ExitInfo, Failure, FailureKind};
+pub use claude::Runner;
 pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
 pub use procs::ProcId;
