@@ -30,6 +30,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Fake helper binaries (fake opencode, ...) are exec'd by tests of other crates.
 cargo build --workspace --bins --locked
+# A short fuzz run of every target (cargo-fuzz on stable via RUSTC_BOOTSTRAP; docs/FUZZING.md).
+FUZZ_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/fuzz" bash scripts/fuzz.sh 15
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
   cargo test --workspace --doc --locked
