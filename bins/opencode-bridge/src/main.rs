@@ -4,6 +4,8 @@
 //! Module map:
 //! - `server`: the only MCP-aware code (rmcp `ServerHandler`: identity, instructions, tool list,
 //!   calls, cancellation, shutdown on stdin EOF / SIGTERM / SIGINT);
+//! - `stdio_guard`: the line-level guard between stdin/stdout and rmcp (parse errors, batches,
+//!   invalid requests and unknown methods get one short JSON-RPC error each);
 //! - `tools`: the eleven tool definitions (hand-written JSON Schemas, annotations) and the argument
 //!   validation that runs before anything else;
 //! - `app`: what each tool does, in plain Rust: policy (bridge-policy), sessions
@@ -19,6 +21,7 @@ mod app;
 mod cli;
 mod config;
 mod server;
+mod stdio_guard;
 mod tools;
 
 use std::sync::Arc;

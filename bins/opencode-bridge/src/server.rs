@@ -89,7 +89,8 @@ impl ServerHandler for Bridge {
             return Err(McpError::new(
                 ErrorCode::INVALID_PARAMS,
                 format!(
-                    "unknown tool `{name}`; this server has: {}",
+                    "unknown tool `{}`; this server has: {}",
+                    crate::stdio_guard::clip(name),
                     tools::TOOL_NAMES.join(", ")
                 ),
                 None,
@@ -184,13 +185,14 @@ fn error_result(message: String) -> CallToolResponse {
 }
 
 /// Serves MCP on stdin/stdout until stdin closes or SIGTERM/SIGINT arrives, then stops every
-/// task this process started.
+/// task this process started. Stdin and stdout go through [`crate::stdio_guard`], which
+/// answers lines rmcp would drop or answer badly.
 pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let bridge = Bridge::new(app.clone());
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let transport = rmcp::transport::io::stdio_pipes();
+    let (transport, writer) = crate::stdio_guard::start();
     let reason = tokio::select! {
         running = bridge.serve(transport) => match running {
             Ok(running) => {
@@ -208,5 +210,7 @@ pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
     };
     tracing::info!(%reason, "stopping: cancelling every task this server started");
     app.shutdown().await;
+    // rmcp's transport is gone by now; let the writer put out what rmcp wrote last.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! Bad input through the real binary: hundreds of malformed tool arguments, generated from the
 //! published schemas (wrong types, missing required fields, out-of-range numbers, bad enum
 //! values, huge strings, NUL bytes, unknown fields, a wrong `arguments` type), and garbage
-//! JSON-RPC lines. Each gets exactly one answer whose error text is one line, and after each the
-//! server still answers a ping.
+//! JSON-RPC lines: lines that are not JSON (-32700, id null), invalid requests (-32600 with an
+//! `id` member), batches, unknown methods and tools with huge names (echoed clipped), a line over
+//! 16 MiB. Each gets exactly one answer whose error text is one line, and after each the server
+//! still answers a ping.
 
 mod common;
 
@@ -112,6 +114,32 @@ impl Raw {
             "{case}: stray responses before the ping's: {before:?}"
         );
     }
+}
+
+impl Raw {
+    /// Writes `bytes` as one line, then a ping; the one answer that came before the ping's.
+    fn answer_before_ping(&mut self, bytes: &[u8], case: &str) -> Value {
+        self.write_raw(bytes);
+        let ping = self.id();
+        self.write_raw(
+            json!({"jsonrpc": "2.0", "id": ping, "method": "ping"})
+                .to_string()
+                .as_bytes(),
+        );
+        let (before, pong) = self.until(ping, case);
+        assert_eq!(pong["result"], json!({}), "{case}: {pong}");
+        assert_eq!(before.len(), 1, "{case}: not one answer: {before:?}");
+        before.into_iter().next().unwrap()
+    }
+}
+
+/// JSON-RPC wants `"id": null` when the request's id could not be read.
+fn assert_null_id(case: &str, answer: &Value) {
+    assert_eq!(
+        answer.as_object().and_then(|o| o.get("id")),
+        Some(&Value::Null),
+        "{case}: {answer}"
+    );
 }
 
 impl Drop for Raw {
@@ -373,8 +401,8 @@ fn hundreds_of_malformed_inputs_each_get_one_line_and_the_server_keeps_answering
         cases += 1;
     }
 
-    // Garbage JSON-RPC lines that parse as JSON: one error answer each (without an id when
-    // none could be read).
+    // Garbage JSON-RPC lines that parse as JSON: one error answer each, with an `id` member
+    // (null when none could be read).
     let garbage: Vec<(&str, Vec<u8>)> = vec![
         ("a bare number", b"12345".to_vec()),
         ("a bare string", br#""ping""#.to_vec()),
@@ -439,14 +467,17 @@ fn hundreds_of_malformed_inputs_each_get_one_line_and_the_server_keeps_answering
             1,
             "{case}: answers {answers:?}; before {before:?}"
         );
+        assert!(
+            answers[0].get("id").is_some(),
+            "{case}: an answer without an id member: {}",
+            answers[0]
+        );
         let text = error_text(&case, answers[0]);
         assert_one_line(&case, &text);
         cases += 1;
     }
 
-    // Lines that are not JSON at all. The transport drops them without an answer (JSON-RPC
-    // would send a -32700 parse error; see docs/PERFORMANCE.md); what is asserted here is that
-    // nothing else comes out and the server goes on answering.
+    // Lines that are not JSON at all: a -32700 parse error with id null each.
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     let unparsable: Vec<(&str, Vec<u8>)> = vec![
         ("not JSON", b"hello there".to_vec()),
@@ -467,36 +498,137 @@ fn hundreds_of_malformed_inputs_each_get_one_line_and_the_server_keeps_answering
             format!(r#"{{"jsonrpc":"2.0","id":89,"method":"tools/call","params":{{"name":"opencode_list","arguments":{deep}}}}}"#).into_bytes(),
         ),
     ];
-    let mut dropped = 0usize;
     for (what, bytes) in &unparsable {
         let case = format!("unparsable: {what}");
-        s.write_raw(bytes);
-        let ping = s.id();
-        s.write_raw(
-            json!({"jsonrpc": "2.0", "id": ping, "method": "ping"})
-                .to_string()
-                .as_bytes(),
+        let answer = s.answer_before_ping(bytes, &case);
+        assert_eq!(answer["error"]["code"], -32700, "{case}: {answer}");
+        assert_null_id(&case, &answer);
+        assert_one_line(&case, &error_text(&case, &answer));
+        assert!(
+            answer.to_string().len() < 1_000,
+            "{case}: a long answer: {answer}"
         );
-        let (before, pong) = s.until(ping, &case);
-        assert_eq!(pong["result"], json!({}), "{case}: {pong}");
-        assert!(before.len() <= 1, "{case}: several answers {before:?}");
-        if let Some(a) = before.first() {
-            let text = error_text(&case, a);
-            assert_one_line(&case, &text);
-        } else {
-            dropped += 1;
-        }
         cases += 1;
     }
-    println!(
-        "{dropped} of {} unparsable lines got no answer",
-        unparsable.len()
-    );
 
-    let answered = cases - dropped;
-    println!(
-        "{cases} malformed inputs: {answered} answered with a one-line error, {dropped} unparsable lines dropped; the server kept answering"
+    // Requests that are not valid: the answer carries an `id` member, null when the request's
+    // own id could not be read.
+    let null_id: Vec<(&str, &[u8], i64)> = vec![
+        ("empty object", b"{}", -32600),
+        ("empty batch", b"[]", -32600),
+        (
+            "a batch of one ping",
+            br#"[{"jsonrpc":"2.0","id":78,"method":"ping"}]"#,
+            -32600,
+        ),
+        ("a bare number", b"12345", -32600),
+        (
+            "id is an object",
+            br#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            -32600,
+        ),
+        (
+            "id is null",
+            br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            -32600,
+        ),
+    ];
+    for (what, bytes, code) in &null_id {
+        let case = format!("invalid request: {what}");
+        let answer = s.answer_before_ping(bytes, &case);
+        assert_eq!(answer["error"]["code"], *code, "{case}: {answer}");
+        assert_null_id(&case, &answer);
+        cases += 1;
+    }
+    let with_id: Vec<(&str, &[u8], i64, i64)> = vec![
+        (
+            "missing jsonrpc",
+            br#"{"id":91,"method":"ping"}"#,
+            91,
+            -32600,
+        ),
+        (
+            "method is a number",
+            br#"{"jsonrpc":"2.0","id":92,"method":5}"#,
+            92,
+            -32600,
+        ),
+        (
+            "ping with params 5",
+            br#"{"jsonrpc":"2.0","id":93,"method":"ping","params":5}"#,
+            93,
+            -32602,
+        ),
+    ];
+    for (what, bytes, id, code) in &with_id {
+        let case = format!("invalid request: {what}");
+        let answer = s.answer_before_ping(bytes, &case);
+        assert_eq!(answer["error"]["code"], *code, "{case}: {answer}");
+        assert_eq!(answer["id"], *id, "{case}: {answer}");
+        cases += 1;
+    }
+
+    // tools/call without a string name: -32602 saying what is missing.
+    for (what, params) in [
+        ("no name", r#"{"arguments":{}}"#),
+        ("numeric name", r#"{"name":5,"arguments":{}}"#),
+        ("null name", r#"{"name":null}"#),
+    ] {
+        let case = format!("tools/call {what}");
+        let id = s.id();
+        let line =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#);
+        s.write_raw(line.as_bytes());
+        let (_, r) = s.until(id, &case);
+        assert_eq!(r["error"]["code"], -32602, "{case}: {r}");
+        let text = error_text(&case, &r);
+        assert!(
+            text.starts_with("Invalid params: tools/call needs `name`")
+                && text.contains("opencode_start"),
+            "{case}: {text}"
+        );
+        cases += 1;
+    }
+
+    // Huge names are not echoed whole: an 8 MB unknown method, a 1 MB unknown tool.
+    let id = s.id();
+    let method = "m".repeat(8 << 20);
+    s.write_raw(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}"}}"#).as_bytes());
+    let (_, r) = s.until(id, "8 MB unknown method");
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    assert!(
+        r.to_string().len() < 300,
+        "8 MB unknown method: {} bytes",
+        r.to_string().len()
     );
-    assert!(answered >= 200, "only {answered} answered cases");
+    let id = s.id();
+    s.write_raw(
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "t".repeat(1 << 20), "arguments": {}}})
+        .to_string()
+        .as_bytes(),
+    );
+    let (_, r) = s.until(id, "1 MB unknown tool");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let text = error_text("1 MB unknown tool", &r);
+    assert!(text.starts_with("unknown tool `tttt"), "{text}");
+    assert!(text.len() < 400, "1 MB unknown tool: {} bytes", text.len());
+    s.ping("huge names");
+    cases += 2;
+
+    // A line longer than the 16 MiB limit is skipped and answered; the next line is read.
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":95,"method":"ping","params":{{"x":"{}"}}}}"#,
+        "x".repeat(17 << 20)
+    );
+    let answer = s.answer_before_ping(huge.as_bytes(), "17 MB line");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert_null_id("17 MB line", &answer);
+    cases += 1;
+
+    println!(
+        "{cases} malformed inputs, each answered with one one-line error; the server kept answering"
+    );
+    assert!(cases >= 200, "only {cases} cases");
     assert!(s.child.try_wait().unwrap().is_none(), "the server exited");
 }

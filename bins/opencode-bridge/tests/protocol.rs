@@ -231,3 +231,31 @@ fn stdout_carries_only_json_rpc() {
     while server.recv_within(Duration::from_millis(200)).is_some() {}
     assert!(server.stderr().contains("INFO") || server.stderr().contains("DEBUG"));
 }
+
+#[test]
+fn batches_and_unknown_methods_get_one_short_error_and_answers_survive_eof() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    server.initialize();
+    // MCP 2025-11-25 removed JSON-RPC batching: one -32600 with id null, nothing run.
+    server.send(&json!([{"jsonrpc": "2.0", "id": 60, "method": "ping"}]));
+    let r = server
+        .recv_within(Duration::from_secs(10))
+        .expect("an answer");
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(r.get("id"), Some(&Value::Null), "{r}");
+    let long = "x/".repeat(5_000);
+    let r = server.request(61, &long, json!({}));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("Method not found: `x/x/"), "{message}");
+    assert!(message.chars().count() < 100, "{message}");
+    // A request sent just before stdin closes is still answered before the exit.
+    server.send(&json!({"jsonrpc": "2.0", "id": 62, "method": "tools/call",
+        "params": {"name": "opencode_policy", "arguments": {}}}));
+    server.close_stdin();
+    let r = server.response(&json!(62));
+    assert!(r["result"]["content"][0]["text"].is_string(), "{r}");
+    let status = server.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success(), "{status:?}");
+}
