@@ -341,7 +341,7 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
     let def = defs
         .iter()
         .find(|d| d.name == tool)
-        .ok_or_else(|| format!("unknown tool `{tool}`"))?;
+        .ok_or_else(|| format!("unknown tool {}", shown_name(tool)))?;
     let a = Args {
         map: args.unwrap_or(&empty),
         schema: &def.schema,
@@ -419,7 +419,9 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             title: a.required_str_max("title", 200)?,
         },
         "opencode_processes" => Call::Processes,
-        other => return Err(format!("unknown tool `{other}`")),
+        other => {
+            return Err(format!("unknown tool {}", shown_name(other)));
+        }
     })
 }
 
@@ -448,6 +450,18 @@ fn shown(v: &Value) -> String {
     }
 }
 
+/// A name the caller sent, for an error text: JSON-escaped (so it stays on one line), clipped to
+/// 40 characters, in backticks.
+fn shown_name(name: &str) -> String {
+    let quoted = Value::String(name.to_string()).to_string();
+    let inner = &quoted[1..quoted.len() - 1];
+    if inner.chars().count() > 40 {
+        format!("`{}...`", inner.chars().take(40).collect::<String>())
+    } else {
+        format!("`{inner}`")
+    }
+}
+
 impl Args<'_> {
     fn properties(&self) -> Vec<&str> {
         self.schema["properties"]
@@ -465,7 +479,7 @@ impl Args<'_> {
                 } else {
                     format!("accepted arguments: {}", known.join(", "))
                 };
-                return Err(format!("unknown argument `{key}`; {accepted}"));
+                return Err(format!("unknown argument {}; {accepted}", shown_name(key)));
             }
         }
         Ok(())
@@ -650,6 +664,15 @@ pub fn valid_model(model: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn names_the_caller_sent_stay_on_one_short_line() {
+        // Found by the tool_args fuzz target: an unknown argument named with a newline made a
+        // two-line error, and a huge name was echoed whole.
+        assert_eq!(shown_name("a\nb"), "`a\\nb`");
+        let long = "x".repeat(10_000);
+        assert_eq!(shown_name(&long), format!("`{}...`", "x".repeat(40)));
+    }
+
     use super::*;
 
     fn call(tool: &str, args: Value) -> Result<Call, String> {
