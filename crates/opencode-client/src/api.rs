@@ -23,10 +23,10 @@ use crate::http::{
     encode_component, error_detail, one_line, parse_json, query, session_id_in_path,
 };
 use crate::model::{
-    Message, MessageError, Part, Role, Session, SessionFilter, SessionList, SessionState,
-    SessionTranscript, ToolStatus,
+    Message, MessageError, Part, Role, Session, SessionFilter, SessionList, SessionTranscript,
+    ToolStatus,
 };
-use crate::remote::{Remote, finish_session, scan};
+use crate::remote::{self, Remote, keep_newest, session_record, str_of};
 use crate::server::{check_id, message_from_v1};
 use crate::source::{ScanContext, SessionSource};
 use serde_json::{Value, json};
@@ -228,18 +228,6 @@ impl ApiSource {
         }
     }
 
-    fn fetch_session(&self, id: &str) -> Result<Session, ClientError> {
-        check_id(id)?;
-        let v = self.cmd.call_json(
-            "GET",
-            &format!("/api/session/{}", encode_component(id)),
-            None,
-        )?;
-        v.get("data")
-            .and_then(session_from_v2)
-            .ok_or_else(|| Self::malformed("GET /api/session/{id} did not return {data: session}"))
-    }
-
     fn active_cache(&self) -> std::sync::MutexGuard<'_, Option<HashSet<String>>> {
         self.active
             .lock()
@@ -293,6 +281,22 @@ impl ApiSource {
 impl Remote for ApiSource {
     fn backend(&self) -> &'static str {
         "api"
+    }
+
+    fn forget_busy(&self) {
+        *self.active_cache() = None;
+    }
+
+    fn fetch_session(&self, id: &str) -> Result<Session, ClientError> {
+        check_id(id)?;
+        let v = self.cmd.call_json(
+            "GET",
+            &format!("/api/session/{}", encode_component(id)),
+            None,
+        )?;
+        v.get("data")
+            .and_then(session_from_v2)
+            .ok_or_else(|| Self::malformed("GET /api/session/{id} did not return {data: session}"))
     }
 
     fn page(
@@ -374,11 +378,7 @@ impl Remote for ApiSource {
             newest_first.into_iter().rev().collect()
         };
         let total = all.len();
-        if let Some(n) = last
-            && all.len() > n
-        {
-            all.drain(..all.len() - n);
-        }
+        keep_newest(&mut all, last);
         Ok((all, total))
     }
 }
@@ -389,15 +389,11 @@ impl SessionSource for ApiSource {
     }
 
     fn list(&self, filter: &SessionFilter, ctx: &ScanContext) -> Result<SessionList, ClientError> {
-        *self.active_cache() = None;
-        scan(self, filter, ctx)
+        remote::list(self, filter, ctx)
     }
 
     fn get(&self, id: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
-        *self.active_cache() = None;
-        let s = self.fetch_session(id)?;
-        let busy = self.busy(std::slice::from_ref(&s))?;
-        finish_session(self, s, &busy, ctx)
+        remote::get(self, id, ctx)
     }
 
     fn transcript(
@@ -406,13 +402,7 @@ impl SessionSource for ApiSource {
         last: Option<usize>,
         ctx: &ScanContext,
     ) -> Result<SessionTranscript, ClientError> {
-        let session = self.get(id, ctx)?;
-        let (messages, total_messages) = self.messages(&session, last, ctx.deadline)?;
-        Ok(SessionTranscript {
-            session,
-            messages,
-            total_messages,
-        })
+        remote::transcript(self, id, last, ctx)
     }
 
     fn rename(&self, id: &str, title: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
@@ -454,36 +444,13 @@ pub fn is_conversation_message(v: &Value) -> bool {
 
 /// A v2 session (`SessionV2Info`) → [`Session`], state not yet derived.
 pub fn session_from_v2(v: &Value) -> Option<Session> {
-    let id = v.get("id")?.as_str()?.to_string();
-    let time = v.get("time");
-    let int = |k: &str| {
-        time.and_then(|t| t.get(k))
-            .and_then(Value::as_f64)
-            .map(|f| f as i64)
-    };
-    let created_ms = int("created").unwrap_or(0);
     let directory = v
         .pointer("/location/directory")
         .or_else(|| v.get("directory"))
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    Some(Session {
-        id,
-        title: str_of(v, "title").unwrap_or_default(),
-        directory,
-        project_id: str_of(v, "projectID").unwrap_or_default(),
-        parent_id: str_of(v, "parentID"),
-        agent: str_of(v, "agent"),
-        model: v.get("model").and_then(model_v2),
-        tokens: v.get("tokens").map(decode_tokens).unwrap_or_default(),
-        cost: v.get("cost").and_then(Value::as_f64).unwrap_or(0.0),
-        created_ms,
-        updated_ms: int("updated").unwrap_or(created_ms),
-        state: SessionState::Running,
-        error: None,
-        version: str_of(v, "version"),
-    })
+    session_record(v, directory, v.get("model").and_then(model_v2))
 }
 
 /// A v2 message (`{id, type:"user", text, time}` or `{id, type:"assistant", agent, model,
@@ -636,11 +603,4 @@ fn model_v2(v: &Value) -> Option<String> {
         Value::Object(_) => model_of_json(v),
         _ => None,
     }
-}
-
-fn str_of(v: &Value, key: &str) -> Option<String> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
 }

@@ -1,4 +1,5 @@
-//! The listing loop shared by the two service backends (`server` and `api`).
+//! What the two service backends (`server` and `api`) share: the listing loop, `get` and
+//! `transcript` on top of the [`Remote`] primitives, and the decoding of a session record.
 //!
 //! A service hands out sessions page by page, newest first. For each session the loop applies
 //! the cheap filters first (children, directory, title prefix, age), then asks the service for
@@ -8,13 +9,17 @@
 //! sessions get older than `since_minutes`, or at the scan deadline (the answer then says
 //! PARTIAL and how far it got).
 
+use crate::decode::decode_tokens;
 use crate::error::ClientError;
 use crate::filter::{
     contains_ignore_case, matches_session, since_ms, title_matches_search, validate,
 };
-use crate::model::{Message, Part, Role, Session, SessionFilter, SessionList};
+use crate::model::{
+    Message, Part, Role, Session, SessionFilter, SessionList, SessionState, SessionTranscript,
+};
 use crate::source::ScanContext;
 use crate::state::derive_state;
+use serde_json::Value;
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -22,6 +27,10 @@ use std::time::Instant;
 pub(crate) trait Remote {
     /// `server` or `api`.
     fn backend(&self) -> &'static str;
+    /// Drops the busy answers remembered during the previous call (each call asks afresh).
+    fn forget_busy(&self);
+    /// One session by id, with the state not yet derived.
+    fn fetch_session(&self, id: &str) -> Result<Session, ClientError>;
     /// One page of sessions, newest first, with the state not yet derived (the loop sets it),
     /// and the cursor of the next page.
     fn page(
@@ -44,20 +53,99 @@ pub(crate) trait Remote {
     ) -> Result<(Vec<Message>, usize), ClientError>;
 }
 
-/// Sets state, error, agent and model of `session` from its newest message.
-pub(crate) fn finish_session(
+/// `SessionSource::list` of a service backend: fresh busy answers, then the listing loop.
+pub(crate) fn list(
     remote: &dyn Remote,
-    mut session: Session,
-    busy: &HashSet<String>,
+    filter: &SessionFilter,
+    ctx: &ScanContext,
+) -> Result<SessionList, ClientError> {
+    remote.forget_busy();
+    scan(remote, filter, ctx)
+}
+
+/// `SessionSource::get` of a service backend: the session with its state derived.
+pub(crate) fn get(
+    remote: &dyn Remote,
+    id: &str,
     ctx: &ScanContext,
 ) -> Result<Session, ClientError> {
+    remote.forget_busy();
+    let mut session = remote.fetch_session(id)?;
+    let busy = remote.busy(std::slice::from_ref(&session))?;
     let last = remote.last_message(&session)?;
-    apply_last_message(&mut session, last.as_ref(), busy, ctx);
+    apply_last_message(&mut session, last.as_ref(), &busy, ctx);
     Ok(session)
 }
 
+/// `SessionSource::transcript` of a service backend.
+pub(crate) fn transcript(
+    remote: &dyn Remote,
+    id: &str,
+    last: Option<usize>,
+    ctx: &ScanContext,
+) -> Result<SessionTranscript, ClientError> {
+    let session = get(remote, id, ctx)?;
+    let (messages, total_messages) = remote.messages(&session, last, ctx.deadline)?;
+    Ok(SessionTranscript {
+        session,
+        messages,
+        total_messages,
+    })
+}
+
+/// Keeps only the newest `last` of `all` (oldest first), or all of them without `last`.
+pub(crate) fn keep_newest(all: &mut Vec<Message>, last: Option<usize>) {
+    if let Some(n) = last
+        && all.len() > n
+    {
+        all.drain(..all.len() - n);
+    }
+}
+
+/// A service's session record (v1 `Session`/`GlobalSession` or v2 `SessionV2Info`, which
+/// differ only in where the directory and the model are) → [`Session`], state not yet derived.
+/// `None` without a string `id`.
+pub(crate) fn session_record(
+    v: &Value,
+    directory: String,
+    model: Option<String>,
+) -> Option<Session> {
+    let id = v.get("id")?.as_str()?.to_string();
+    let time = v.get("time");
+    let int = |k: &str| {
+        time.and_then(|t| t.get(k))
+            .and_then(Value::as_f64)
+            .map(|f| f as i64)
+    };
+    let created_ms = int("created").unwrap_or(0);
+    Some(Session {
+        id,
+        title: str_of(v, "title").unwrap_or_default(),
+        directory,
+        project_id: str_of(v, "projectID").unwrap_or_default(),
+        parent_id: str_of(v, "parentID"),
+        agent: str_of(v, "agent"),
+        model,
+        tokens: v.get("tokens").map(decode_tokens).unwrap_or_default(),
+        cost: v.get("cost").and_then(Value::as_f64).unwrap_or(0.0),
+        created_ms,
+        updated_ms: int("updated").unwrap_or(created_ms),
+        state: SessionState::Running,
+        error: None,
+        version: str_of(v, "version"),
+    })
+}
+
+/// The string at `key`, if present and not empty.
+pub(crate) fn str_of(v: &Value, key: &str) -> Option<String> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
 /// Derives the state of `session` from its newest message (see [`crate::state`]).
-pub(crate) fn apply_last_message(
+fn apply_last_message(
     session: &mut Session,
     last: Option<&Message>,
     busy: &HashSet<String>,
@@ -103,7 +191,7 @@ pub(crate) fn apply_last_message(
 }
 
 /// The listing loop; see the module docs.
-pub(crate) fn scan(
+fn scan(
     remote: &dyn Remote,
     filter: &SessionFilter,
     ctx: &ScanContext,

@@ -11,11 +11,11 @@
 //!   (idle ones are absent), asked once per distinct directory per call;
 //! - `PATCH /session/{id}?directory=<dir>` with `{"title": …}`: rename.
 
-use crate::decode::{decode_message, decode_part, decode_tokens, model_of_json};
+use crate::decode::{decode_message, decode_part, model_of_json};
 use crate::error::ClientError;
 use crate::http::{HttpClient, encode_component, query};
-use crate::model::{Message, Session, SessionFilter, SessionList, SessionState, SessionTranscript};
-use crate::remote::{Remote, finish_session, scan};
+use crate::model::{Message, Session, SessionFilter, SessionList, SessionTranscript};
+use crate::remote::{self, Remote, keep_newest, session_record, str_of};
 use crate::source::{ScanContext, SessionSource};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -57,15 +57,6 @@ impl ServerSource {
     /// The HTTP client (its base URL names the server in messages).
     pub fn http(&self) -> &HttpClient {
         &self.http
-    }
-
-    fn fetch_session(&self, id: &str) -> Result<Session, ClientError> {
-        check_id(id)?;
-        let reply = self
-            .http
-            .get_json(&format!("/session/{}", encode_component(id)))?;
-        session_from_v1(&reply.body)
-            .ok_or_else(|| self.malformed("GET /session/{id} did not return a session"))
     }
 
     fn busy_in(&self, directory: &str) -> Result<HashSet<String>, ClientError> {
@@ -139,6 +130,19 @@ impl Remote for ServerSource {
         "server"
     }
 
+    fn forget_busy(&self) {
+        self.cache().clear();
+    }
+
+    fn fetch_session(&self, id: &str) -> Result<Session, ClientError> {
+        check_id(id)?;
+        let reply = self
+            .http
+            .get_json(&format!("/session/{}", encode_component(id)))?;
+        session_from_v1(&reply.body)
+            .ok_or_else(|| self.malformed("GET /session/{id} did not return a session"))
+    }
+
     fn page(
         &self,
         cursor: Option<&str>,
@@ -207,11 +211,7 @@ impl Remote for ServerSource {
             }
         }
         let mut all: Vec<Message> = pages.into_iter().rev().flatten().collect();
-        if let Some(n) = last
-            && all.len() > n
-        {
-            all.drain(..all.len() - n);
-        }
+        keep_newest(&mut all, last);
         Ok((all, total))
     }
 }
@@ -222,15 +222,11 @@ impl SessionSource for ServerSource {
     }
 
     fn list(&self, filter: &SessionFilter, ctx: &ScanContext) -> Result<SessionList, ClientError> {
-        self.cache().clear();
-        scan(self, filter, ctx)
+        remote::list(self, filter, ctx)
     }
 
     fn get(&self, id: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
-        self.cache().clear();
-        let s = self.fetch_session(id)?;
-        let busy = self.busy(std::slice::from_ref(&s))?;
-        finish_session(self, s, &busy, ctx)
+        remote::get(self, id, ctx)
     }
 
     fn transcript(
@@ -239,13 +235,7 @@ impl SessionSource for ServerSource {
         last: Option<usize>,
         ctx: &ScanContext,
     ) -> Result<SessionTranscript, ClientError> {
-        let session = self.get(id, ctx)?;
-        let (messages, total_messages) = self.messages(&session, last, ctx.deadline)?;
-        Ok(SessionTranscript {
-            session,
-            messages,
-            total_messages,
-        })
+        remote::transcript(self, id, last, ctx)
     }
 
     fn rename(&self, id: &str, title: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
@@ -279,30 +269,11 @@ pub(crate) fn check_id(id: &str) -> Result<(), ClientError> {
 
 /// A v1 `Session` (or `GlobalSession`) JSON object → [`Session`], state not yet derived.
 pub fn session_from_v1(v: &Value) -> Option<Session> {
-    let id = v.get("id")?.as_str()?.to_string();
-    let time = v.get("time");
-    let int = |k: &str| {
-        time.and_then(|t| t.get(k))
-            .and_then(Value::as_f64)
-            .map(|f| f as i64)
-    };
-    let created_ms = int("created").unwrap_or(0);
-    Some(Session {
-        id,
-        title: str_of(v, "title").unwrap_or_default(),
-        directory: str_of(v, "directory").unwrap_or_default(),
-        project_id: str_of(v, "projectID").unwrap_or_default(),
-        parent_id: str_of(v, "parentID"),
-        agent: str_of(v, "agent"),
-        model: v.get("model").and_then(model_of_json),
-        tokens: v.get("tokens").map(decode_tokens).unwrap_or_default(),
-        cost: v.get("cost").and_then(Value::as_f64).unwrap_or(0.0),
-        created_ms,
-        updated_ms: int("updated").unwrap_or(created_ms),
-        state: SessionState::Running,
-        error: None,
-        version: str_of(v, "version"),
-    })
+    session_record(
+        v,
+        str_of(v, "directory").unwrap_or_default(),
+        v.get("model").and_then(model_of_json),
+    )
 }
 
 /// A v1 `{info, parts}` message → [`Message`], through the shared decoder.
@@ -314,11 +285,4 @@ pub fn message_from_v1(v: &Value) -> Message {
         .map(|ps| ps.iter().map(decode_part).collect())
         .unwrap_or_default();
     decode_message("", info, parts)
-}
-
-fn str_of(v: &Value, key: &str) -> Option<String> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
 }

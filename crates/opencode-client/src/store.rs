@@ -660,14 +660,10 @@ fn check_schema(
     }
     if !missing.is_empty() {
         let version = if session.contains("version") {
-            conn.query_row(
+            first_text(
+                conn,
                 "SELECT version FROM session ORDER BY rowid DESC LIMIT 1",
-                [],
-                |r| r.get::<_, String>(0),
             )
-            .optional()
-            .ok()
-            .flatten()
         } else {
             None
         };
@@ -694,18 +690,20 @@ fn check_schema(
         .map_err(|e| map_err(path, e))?
         .is_some();
     let migration = if has_migration {
-        conn.query_row(
-            "SELECT id FROM migration ORDER BY id DESC LIMIT 1",
-            [],
-            |r| r.get::<_, String>(0),
-        )
-        .optional()
-        .ok()
-        .flatten()
+        first_text(conn, "SELECT id FROM migration ORDER BY id DESC LIMIT 1")
     } else {
         None
     };
     Ok((cols.join(", "), session.contains("agent"), migration))
+}
+
+/// The text in the first column of the first row of `sql`; `None` when there is no row or
+/// the query fails (used only for the informational version and migration names).
+fn first_text(conn: &Connection, sql: &str) -> Option<String> {
+    conn.query_row(sql, [], |r| r.get::<_, String>(0))
+        .optional()
+        .ok()
+        .flatten()
 }
 
 /// Maps a SQLite error to a one-line [`ClientError`].
