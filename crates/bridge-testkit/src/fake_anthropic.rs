@@ -19,13 +19,14 @@
 //! earlier call, and it can repeat itself (polling) until a result says what it waits for.
 //! When the script is exhausted the answer is the text `script finished`.
 
+use crate::anthropic_api::{self, respond, respond_json};
+use crate::http::{self, Server};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{self, BufReader};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::Duration;
 
 /// What the fake model does on one turn.
@@ -141,16 +142,14 @@ struct Shared {
 
 /// The running fake endpoint. Dropping it stops the listener.
 pub struct FakeAnthropic {
-    port: u16,
+    server: Server,
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for FakeAnthropic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FakeAnthropic")
-            .field("port", &self.port)
+            .field("port", &self.server.port())
             .finish_non_exhaustive()
     }
 }
@@ -159,45 +158,23 @@ impl FakeAnthropic {
     /// Starts the endpoint on a free loopback port. `server` is the MCP server name as
     /// registered in Claude Code; step tool names get the `mcp__<server>__` prefix.
     pub fn start(server: &str, script: Vec<Step>) -> io::Result<FakeAnthropic> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let port = listener.local_addr()?.port();
         let shared = Arc::new(Shared {
             script,
             prefix: format!("mcp__{server}__"),
             state: Mutex::new(State::default()),
         });
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, st) = (shared.clone(), stop.clone());
-        let thread = thread::spawn(move || {
-            while !st.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let s = s.clone();
-                        thread::spawn(move || {
-                            if let Err(e) = handle(stream, &s) {
-                                eprintln!("fake-anthropic: connection error: {e}");
-                            }
-                        });
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(e) => eprintln!("fake-anthropic: accept failed: {e}"),
-                }
+        let s = shared.clone();
+        let server = Server::start("fake-anthropic", move |stream, _| {
+            if let Err(e) = handle(stream, &s) {
+                eprintln!("fake-anthropic: connection error: {e}");
             }
-        });
-        Ok(FakeAnthropic {
-            port,
-            shared,
-            stop,
-            thread: Some(thread),
-        })
+        })?;
+        Ok(FakeAnthropic { server, shared })
     }
 
     /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.base_url()
     }
 
     /// Every `/v1/messages` request body received, in order.
@@ -230,107 +207,17 @@ impl FakeAnthropic {
 
     /// The environment that points Claude Code at this endpoint and keeps it offline otherwise.
     pub fn claude_env(&self) -> Vec<(String, String)> {
-        [
-            ("ANTHROPIC_BASE_URL", self.base_url()),
-            ("ANTHROPIC_API_KEY", "sk-ant-fake-key".to_string()),
-            ("DISABLE_TELEMETRY", "1".into()),
-            ("DISABLE_AUTOUPDATER", "1".into()),
-            ("DISABLE_ERROR_REPORTING", "1".into()),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-            ("ENABLE_TOOL_SEARCH", "false".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        let mut env = anthropic_api::offline_claude_env(self.base_url());
+        env.push(("ENABLE_TOOL_SEARCH".into(), "false".into()));
+        env
     }
-}
-
-impl Drop for FakeAnthropic {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-struct HttpRequest {
-    method: String,
-    path: String,
-    body: Vec<u8>,
-}
-
-fn read_request(stream: &TcpStream) -> io::Result<HttpRequest> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("").to_string();
-    let mut length = 0usize;
-    let mut chunked = false;
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
-            break;
-        }
-        let lower = h.to_ascii_lowercase();
-        if let Some(v) = lower.strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-        if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
-            chunked = true;
-        }
-    }
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            let mut size = String::new();
-            reader.read_line(&mut size)?;
-            let n = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)
-                .unwrap_or(0);
-            let mut chunk = vec![0; n + 2];
-            reader.read_exact(&mut chunk)?;
-            if n == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..n]);
-        }
-    } else {
-        body.resize(length, 0);
-        reader.read_exact(&mut body)?;
-    }
-    Ok(HttpRequest { method, path, body })
-}
-
-fn respond(
-    mut stream: &TcpStream,
-    status: &str,
-    content_type: &str,
-    body: &[u8],
-) -> io::Result<()> {
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nrequest-id: req_fake\r\nconnection: close\r\n\r\n",
-        body.len()
-    )?;
-    stream.write_all(body)?;
-    stream.flush()?;
-    let _ = stream.shutdown(Shutdown::Write);
-    Ok(())
 }
 
 fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     stream.set_nonblocking(false)?;
-    let req = read_request(&stream)?;
-    let path = req.path.split('?').next().unwrap_or("").to_string();
-    match (req.method.as_str(), path.as_str()) {
-        ("POST", "/v1/messages/count_tokens") => respond(
-            &stream,
-            "200 OK",
-            "application/json",
-            br#"{"input_tokens":100}"#,
-        ),
+    let req = http::read_request(&mut BufReader::new(&stream))?.unwrap_or_default();
+    match (req.method.as_str(), req.route()) {
+        ("POST", "/v1/messages/count_tokens") => respond_json(&stream, br#"{"input_tokens":100}"#),
         ("POST", "/v1/messages") => {
             let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
             let stream_mode = body.get("stream").and_then(Value::as_bool) == Some(true);
@@ -358,24 +245,18 @@ fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 Action::Next => unreachable!("resolved in next_action"),
             };
             if stream_mode {
+                let (pre, post) = anthropic_api::sse(&model, &content, stop);
                 respond(
                     &stream,
-                    "200 OK",
+                    200,
+                    "OK",
                     "text/event-stream",
-                    sse(&model, &content, stop).as_bytes(),
+                    &[],
+                    (pre + &post).as_bytes(),
                 )
             } else {
-                let msg = json!({
-                    "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-                    "content": [content], "stop_reason": stop, "stop_sequence": null,
-                    "usage": {"input_tokens": 10, "output_tokens": 5}
-                });
-                respond(
-                    &stream,
-                    "200 OK",
-                    "application/json",
-                    msg.to_string().as_bytes(),
-                )
+                let msg = anthropic_api::message(&model, &content, stop);
+                respond_json(&stream, msg.to_string().as_bytes())
             }
         }
         (method, _) => {
@@ -385,11 +266,7 @@ fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 .unwrap()
                 .unknown
                 .push(format!("{method} {}", req.path));
-            if method == "HEAD" {
-                respond(&stream, "200 OK", "application/json", b"")
-            } else {
-                respond(&stream, "200 OK", "application/json", b"{}")
-            }
+            respond_json(&stream, if method == "HEAD" { b"" } else { b"{}" })
         }
     }
 }
@@ -477,71 +354,12 @@ fn next_action(shared: &Shared, body: &Value) -> Action {
     }
 }
 
-fn sse(model: &str, content: &Value, stop: &str) -> String {
-    let mut out = String::new();
-    let mut event = |name: &str, data: Value| {
-        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
-    };
-    event(
-        "message_start",
-        json!({"type": "message_start", "message": {
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        }}),
-    );
-    match content.get("type").and_then(Value::as_str) {
-        Some("tool_use") => {
-            let mut start = content.clone();
-            start["input"] = json!({});
-            event(
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0, "content_block": start}),
-            );
-            event(
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": content["input"].to_string()}}),
-            );
-        }
-        _ => {
-            event(
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            );
-            event(
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": content["text"]}}),
-            );
-        }
-    }
-    event(
-        "content_block_stop",
-        json!({"type": "content_block_stop", "index": 0}),
-    );
-    event(
-        "message_delta",
-        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 5}}),
-    );
-    event("message_stop", json!({"type": "message_stop"}));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn post(port: u16, body: &Value) -> String {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        let b = body.to_string();
-        write!(
-            s,
-            "POST /v1/messages?beta=true HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{b}",
-            b.len()
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
+        http::post_json(port, "/v1/messages?beta=true", body)
     }
 
     #[test]
@@ -557,7 +375,7 @@ mod tests {
         .unwrap();
         let tools = json!([{"name": "mcp__srv__t1"}]);
         let first = post(
-            fake.port,
+            fake.server.port(),
             &json!({"stream": true, "tools": tools, "messages": []}),
         );
         assert!(first.contains("event: message_start"));
@@ -566,14 +384,14 @@ mod tests {
         assert!(first.contains(r#""stop_reason":"tool_use""#));
         let msgs = json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_fake0001", "content": [{"type": "text", "text": "R1"}]}]}]);
         let second = post(
-            fake.port,
+            fake.server.port(),
             &json!({"stream": true, "tools": tools, "messages": msgs}),
         );
         assert!(second.contains(r#"\"prev\":\"R1\""#), "{second}");
-        let side = post(fake.port, &json!({"messages": []}));
+        let side = post(fake.server.port(), &json!({"messages": []}));
         assert!(side.contains("Fake side answer"));
         let third = post(
-            fake.port,
+            fake.server.port(),
             &json!({"stream": true, "tools": tools, "messages": msgs}),
         );
         assert!(third.contains("all done") && third.contains("end_turn"));
@@ -604,14 +422,14 @@ mod tests {
         let mut msgs = vec![];
         for (i, r) in ["running", "finished"].iter().enumerate() {
             let out = post(
-                fake.port,
+                fake.server.port(),
                 &json!({"stream": true, "tools": tools, "messages": msgs}),
             );
             assert!(out.contains("mcp__s__st"), "turn {i}: {out}");
             msgs.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("toolu_fake{:04}", i + 1), "content": r}]}));
         }
         let out = post(
-            fake.port,
+            fake.server.port(),
             &json!({"stream": true, "tools": tools, "messages": msgs}),
         );
         assert!(out.contains("end"));

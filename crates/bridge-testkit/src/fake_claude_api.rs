@@ -23,12 +23,14 @@
 //! `tool result (error: <bool>): <the result's text>`. Requests without tools (side requests)
 //! get [`CLAUDE_OK_TEXT`]. Every `/v1/messages` request is recorded ([`FakeClaudeApi::requests`]).
 
+use crate::anthropic_api::{self, respond, respond_json};
+use crate::http::{self, Server};
 use serde_json::{Value, json};
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::{self, BufReader, Write};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 /// The text of `claude-fake-text`.
@@ -51,16 +53,14 @@ pub struct ApiRequest {
 
 /// The running fake endpoint. Dropping it stops the listener.
 pub struct FakeClaudeApi {
-    port: u16,
+    server: Server,
     requests: Arc<Mutex<Vec<ApiRequest>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for FakeClaudeApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FakeClaudeApi")
-            .field("port", &self.port)
+            .field("port", &self.server.port())
             .finish_non_exhaustive()
     }
 }
@@ -68,40 +68,17 @@ impl std::fmt::Debug for FakeClaudeApi {
 impl FakeClaudeApi {
     /// Starts the endpoint on a free loopback port.
     pub fn start() -> io::Result<FakeClaudeApi> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
-        let port = listener.local_addr()?.port();
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (rq, st) = (requests.clone(), stop.clone());
-        let thread = thread::spawn(move || {
-            while !st.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let rq = rq.clone();
-                        let st = st.clone();
-                        thread::spawn(move || {
-                            let _ = handle(stream, &rq, &st);
-                        });
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        thread::sleep(Duration::from_millis(20));
-                    }
-                    Err(_) => thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        });
-        Ok(FakeClaudeApi {
-            port,
-            requests,
-            stop,
-            thread: Some(thread),
-        })
+        let rq = requests.clone();
+        let server = Server::start("fake-claude-api", move |stream, stop| {
+            let _ = handle(stream, &rq, stop);
+        })?;
+        Ok(FakeClaudeApi { server, requests })
     }
 
     /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.server.base_url()
     }
 
     /// Every `/v1/messages` request received, in order.
@@ -113,102 +90,34 @@ impl FakeClaudeApi {
     /// keeps it offline otherwise (no telemetry, no updates, at most one internal retry).
     pub fn claude_env(&self, home: &std::path::Path) -> Vec<(String, String)> {
         let home = home.to_string_lossy().into_owned();
-        [
-            ("HOME", home.clone()),
-            ("XDG_CONFIG_HOME", format!("{home}/.config")),
-            ("CLAUDE_CONFIG_DIR", format!("{home}/.claude")),
-            ("ANTHROPIC_BASE_URL", self.base_url()),
-            ("ANTHROPIC_API_KEY", "sk-ant-fake-key".to_string()),
-            ("DISABLE_TELEMETRY", "1".into()),
-            ("DISABLE_AUTOUPDATER", "1".into()),
-            ("DISABLE_ERROR_REPORTING", "1".into()),
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
-            ("CLAUDE_CODE_MAX_RETRIES", "1".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        let mut env = vec![
+            ("HOME".to_string(), home.clone()),
+            ("XDG_CONFIG_HOME".into(), format!("{home}/.config")),
+            ("CLAUDE_CONFIG_DIR".into(), format!("{home}/.claude")),
+        ];
+        env.extend(anthropic_api::offline_claude_env(self.base_url()));
+        env.push(("CLAUDE_CODE_MAX_RETRIES".into(), "1".into()));
+        env
     }
 }
 
-impl Drop for FakeClaudeApi {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn read_request(stream: &TcpStream) -> io::Result<(String, String, Vec<u8>)> {
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("").to_string();
-    let mut length = 0usize;
-    let mut chunked = false;
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
-            break;
-        }
-        let lower = h.to_ascii_lowercase();
-        if let Some(v) = lower.strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-        if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
-            chunked = true;
-        }
-    }
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            let mut size = String::new();
-            reader.read_line(&mut size)?;
-            let n = usize::from_str_radix(size.trim().split(';').next().unwrap_or("0"), 16)
-                .unwrap_or(0);
-            let mut chunk = vec![0; n + 2];
-            reader.read_exact(&mut chunk)?;
-            if n == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..n]);
-        }
-    } else {
-        body.resize(length, 0);
-        reader.read_exact(&mut body)?;
-    }
-    Ok((method, path, body))
-}
-
-fn respond(
-    mut stream: &TcpStream,
-    status: &str,
-    headers: &[(String, String)],
-    content_type: &str,
-    body: &[u8],
+/// An API error answer: `{"type": "error", "error": {"type": kind, "message": message}, ...}`.
+fn respond_error(
+    stream: &TcpStream,
+    (status, reason): (u16, &str),
+    headers: &[(&str, &str)],
+    kind: &str,
+    message: &str,
 ) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nrequest-id: req_fake\r\nconnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    stream.flush()?;
-    let _ = stream.shutdown(Shutdown::Write);
-    Ok(())
-}
-
-fn error_body(kind: &str, message: &str) -> Vec<u8> {
-    json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"})
-        .to_string()
-        .into_bytes()
+    let body = json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_fake"});
+    respond(
+        stream,
+        status,
+        reason,
+        "application/json",
+        headers,
+        body.to_string().as_bytes(),
+    )
 }
 
 fn now_epoch() -> u64 {
@@ -280,21 +189,15 @@ fn handle(
     stop: &AtomicBool,
 ) -> io::Result<()> {
     stream.set_nonblocking(false)?;
-    let (method, path, body) = read_request(&stream)?;
-    let path = path.split('?').next().unwrap_or("").to_string();
-    if method == "POST" && path == "/v1/messages/count_tokens" {
-        return respond(
-            &stream,
-            "200 OK",
-            &[],
-            "application/json",
-            br#"{"input_tokens":100}"#,
-        );
+    let req = http::read_request(&mut BufReader::new(&stream))?.unwrap_or_default();
+    match (req.method.as_str(), req.route()) {
+        ("POST", "/v1/messages/count_tokens") => {
+            return respond_json(&stream, br#"{"input_tokens":100}"#);
+        }
+        ("POST", "/v1/messages") => {}
+        _ => return respond_json(&stream, b"{}"),
     }
-    if !(method == "POST" && path == "/v1/messages") {
-        return respond(&stream, "200 OK", &[], "application/json", b"{}");
-    }
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -315,75 +218,61 @@ fn handle(
         body: body.clone(),
     });
     let streaming = body.get("stream").and_then(Value::as_bool) == Some(true);
-    let h = |k: &str, v: String| (k.to_owned(), v);
     // Error scenarios answer every request the same way.
     if model.contains("fake-429") {
         let reset = chrono_like(now_epoch() + 3600);
-        return respond(
+        return respond_error(
             &stream,
-            "429 Too Many Requests",
+            (429, "Too Many Requests"),
             &[
-                h("retry-after", "1".into()),
-                h("anthropic-ratelimit-requests-reset", reset),
+                ("retry-after", "1"),
+                ("anthropic-ratelimit-requests-reset", &reset),
             ],
-            "application/json",
-            &error_body(
-                "rate_limit_error",
-                "Number of request tokens has exceeded your per-minute rate limit",
-            ),
+            "rate_limit_error",
+            "Number of request tokens has exceeded your per-minute rate limit",
         );
     }
     if model.contains("fake-usage") {
-        return respond(
+        return respond_error(
             &stream,
-            "429 Too Many Requests",
+            (429, "Too Many Requests"),
             &[
-                h("anthropic-ratelimit-unified-status", "rejected".into()),
-                h(
+                ("anthropic-ratelimit-unified-status", "rejected"),
+                (
                     "anthropic-ratelimit-unified-reset",
-                    USAGE_RESET_EPOCH.to_string(),
+                    &USAGE_RESET_EPOCH.to_string(),
                 ),
-                h(
+                (
                     "anthropic-ratelimit-unified-representative-claim",
-                    "five_hour".into(),
+                    "five_hour",
                 ),
             ],
-            "application/json",
-            &error_body(
-                "rate_limit_error",
-                &format!("Claude AI usage limit reached|{USAGE_RESET_EPOCH}"),
-            ),
+            "rate_limit_error",
+            &format!("Claude AI usage limit reached|{USAGE_RESET_EPOCH}"),
         );
     }
-    if model.contains("fake-529") {
-        return respond(
-            &stream,
-            "529 Overloaded",
-            &[],
-            "application/json",
-            &error_body("overloaded_error", "Overloaded"),
-        );
-    }
-    if model.contains("fake-401") {
-        return respond(
-            &stream,
-            "401 Unauthorized",
-            &[],
-            "application/json",
-            &error_body("authentication_error", "invalid x-api-key"),
-        );
-    }
-    if model.contains("fake-long") {
-        return respond(
-            &stream,
-            "400 Bad Request",
-            &[],
-            "application/json",
-            &error_body(
-                "invalid_request_error",
-                "prompt is too long: 250000 tokens > 200000 maximum",
-            ),
-        );
+    let plain_errors = [
+        (
+            "fake-529",
+            (529, "Overloaded"),
+            "overloaded_error",
+            "Overloaded",
+        ),
+        (
+            "fake-401",
+            (401, "Unauthorized"),
+            "authentication_error",
+            "invalid x-api-key",
+        ),
+        (
+            "fake-long",
+            (400, "Bad Request"),
+            "invalid_request_error",
+            "prompt is too long: 250000 tokens > 200000 maximum",
+        ),
+    ];
+    if let Some((_, status, kind, message)) = plain_errors.iter().find(|e| model.contains(e.0)) {
+        return respond_error(&stream, *status, &[], kind, message);
     }
     let content: Value = if tools.is_empty() {
         json!({"type": "text", "text": CLAUDE_OK_TEXT})
@@ -410,25 +299,12 @@ fn handle(
         "end_turn"
     };
     if !streaming {
-        let msg = json!({
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-            "content": [content], "stop_reason": stop_reason, "stop_sequence": null,
-            "usage": {"input_tokens": 10, "output_tokens": 5}
-        });
-        return respond(
-            &stream,
-            "200 OK",
-            &[],
-            "application/json",
-            msg.to_string().as_bytes(),
-        );
+        let msg = anthropic_api::message(&model, &content, stop_reason);
+        return respond_json(&stream, msg.to_string().as_bytes());
     }
-    let (pre, post) = sse(&model, &content, stop_reason);
+    let (pre, post) = anthropic_api::sse(&model, &content, stop_reason);
     let mut s = &stream;
-    write!(
-        s,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n"
-    )?;
+    http::write_event_stream_head(s)?;
     s.write_all(pre.as_bytes())?;
     s.flush()?;
     if model.contains("fake-slow") && !tools.is_empty() {
@@ -470,45 +346,6 @@ fn chrono_like(epoch: u64) -> String {
         (secs / 60) % 60,
         secs % 60
     )
-}
-
-/// The SSE of one message, split where a slow scenario pauses (after the block started).
-fn sse(model: &str, content: &Value, stop: &str) -> (String, String) {
-    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
-    let mut pre = ev(
-        "message_start",
-        json!({"type": "message_start", "message": {
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        }}),
-    );
-    let delta = if content["type"] == "tool_use" {
-        let mut start = content.clone();
-        start["input"] = json!({});
-        pre.push_str(&ev(
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0, "content_block": start}),
-        ));
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": content["input"].to_string()}})
-    } else {
-        pre.push_str(&ev(
-            "content_block_start",
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        ));
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": content["text"]}})
-    };
-    let mut post = ev("content_block_delta", delta);
-    post.push_str(&ev(
-        "content_block_stop",
-        json!({"type": "content_block_stop", "index": 0}),
-    ));
-    post.push_str(&ev(
-        "message_delta",
-        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 5}}),
-    ));
-    post.push_str(&ev("message_stop", json!({"type": "message_stop"})));
-    (pre, post)
 }
 
 #[cfg(test)]

@@ -34,9 +34,10 @@
 //! the model. A follow-up request whose last message is a tool result gets text: `tooltask` →
 //! `Task finished. DONE`, others → [`OK_TEXT`]. Every request is recorded ([`FakeLlm::requests`]).
 
+use crate::http::{self, reason_phrase};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -270,81 +271,18 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
 }
 
 fn read_request(reader: &mut BufReader<TcpStream>) -> io::Result<Option<RecordedRequest>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
+    let Some(req) = http::read_request(reader)? else {
         return Ok(None);
-    }
-    let mut it = line.split_whitespace();
-    let method = it.next().unwrap_or("").to_string();
-    let path = it.next().unwrap_or("").to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h)? == 0 {
-            break;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-    }
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
     };
-    let mut body = Vec::new();
-    if header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
-        loop {
-            let mut size_line = String::new();
-            if reader.read_line(&mut size_line)? == 0 {
-                break;
-            }
-            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
-                .unwrap_or(0);
-            if size == 0 {
-                let mut end = String::new();
-                let _ = reader.read_line(&mut end);
-                break;
-            }
-            let mut chunk = vec![0; size];
-            reader.read_exact(&mut chunk)?;
-            body.extend_from_slice(&chunk);
-            let mut crlf = String::new();
-            reader.read_line(&mut crlf)?;
-        }
-    } else if let Some(len) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        body = vec![0; len];
-        reader.read_exact(&mut body)?;
-    }
-    let body = String::from_utf8_lossy(&body).into_owned();
+    let body = String::from_utf8_lossy(&req.body).into_owned();
     let json = serde_json::from_str(&body).ok();
     Ok(Some(RecordedRequest {
-        method,
-        path,
-        headers,
+        method: req.method,
+        path: req.path,
+        headers: req.headers,
         body,
         json,
     }))
-}
-
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        529 => "Site is overloaded",
-        _ => "Status",
-    }
 }
 
 fn write_json(
@@ -353,21 +291,19 @@ fn write_json(
     body: &Value,
     retry_after_ms: Option<u64>,
 ) -> io::Result<()> {
-    let body = body.to_string();
-    let mut head = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
-        reason_phrase(status),
-        body.len()
-    );
-    if let Some(ms) = retry_after_ms {
-        head.push_str(&format!("retry-after-ms: {ms}\r\n"));
+    let retry = retry_after_ms.map(|ms| ms.to_string());
+    let mut headers = vec![("connection", "close")];
+    if let Some(ms) = &retry {
+        headers.push(("retry-after-ms", ms));
     }
-    head.push_str("\r\n");
-    out.write_all(head.as_bytes())?;
-    out.write_all(body.as_bytes())?;
-    out.flush()?;
-    let _ = out.shutdown(Shutdown::Write);
-    Ok(())
+    http::respond(
+        out,
+        status,
+        reason_phrase(status),
+        "application/json",
+        &headers,
+        body.to_string().as_bytes(),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -435,6 +371,19 @@ fn tool_answer(name: &str, args: Value) -> Vec<Event> {
 
 fn openai_error(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
+}
+
+/// A 429 whose `retry-after-ms` asks for a minute's wait.
+fn rate_limited_for_a_minute() -> Plan {
+    Plan::Error {
+        status: 429,
+        body: openai_error(
+            "Rate limit reached for requests",
+            "requests",
+            Some("rate_limit_exceeded"),
+        ),
+        retry_after_ms: Some(60_000),
+    }
 }
 
 fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
@@ -533,24 +482,8 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
             503,
             openai_error("Service Unavailable", "server_error", None),
         ),
-        "e429wait" => Plan::Error {
-            status: 429,
-            body: openai_error(
-                "Rate limit reached for requests",
-                "requests",
-                Some("rate_limit_exceeded"),
-            ),
-            retry_after_ms: Some(60_000),
-        },
-        "tool429wait" if after_tool => Plan::Error {
-            status: 429,
-            body: openai_error(
-                "Rate limit reached for requests",
-                "requests",
-                Some("rate_limit_exceeded"),
-            ),
-            retry_after_ms: Some(60_000),
-        },
+        "e429wait" => rate_limited_for_a_minute(),
+        "tool429wait" if after_tool => rate_limited_for_a_minute(),
         "tool429wait" => stream(tool_answer(
             "bash",
             json!({"command": "echo hello-from-bash", "description": "Print greeting"}),
@@ -665,9 +598,7 @@ struct Sse<'a> {
 
 impl Sse<'_> {
     fn start<'a>(out: &'a mut TcpStream, model: &str) -> io::Result<Sse<'a>> {
-        out.write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
-        )?;
+        http::write_event_stream_head(out)?;
         out.flush()?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -800,16 +731,7 @@ mod tests {
     use super::*;
 
     fn post(llm: &FakeLlm, body: &Value) -> (u16, String, String) {
-        let mut s = TcpStream::connect(("127.0.0.1", llm.port())).unwrap();
-        let b = body.to_string();
-        write!(
-            s,
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{b}",
-            b.len()
-        )
-        .unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
+        let resp = http::post_json(llm.port(), "/v1/chat/completions", body);
         let (head, body) = resp.split_once("\r\n\r\n").unwrap();
         let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
         (status, head.to_string(), body.to_string())
@@ -911,11 +833,7 @@ mod tests {
     #[test]
     fn models_lists_every_scenario() {
         let llm = FakeLlm::start().unwrap();
-        let mut s = TcpStream::connect(("127.0.0.1", llm.port())).unwrap();
-        s.write_all(b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
-            .unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).unwrap();
+        let resp = http::exchange(llm.port(), "GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n");
         for m in SCENARIOS {
             assert!(resp.contains(&format!("\"id\":\"{m}\"")), "{m}");
         }
