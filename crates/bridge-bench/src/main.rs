@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --release -p bridge-bench              # full run
 //! cargo run --release -p bridge-bench -- --quick   # fewer repetitions, 10 MB floods (CI)
+//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood or scan
 //! ```
 //!
 //! The bridge binary is `OPENCODE_BRIDGE_BENCH_BIN` when set; otherwise `cargo build --release -p
@@ -43,59 +44,79 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
+    // `--only <part>` runs one part: cold, store, flood or scan.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let part = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let started = Instant::now();
     println!("bridge-bench ({})", if quick { "quick" } else { "full" });
     println!("machine: {}", machine());
 
-    let bridge = bridge_binary();
-    println!("bridge binary: {}", bridge.display());
+    let bridge = if part("cold") || part("store") || part("flood") {
+        let b = bridge_binary();
+        println!("bridge binary: {}", b.display());
+        b
+    } else {
+        PathBuf::new()
+    };
     let mut rows: Vec<Row> = Vec::new();
 
     // 1. Cold start.
-    let runs = if quick { 20 } else { 200 };
-    match cold_start(&bridge, runs) {
-        Ok((times, rss_kb)) => {
-            println!(
-                "cold start: median {:.2} ms, p90 {:.2} ms, min {:.2} ms ({} runs); peak RSS {:.1} MB",
-                median(&times),
-                pct(&times, 90),
-                min(&times),
-                times.len(),
-                rss_kb as f64 / 1024.0
-            );
-            rows.push(Row::le(
-                "cold start to exit (median)",
-                4.0,
-                median(&times),
-                "ms",
-            ));
-            rows.push(Row::le(
-                "cold start peak RSS",
-                5.0,
-                rss_kb as f64 / 1024.0,
-                "MB",
-            ));
+    if part("cold") {
+        let runs = if quick { 20 } else { 200 };
+        match cold_start(&bridge, runs) {
+            Ok((times, rss_kb)) => {
+                println!(
+                    "cold start: median {:.2} ms, p90 {:.2} ms, min {:.2} ms ({} runs); peak RSS {:.1} MB",
+                    median(&times),
+                    pct(&times, 90),
+                    min(&times),
+                    times.len(),
+                    rss_kb as f64 / 1024.0
+                );
+                rows.push(Row::le(
+                    "cold start to exit (median)",
+                    4.0,
+                    median(&times),
+                    "ms",
+                ));
+                rows.push(Row::le(
+                    "cold start peak RSS",
+                    5.0,
+                    rss_kb as f64 / 1024.0,
+                    "MB",
+                ));
+            }
+            Err(e) => rows.push(Row::failed("cold start", &e)),
         }
-        Err(e) => rows.push(Row::failed("cold start", &e)),
     }
 
     // 2. Reads on the large store.
-    match store_benches(&bridge, quick) {
-        Ok(mut r) => rows.append(&mut r),
-        Err(e) => rows.push(Row::failed("large store", &e)),
+    if part("store") {
+        match store_benches(&bridge, quick) {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => rows.push(Row::failed("large store", &e)),
+        }
     }
 
     // 3. Floods through the bridge.
-    let mb = if quick { 10 } else { 50 };
-    match flood::flood(&bridge, 6, mb) {
-        Ok(mut r) => rows.append(&mut r),
-        Err(e) => rows.push(Row::failed("6 floods", &e)),
+    if part("flood") {
+        let mb = if quick { 10 } else { 50 };
+        match flood::flood(&bridge, 6, mb) {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => rows.push(Row::failed("6 floods", &e)),
+        }
     }
 
     // 4. Process scan.
-    match scan::process_scan(if quick { 20 } else { 200 }) {
-        Ok(r) => rows.push(r),
-        Err(e) => rows.push(Row::failed("process scan", &e)),
+    if part("scan") {
+        match scan::process_scan(if quick { 20 } else { 200 }) {
+            Ok(r) => rows.push(r),
+            Err(e) => rows.push(Row::failed("process scan", &e)),
+        }
     }
 
     println!();
