@@ -5,8 +5,14 @@
 //! `node`/`bun` launcher whose script is named `opencode`. When a launcher's child is the
 //! platform binary with the same arguments, only the child is listed. Processes that cannot
 //! be read (other users', vanished ones) are skipped, never fatal.
+//!
+//! The walk looks at each process through its two cheapest files first (the `exe` link, then
+//! `comm`) and reads the command line, `stat` and `cwd` only of the few whose names could be
+//! opencode's: see [`first_look`] for why that cannot miss one.
 
 use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -213,17 +219,92 @@ pub fn scan() -> Vec<OpencodeProcess> {
     scan_in(Path::new("/proc"))
 }
 
+/// Whether a file or process name could belong to an opencode process: it contains `opencode`,
+/// `node` or `bun`. Deliberately wider than the rule in [`opencode_args`], which decides.
+fn may_be_opencode(name: &[u8]) -> bool {
+    [&b"opencode"[..], b"node", b"bun"]
+        .iter()
+        .any(|w| name.windows(w.len()).any(|x| x == *w))
+}
+
+/// What the first look at a process says.
+#[derive(Debug, PartialEq, Eq)]
+enum FirstLook {
+    /// Its name could be opencode's: read its command line.
+    Candidate,
+    /// Not opencode, a kernel thread, a zombie, or gone.
+    Skip,
+}
+
+/// The cheap first look at `/proc/<pid>` (`dir`): the `exe` link, and `comm` unless the link
+/// already names a candidate. `dir` is a reused buffer, left as it was given.
+///
+/// Reading another process's `cmdline` takes its memory-map lock (and is the slow part when
+/// busy node/bun processes are alive), so only candidates have it read. This cannot miss an
+/// opencode process, because every way [`opencode_args`] can match shows in these two names:
+/// - **Executable named `opencode`/`opencode.exe`**: that is the `exe` link itself.
+/// - **`argv[0]` named `opencode`, `node`, `bun` or `nodejs`**: `argv[0]` is, unless the parent
+///   forged it, the path the process was executed by, and at exec the kernel copies that
+///   path's last component into `comm` (cut to 15 bytes; all five names are shorter). This
+///   also covers a link named `opencode` to a binary named otherwise (the `exe` link shows the
+///   target, `comm` the link's name), a script named `opencode` run through its `#!` line
+///   (`comm` is the script's name), and node's `process.title`, which renames `comm` along with
+///   `argv`. What is left out is a program started under a borrowed `argv[0]` (`exec -a
+///   opencode sleep`) or one that rewrote its own `argv` but not its name: neither runs opencode.
+/// - A process without an `exe` link (`ENOENT`) is a kernel thread, a zombie or gone: it has
+///   no memory map, so its command line is empty and it was never listed.
+///
+/// An unreadable link (another user's process) falls back to `comm` alone.
+fn first_look(dir: &mut PathBuf) -> FirstLook {
+    dir.push("exe");
+    let exe = std::fs::read_link(&*dir);
+    dir.pop();
+    match exe {
+        Ok(target) => {
+            let name = target.file_name().map_or(&[][..], |n| n.as_bytes());
+            if may_be_opencode(name) {
+                return FirstLook::Candidate;
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return FirstLook::Skip,
+        Err(_) => {}
+    }
+    dir.push("comm");
+    let mut buf = [0u8; 64];
+    let n = std::fs::File::open(&*dir).and_then(|mut f| f.read(&mut buf));
+    dir.pop();
+    match n {
+        Ok(n) if may_be_opencode(&buf[..n]) => FirstLook::Candidate,
+        _ => FirstLook::Skip,
+    }
+}
+
 /// Like [`scan`] on a procfs mounted at `proc_root` (tests use a synthetic tree).
 pub fn scan_in(proc_root: &Path) -> Vec<OpencodeProcess> {
     let me = std::process::id() as i32;
-    let Ok(iter) = procfs::process::all_processes_with_root(proc_root) else {
+    let Ok(entries) = std::fs::read_dir(proc_root) else {
         return Vec::new();
     };
+    let mut dir = proc_root.to_path_buf();
     let mut raws = Vec::new();
-    for p in iter.flatten() {
-        if p.pid == me {
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
             continue;
         }
+        dir.push(&name);
+        let look = first_look(&mut dir);
+        // Candidates are read through one handle on their directory, so a pid reused meanwhile
+        // cannot mix two processes' files.
+        let p = match look {
+            FirstLook::Candidate => procfs::process::Process::new_with_root(dir.clone()).ok(),
+            FirstLook::Skip => None,
+        };
+        dir.pop();
+        let Some(p) = p else { continue };
         let Ok(cmdline) = p.cmdline() else { continue };
         if cmdline.is_empty() {
             continue;
@@ -402,6 +483,8 @@ mod tests {
             "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
         );
         std::fs::write(d.join("stat"), stat).unwrap();
+        let short: String = comm.chars().take(15).collect();
+        std::fs::write(d.join("comm"), format!("{short}\n")).unwrap();
         let mut cl = cmdline.join("\0");
         cl.push('\0');
         std::fs::write(d.join("cmdline"), cl).unwrap();
@@ -444,9 +527,36 @@ mod tests {
         std::fs::create_dir_all(r.join("500")).unwrap();
         fake_proc(r, 600, 1, &["/usr/bin/opencode", "run"], proj.path());
         std::fs::remove_file(r.join("600/cmdline")).unwrap();
+        // Gone between its command line and its stat; a zombie.
+        fake_proc(r, 610, 1, &["/usr/bin/opencode", "run"], proj.path());
+        std::fs::remove_file(r.join("610/stat")).unwrap();
+        fake_proc(r, 620, 1, &["/usr/bin/opencode", "run"], proj.path());
+        let stat = std::fs::read_to_string(r.join("620/stat")).unwrap();
+        std::fs::write(r.join("620/stat"), stat.replace(") S ", ") Z ")).unwrap();
+        // Run through a link named `opencode` to a binary named otherwise: only `argv[0]`
+        // (and `comm`) say opencode.
+        fake_proc(r, 700, 1, &["/home/u/bin/opencode", "serve"], proj.path());
+        std::fs::remove_file(r.join("700/exe")).unwrap();
+        std::os::unix::fs::symlink("/opt/oc/oc-1.18", r.join("700/exe")).unwrap();
+        // Run through a link named otherwise to the opencode binary: only `exe` says so.
+        fake_proc(
+            r,
+            710,
+            1,
+            &["/home/u/bin/launch-the-opencode-agent", "run"],
+            proj.path(),
+        );
+        std::fs::remove_file(r.join("710/exe")).unwrap();
+        std::os::unix::fs::symlink("/opt/oc/opencode", r.join("710/exe")).unwrap();
+        // A kernel thread: no exe link, empty cmdline.
+        fake_proc(r, 800, 2, &["kworker/0:1"], proj.path());
+        std::fs::remove_file(r.join("800/exe")).unwrap();
+        std::fs::write(r.join("800/cmdline"), "").unwrap();
         let table = scan_in(r);
         let pids: Vec<i32> = table.iter().map(|p| p.pid).collect();
-        assert_eq!(pids, vec![101, 200, 300], "{table:#?}");
+        assert_eq!(pids, vec![101, 200, 300, 700, 710], "{table:#?}");
+        assert_eq!(table[3].kind, ProcessKind::Serve);
+        assert_eq!(table[4].kind, ProcessKind::Run);
         let run = &table[0];
         assert_eq!(run.kind, ProcessKind::Run);
         assert_eq!(run.agent.as_deref(), Some("explorer"));
@@ -462,6 +572,229 @@ mod tests {
         );
         assert_eq!(table[1].kind, ProcessKind::Serve);
         assert_eq!(table[2].kind, ProcessKind::Tui);
+    }
+
+    #[test]
+    fn names_that_may_be_opencode() {
+        for n in [
+            "opencode",
+            "opencode.exe",
+            "opencode-linux-",
+            "fake-opencode-v",
+            ".opencode-wrapp",
+            "node",
+            "nodejs",
+            "bun",
+            "opencode (deleted)",
+        ] {
+            assert!(may_be_opencode(n.as_bytes()), "{n}");
+        }
+        for n in [
+            "sleep",
+            "bash",
+            "kworker/0:1",
+            "systemd",
+            "claude",
+            "opencod",
+            "",
+        ] {
+            assert!(!may_be_opencode(n.as_bytes()), "{n}");
+        }
+    }
+
+    /// A bare `/proc/<pid>` with just an `exe` (a link, a plain file standing for a link that
+    /// cannot be read, or none) and a `comm`.
+    fn looked_at(exe: Option<&str>, unreadable_exe: bool, comm: Option<&str>) -> FirstLook {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("42");
+        std::fs::create_dir_all(&d).unwrap();
+        if let Some(t) = exe {
+            std::os::unix::fs::symlink(t, d.join("exe")).unwrap();
+        }
+        if unreadable_exe {
+            std::fs::write(d.join("exe"), "").unwrap();
+        }
+        if let Some(c) = comm {
+            std::fs::write(d.join("comm"), format!("{c}\n")).unwrap();
+        }
+        let mut dir = d.clone();
+        let look = first_look(&mut dir);
+        assert_eq!(dir, d, "the path buffer is given back as it was");
+        look
+    }
+
+    #[test]
+    fn the_first_look_reads_exe_then_comm() {
+        use FirstLook::*;
+        // The executable's name decides without `comm`.
+        assert_eq!(looked_at(Some("/x/bin/opencode"), false, None), Candidate);
+        assert_eq!(looked_at(Some("/usr/bin/node"), false, None), Candidate);
+        // A link named opencode to another binary: `comm` has the link's name.
+        assert_eq!(
+            looked_at(Some("/opt/oc/oc-1.18"), false, Some("opencode")),
+            Candidate
+        );
+        assert_eq!(
+            looked_at(Some("/usr/bin/sleep"), false, Some("sleep")),
+            Skip
+        );
+        assert_eq!(looked_at(Some("/usr/bin/sleep"), false, None), Skip);
+        // No exe link: kernel thread, zombie or gone, whatever `comm` says.
+        assert_eq!(looked_at(None, false, Some("opencode")), Skip);
+        // An unreadable link (another user's process): `comm` alone.
+        assert_eq!(looked_at(None, true, Some("node")), Candidate);
+        assert_eq!(looked_at(None, true, Some("bash")), Skip);
+        assert_eq!(looked_at(None, true, None), Skip);
+    }
+
+    /// Child processes killed and reaped on drop.
+    struct Kids(Vec<std::process::Child>);
+
+    impl Drop for Kids {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    fn system_bin(name: &str) -> PathBuf {
+        ["/bin", "/usr/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("no {name} in /bin or /usr/bin"))
+    }
+
+    fn spawn(path: &Path, args: &[&str]) -> std::process::Child {
+        std::process::Command::new(path)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", path.display()))
+    }
+
+    #[test]
+    fn real_processes_are_found_by_exe_by_argv0_and_as_node_launchers() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = |d: &str| {
+            let p = t.path().join(d);
+            std::fs::create_dir_all(&p).unwrap();
+            p
+        };
+        let (bin, real, lib) = (dir("bin"), dir("real"), dir("lib"));
+        let sleep = system_bin("sleep");
+        // The opencode binary run through a link whose 26-character name `comm` cuts to
+        // `launch-the-open`: found by its executable.
+        std::fs::copy(&sleep, real.join("opencode")).unwrap();
+        let long = bin.join("launch-the-opencode-agent!");
+        std::os::unix::fs::symlink(real.join("opencode"), &long).unwrap();
+        // A link named `opencode` to a binary named otherwise: found by `argv[0]` only.
+        std::fs::copy(&sleep, real.join("dozer")).unwrap();
+        std::os::unix::fs::symlink(real.join("dozer"), bin.join("opencode")).unwrap();
+        // `node /path/opencode run ...` (a shell standing in for node) and a node running
+        // something else.
+        std::fs::copy(system_bin("sh"), bin.join("node")).unwrap();
+        std::fs::write(lib.join("opencode"), "sleep 30; :\n").unwrap();
+        std::fs::write(lib.join("server.js"), "sleep 30; :\n").unwrap();
+        // Not opencode: a longer name, a plain sleep, and a borrowed `argv[0]` (see
+        // `first_look`).
+        std::fs::copy(&sleep, bin.join("opencodex")).unwrap();
+        let mut kids = Kids(vec![
+            spawn(&long, &["30"]),
+            spawn(&bin.join("opencode"), &["31"]),
+            spawn(
+                &bin.join("node"),
+                &[
+                    lib.join("opencode").to_str().unwrap(),
+                    "run",
+                    "--title",
+                    "T",
+                ],
+            ),
+            spawn(
+                &bin.join("node"),
+                &[lib.join("server.js").to_str().unwrap()],
+            ),
+            spawn(&bin.join("opencodex"), &["30"]),
+            spawn(&sleep, &["30"]),
+        ]);
+        {
+            use std::os::unix::process::CommandExt;
+            let c = std::process::Command::new(&sleep)
+                .arg0("opencode")
+                .arg("30")
+                .spawn()
+                .unwrap();
+            kids.0.push(c);
+        }
+        let pids: Vec<i32> = kids.0.iter().map(|c| c.id() as i32).collect();
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", pids[0])).unwrap();
+        assert_eq!(comm.trim_end(), "launch-the-open");
+        let table = scan();
+        let ours: Vec<&OpencodeProcess> = table.iter().filter(|p| pids.contains(&p.pid)).collect();
+        let found: Vec<i32> = ours.iter().map(|p| p.pid).collect();
+        assert_eq!(found, pids[..3].to_vec(), "{ours:#?}");
+        assert_eq!(ours[0].kind, ProcessKind::Other("30".into()));
+        assert_eq!(ours[1].cmdline[0], bin.join("opencode").to_str().unwrap());
+        assert_eq!(ours[2].kind, ProcessKind::Run);
+        assert_eq!(ours[2].title.as_deref(), Some("T"));
+        assert_eq!(
+            ours[2].cwd.as_deref(),
+            Some(std::env::current_dir().unwrap().as_path())
+        );
+    }
+
+    /// The synthetic tree above has each vanishing point in turn; here real processes come
+    /// and go while the scans run.
+    #[test]
+    fn processes_that_exit_mid_scan_are_skipped() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let t = tempfile::tempdir().unwrap();
+        let stay = t.path().join("opencode");
+        std::fs::copy(system_bin("sleep"), &stay).unwrap();
+        let kids = Kids(vec![spawn(&stay, &["30"])]);
+        let pid = kids.0[0].id() as i32;
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let started = std::sync::Arc::new(AtomicUsize::new(0));
+        // Opencode-named processes that live about a millisecond, some killed at once.
+        let churn: Vec<_> = (0..2)
+            .map(|_| {
+                let (stop, started, stay) = (stop.clone(), started.clone(), stay.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let n = started.fetch_add(1, Ordering::Relaxed);
+                        let mut c = spawn(&stay, &["0.001"]);
+                        if n % 3 == 0 {
+                            let _ = c.kill();
+                        }
+                        let _ = c.wait();
+                    }
+                })
+            })
+            .collect();
+        let mut seen = 0;
+        for _ in 0..100 {
+            let table = scan();
+            assert!(table.iter().any(|p| p.pid == pid), "{table:#?}");
+            assert!(table.iter().all(|p| !p.cmdline.is_empty()));
+            seen += table
+                .iter()
+                .filter(|p| p.cmdline.len() == 2 && p.cmdline[1] == "0.001")
+                .count();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for c in churn {
+            c.join().unwrap();
+        }
+        eprintln!(
+            "{} short-lived processes, {seen} sightings",
+            started.load(Ordering::Relaxed)
+        );
+        assert!(started.load(Ordering::Relaxed) > 0);
+        drop(kids);
+        assert!(scan().iter().all(|p| p.pid != pid));
     }
 
     #[test]
