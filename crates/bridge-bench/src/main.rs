@@ -113,8 +113,8 @@ fn main() {
 
     // 4. Process scan.
     if part("scan") {
-        match scan::process_scan(if quick { 20 } else { 200 }) {
-            Ok(r) => rows.push(r),
+        match scan::process_scan(if quick { 100 } else { 500 }) {
+            Ok(mut r) => rows.append(&mut r),
             Err(e) => rows.push(Row::failed("process scan", &e)),
         }
     }
