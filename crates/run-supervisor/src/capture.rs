@@ -2,8 +2,10 @@
 //!
 //! [`HeadTail`] keeps the first and the last bytes of a stream up to a cap (half each) and
 //! counts what was dropped in between, so a run that floods its output costs bounded memory
-//! and the reader still sees how it began and how it ended. [`cut_text`] applies the
-//! character limits of results and replies.
+//! and the reader still sees how it began and how it ended. [`LineSplitter`] cuts a stream
+//! read in chunks into lines without copying the lines that lie whole inside a chunk, and
+//! bounds the length of a line. [`cut_text`] applies the character limits of results and
+//! replies.
 
 use std::collections::VecDeque;
 
@@ -29,12 +31,18 @@ impl HeadTail {
         }
     }
 
-    /// Appends bytes.
+    /// Appends bytes. Only the bytes that will be kept are copied; the buffers grow by
+    /// doubling but never past their share of the cap.
     pub fn push(&mut self, mut bytes: &[u8]) {
         self.total += bytes.len() as u64;
         let head_cap = self.cap / 2;
         if self.head.len() < head_cap {
             let n = (head_cap - self.head.len()).min(bytes.len());
+            let need = self.head.len() + n;
+            if need > self.head.capacity() {
+                let target = (self.head.capacity() * 2).max(need).min(head_cap);
+                self.head.reserve_exact(target - self.head.len());
+            }
             self.head.extend_from_slice(&bytes[..n]);
             bytes = &bytes[n..];
         }
@@ -45,6 +53,7 @@ impl HeadTail {
         if bytes.len() >= tail_cap {
             self.dropped += (self.tail.len() + bytes.len() - tail_cap) as u64;
             self.tail.clear();
+            self.tail.reserve_exact(tail_cap);
             self.tail.extend(&bytes[bytes.len() - tail_cap..]);
             return;
         }
@@ -52,6 +61,11 @@ impl HeadTail {
         if overflow > 0 {
             self.tail.drain(..overflow);
             self.dropped += overflow as u64;
+        }
+        let need = self.tail.len() + bytes.len();
+        if need > self.tail.capacity() {
+            let target = (self.tail.capacity() * 2).max(need).min(tail_cap);
+            self.tail.reserve_exact(target - self.tail.len());
         }
         self.tail.extend(bytes);
     }
@@ -102,6 +116,103 @@ impl HeadTail {
             start += 1;
         }
         s[start..].to_owned()
+    }
+}
+
+/// One piece of a stream cut by [`LineSplitter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// A whole line, without its `\n` (a `\r` before it is kept).
+    Line(&'a [u8]),
+    /// A line longer than the limit: it is skipped up to its `\n` and reported once.
+    TooLong,
+}
+
+/// A partial line buffer larger than this is freed once its line is complete, so one long
+/// line does not pin its memory for the rest of the run.
+const PENDING_KEEP: usize = 1 << 20;
+
+/// Cuts a byte stream, fed in chunks of any size, into `\n`-terminated lines.
+///
+/// A line that lies whole inside a chunk is handed out as a slice of that chunk; only a line
+/// split across chunks is gathered in an internal buffer. A line longer than `max_line` bytes
+/// (not counting its `\n`) is reported as [`Piece::TooLong`] once, as soon as it is known to
+/// be too long, and its remaining bytes are skipped, so the buffer never holds more than
+/// `max_line` bytes. The pieces do not depend on where the chunks are cut.
+#[derive(Debug)]
+pub struct LineSplitter {
+    pending: Vec<u8>,
+    max_line: usize,
+    skipping: bool,
+}
+
+impl LineSplitter {
+    /// A splitter that accepts lines of at most `max_line` bytes.
+    pub fn new(max_line: usize) -> Self {
+        LineSplitter {
+            pending: Vec::new(),
+            max_line,
+            skipping: false,
+        }
+    }
+
+    /// Feeds the next chunk of the stream; `out` gets every line it completes, in order.
+    pub fn feed(&mut self, mut chunk: &[u8], mut out: impl FnMut(Piece<'_>)) {
+        while let Some(pos) = memchr::memchr(b'\n', chunk) {
+            let part = &chunk[..pos];
+            chunk = &chunk[pos + 1..];
+            if self.skipping {
+                self.skipping = false;
+                continue;
+            }
+            if self.pending.is_empty() {
+                out(if part.len() > self.max_line {
+                    Piece::TooLong
+                } else {
+                    Piece::Line(part)
+                });
+                continue;
+            }
+            if self.pending.len() + part.len() > self.max_line {
+                out(Piece::TooLong);
+            } else {
+                self.pending.extend_from_slice(part);
+                out(Piece::Line(&self.pending));
+            }
+            self.clear_pending();
+        }
+        if self.skipping || chunk.is_empty() {
+            return;
+        }
+        if self.pending.len() + chunk.len() > self.max_line {
+            out(Piece::TooLong);
+            self.clear_pending();
+            self.skipping = true;
+        } else {
+            self.pending.extend_from_slice(chunk);
+        }
+    }
+
+    /// Ends the stream: a last line without `\n` goes to `out` (unless it was too long).
+    pub fn finish(&mut self, mut out: impl FnMut(Piece<'_>)) {
+        if !self.skipping && !self.pending.is_empty() {
+            out(Piece::Line(&self.pending));
+        }
+        self.clear_pending();
+        self.skipping = false;
+    }
+
+    /// Bytes of an unfinished line held (for tests and accounting).
+    pub fn pending_bytes(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn clear_pending(&mut self) {
+        if self.pending.capacity() > PENDING_KEEP {
+            self.pending = Vec::new();
+        } else {
+            self.pending.clear();
+        }
     }
 }
 
@@ -258,5 +369,96 @@ mod tests {
         assert_eq!(ys, REPLY_CHARS);
         let c = cut_text(&text, Some(500_000), None);
         assert_eq!(c.text.chars().filter(|&ch| ch == 'y').count(), REPLY_CHARS);
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Got {
+        Line(String),
+        TooLong,
+    }
+
+    /// Feeds `stream` in chunks of `size` bytes and collects what comes out.
+    fn split(stream: &[u8], size: usize, max_line: usize) -> Vec<Got> {
+        let mut out = Vec::new();
+        let mut push = |p: Piece<'_>| {
+            out.push(match p {
+                Piece::Line(l) => Got::Line(String::from_utf8_lossy(l).into_owned()),
+                Piece::TooLong => Got::TooLong,
+            })
+        };
+        let mut sp = LineSplitter::new(max_line);
+        for chunk in stream.chunks(size) {
+            sp.feed(chunk, &mut push);
+        }
+        sp.finish(&mut push);
+        assert_eq!(sp.pending_bytes(), 0);
+        out
+    }
+
+    fn line(s: &str) -> Got {
+        Got::Line(s.to_owned())
+    }
+
+    #[test]
+    fn lines_split_across_reads_come_out_whole_wherever_the_cut() {
+        let stream = b"a\nbb\r\n\nccc\nlast without newline";
+        let want = vec![
+            line("a"),
+            line("bb\r"),
+            line(""),
+            line("ccc"),
+            line("last without newline"),
+        ];
+        for size in 1..=stream.len() {
+            assert_eq!(split(stream, size, 100), want, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_reported_once_and_skipped() {
+        let stream = b"12345\n123456\nok\n1234567890123\nafter\ntoo long at the end";
+        let want = vec![
+            line("12345"),
+            Got::TooLong,
+            line("ok"),
+            Got::TooLong,
+            line("after"),
+            Got::TooLong,
+        ];
+        for size in 1..=stream.len() {
+            assert_eq!(split(stream, size, 5), want, "chunks of {size}");
+        }
+    }
+
+    #[test]
+    fn whole_lines_inside_a_chunk_are_handed_out_without_a_copy() {
+        let chunk = b"first\nsecond\npart";
+        let range = chunk.as_ptr_range();
+        let mut sp = LineSplitter::new(100);
+        let mut seen = 0;
+        sp.feed(chunk, |p| {
+            let Piece::Line(l) = p else {
+                panic!("unexpected {p:?}")
+            };
+            assert!(range.contains(&l.as_ptr()), "line was copied");
+            seen += 1;
+        });
+        assert_eq!(seen, 2);
+        assert_eq!(sp.pending_bytes(), 4);
+        let mut rest = Vec::new();
+        sp.feed(b"ial\n", |p| rest.push(format!("{p:?}")));
+        assert_eq!(rest, vec![format!("{:?}", Piece::Line(b"partial"))]);
+    }
+
+    #[test]
+    fn buffers_never_grow_past_their_share_of_the_cap() {
+        let mut b = HeadTail::new(3000);
+        for _ in 0..20 {
+            b.push(&[b'z'; 700]);
+            assert!(b.head.capacity() <= 1500, "head {}", b.head.capacity());
+            assert!(b.tail.capacity() <= 1500, "tail {}", b.tail.capacity());
+        }
+        assert_eq!(b.kept_bytes(), 3000);
+        assert_eq!(b.dropped_bytes(), 20 * 700 - 3000);
     }
 }

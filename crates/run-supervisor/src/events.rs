@@ -6,6 +6,9 @@
 //! [`RunSummary`] folds the lines of one run into what a caller needs: the session id, the
 //! text the agent wrote, its tool calls, tokens, cost and error events.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::capture::HeadTail;
@@ -66,36 +69,37 @@ pub struct ErrorEvent {
     pub raw: Value,
 }
 
-/// One parsed line.
+/// One parsed line. Strings borrow from the line when they needed no unescaping (see
+/// [`parse_line_bytes`]); [`Event::into_owned`] detaches them.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub enum Event<'a> {
     /// `step_start`: a model call began (repeated with one messageID when opencode retries).
     StepStart {
         /// The assistant message id.
-        message_id: Option<String>,
+        message_id: Option<Cow<'a, str>>,
     },
     /// `text`: a complete text part.
     Text {
         /// The assistant message id.
-        message_id: Option<String>,
+        message_id: Option<Cow<'a, str>>,
         /// The text.
-        text: String,
+        text: Cow<'a, str>,
         /// opencode-generated text (e.g. the compaction continuation), not the model's words.
         synthetic: bool,
     },
     /// `reasoning`: a complete reasoning part (only printed with `--thinking`).
     Reasoning {
         /// The reasoning text.
-        text: String,
+        text: Cow<'a, str>,
     },
     /// `tool_use`: a completed or failed tool call.
     ToolUse(ToolCall),
     /// `step_finish`: a model call ended.
     StepFinish {
         /// The assistant message id.
-        message_id: Option<String>,
+        message_id: Option<Cow<'a, str>>,
         /// AI-SDK finish reason: `stop`, `tool-calls`, `length`, ...
-        reason: Option<String>,
+        reason: Option<Cow<'a, str>>,
         /// Tokens of this step.
         tokens: TokenUsage,
         /// Cost of this step.
@@ -106,18 +110,234 @@ pub enum Event {
     /// A JSON object with a type this parser does not know.
     Unknown {
         /// The `type` field, or empty when missing.
-        kind: String,
+        kind: Cow<'a, str>,
     },
+}
+
+fn owned(s: Cow<'_, str>) -> Cow<'static, str> {
+    Cow::Owned(s.into_owned())
+}
+
+impl Event<'_> {
+    /// The same event with every string owned.
+    pub fn into_owned(self) -> Event<'static> {
+        match self {
+            Event::StepStart { message_id } => Event::StepStart {
+                message_id: message_id.map(owned),
+            },
+            Event::Text {
+                message_id,
+                text,
+                synthetic,
+            } => Event::Text {
+                message_id: message_id.map(owned),
+                text: owned(text),
+                synthetic,
+            },
+            Event::Reasoning { text } => Event::Reasoning { text: owned(text) },
+            Event::ToolUse(call) => Event::ToolUse(call),
+            Event::StepFinish {
+                message_id,
+                reason,
+                tokens,
+                cost,
+            } => Event::StepFinish {
+                message_id: message_id.map(owned),
+                reason: reason.map(owned),
+                tokens,
+                cost,
+            },
+            Event::Error(e) => Event::Error(e),
+            Event::Unknown { kind } => Event::Unknown { kind: owned(kind) },
+        }
+    }
 }
 
 /// A line together with the session id found in its envelope.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ParsedLine {
+pub struct ParsedLine<'a> {
     /// `sessionID` of the envelope.
-    pub session_id: Option<String>,
+    pub session_id: Option<Cow<'a, str>>,
     /// The event.
-    pub event: Event,
+    pub event: Event<'a>,
 }
+
+impl ParsedLine<'_> {
+    /// The same line with every string owned.
+    pub fn into_owned(self) -> ParsedLine<'static> {
+        ParsedLine {
+            session_id: self.session_id.map(owned),
+            event: self.event.into_owned(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fast path: typed structs borrowing from the line, holding only the fields that are read.
+// Anything of an unexpected shape makes the typed parse fail, and the line then takes the
+// generic path below, which is the reference for what a line means.
+
+/// A JSON string, borrowed from the line unless it had escapes.
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+
+fn cow(s: Option<Str<'_>>) -> Option<Cow<'_, str>> {
+    s.map(|s| s.0)
+}
+
+#[derive(Deserialize)]
+struct WireLine<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(rename = "sessionID", default, borrow)]
+    session_id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    part: Option<WirePart<'a>>,
+    /// Kept as a value: [`parse_error`] accepts several shapes.
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+struct WirePart<'a> {
+    #[serde(rename = "messageID", default, borrow)]
+    message_id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Str<'a>>,
+    #[serde(default)]
+    synthetic: Option<bool>,
+    #[serde(default, borrow)]
+    tool: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    state: Option<WireState<'a>>,
+    #[serde(default, borrow)]
+    reason: Option<Str<'a>>,
+    #[serde(default)]
+    tokens: Option<WireTokens>,
+    #[serde(default)]
+    cost: Option<f64>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireState<'a> {
+    #[serde(default, borrow)]
+    status: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    title: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    error: Option<Str<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireTokens {
+    #[serde(default)]
+    input: Count,
+    #[serde(default)]
+    output: Count,
+    #[serde(default)]
+    reasoning: Count,
+    #[serde(default)]
+    cache: Option<WireCache>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireCache {
+    #[serde(default)]
+    read: Count,
+    #[serde(default)]
+    write: Count,
+}
+
+/// A token count read the way the generic path reads one: a non-negative integer as is, a
+/// float clamped at 0 and truncated, a negative number, a string, a boolean or null as 0.
+/// Objects and arrays fail the typed parse (the generic path reads them as 0 too).
+#[derive(Default)]
+struct Count(u64);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a token count")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Count, E> {
+                Ok(Count(u64::try_from(v).unwrap_or(0)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Count, E> {
+                Ok(Count(v.max(0.0) as u64))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Count, E> {
+                Ok(Count(0))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Count, E> {
+                Ok(Count(0))
+            }
+            fn visit_unit<E>(self) -> Result<Count, E> {
+                Ok(Count(0))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl<'a> WireLine<'a> {
+    fn into_parsed(self) -> ParsedLine<'a> {
+        let part = self.part.unwrap_or_default();
+        let message_id = cow(part.message_id);
+        let kind = cow(self.kind).unwrap_or(Cow::Borrowed(""));
+        let event = match kind.as_ref() {
+            "step_start" => Event::StepStart { message_id },
+            "text" => Event::Text {
+                message_id,
+                text: cow(part.text).unwrap_or_default(),
+                synthetic: part.synthetic == Some(true),
+            },
+            "reasoning" => Event::Reasoning {
+                text: cow(part.text).unwrap_or_default(),
+            },
+            "tool_use" => {
+                let state = part.state.unwrap_or_default();
+                Event::ToolUse(ToolCall {
+                    tool: cow(part.tool).map_or_else(|| "?".to_owned(), Cow::into_owned),
+                    status: cow(state.status).map_or_else(|| "?".to_owned(), Cow::into_owned),
+                    title: cow(state.title).map(Cow::into_owned),
+                    error: cow(state.error).map(Cow::into_owned),
+                })
+            }
+            "step_finish" => {
+                let tokens = part.tokens.unwrap_or_default();
+                let cache = tokens.cache.unwrap_or_default();
+                Event::StepFinish {
+                    message_id,
+                    reason: cow(part.reason),
+                    tokens: TokenUsage {
+                        input: tokens.input.0,
+                        output: tokens.output.0,
+                        reasoning: tokens.reasoning.0,
+                        cache_read: cache.read.0,
+                        cache_write: cache.write.0,
+                    },
+                    cost: part.cost.unwrap_or(0.0),
+                }
+            }
+            "error" => Event::Error(parse_error(self.error.as_ref().unwrap_or(&Value::Null))),
+            _ => Event::Unknown { kind },
+        };
+        ParsedLine {
+            session_id: cow(self.session_id),
+            event,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The generic path: the whole line as a `serde_json::Value`.
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     let mut cur = v;
@@ -125,6 +345,10 @@ fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
         cur = cur.get(key)?;
     }
     cur.as_str()
+}
+
+fn string_at(v: &Value, path: &[&str]) -> Option<Cow<'static, str>> {
+    str_at(v, path).map(|s| Cow::Owned(s.to_owned()))
 }
 
 fn u64_at(v: &Value, path: &[&str]) -> u64 {
@@ -140,58 +364,113 @@ fn u64_at(v: &Value, path: &[&str]) -> u64 {
         .unwrap_or(0)
 }
 
-/// Parses one line of `--format json` output. Returns `None` for a blank line or a line that
-/// is not a JSON object (the caller counts it as malformed).
-pub fn parse_line(line: &str) -> Option<ParsedLine> {
-    let trimmed = line.trim();
-    if trimmed.is_empty() {
-        return None;
-    }
+/// Parses a trimmed, non-blank line as a generic JSON value. `None` when it is not an object.
+fn parse_generic(trimmed: &str) -> Option<ParsedLine<'static>> {
     let v: Value = serde_json::from_str(trimmed).ok()?;
     let obj = v.as_object()?;
     let session_id = obj
         .get("sessionID")
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .map(|s| Cow::Owned(s.to_owned()));
     let kind = obj.get("type").and_then(Value::as_str).unwrap_or("");
-    let part = obj.get("part").cloned().unwrap_or(Value::Null);
-    let message_id = str_at(&part, &["messageID"]).map(str::to_owned);
+    let part = obj.get("part").unwrap_or(&Value::Null);
+    let message_id = string_at(part, &["messageID"]);
     let event = match kind {
         "step_start" => Event::StepStart { message_id },
         "text" => Event::Text {
             message_id,
-            text: str_at(&part, &["text"]).unwrap_or("").to_owned(),
+            text: string_at(part, &["text"]).unwrap_or_default(),
             synthetic: part.get("synthetic").and_then(Value::as_bool) == Some(true),
         },
         "reasoning" => Event::Reasoning {
-            text: str_at(&part, &["text"]).unwrap_or("").to_owned(),
+            text: string_at(part, &["text"]).unwrap_or_default(),
         },
         "tool_use" => Event::ToolUse(ToolCall {
-            tool: str_at(&part, &["tool"]).unwrap_or("?").to_owned(),
-            status: str_at(&part, &["state", "status"])
-                .unwrap_or("?")
-                .to_owned(),
-            title: str_at(&part, &["state", "title"]).map(str::to_owned),
-            error: str_at(&part, &["state", "error"]).map(str::to_owned),
+            tool: str_at(part, &["tool"]).unwrap_or("?").to_owned(),
+            status: str_at(part, &["state", "status"]).unwrap_or("?").to_owned(),
+            title: str_at(part, &["state", "title"]).map(str::to_owned),
+            error: str_at(part, &["state", "error"]).map(str::to_owned),
         }),
         "step_finish" => Event::StepFinish {
             message_id,
-            reason: str_at(&part, &["reason"]).map(str::to_owned),
+            reason: string_at(part, &["reason"]),
             tokens: TokenUsage {
-                input: u64_at(&part, &["tokens", "input"]),
-                output: u64_at(&part, &["tokens", "output"]),
-                reasoning: u64_at(&part, &["tokens", "reasoning"]),
-                cache_read: u64_at(&part, &["tokens", "cache", "read"]),
-                cache_write: u64_at(&part, &["tokens", "cache", "write"]),
+                input: u64_at(part, &["tokens", "input"]),
+                output: u64_at(part, &["tokens", "output"]),
+                reasoning: u64_at(part, &["tokens", "reasoning"]),
+                cache_read: u64_at(part, &["tokens", "cache", "read"]),
+                cache_write: u64_at(part, &["tokens", "cache", "write"]),
             },
             cost: part.get("cost").and_then(Value::as_f64).unwrap_or(0.0),
         },
         "error" => Event::Error(parse_error(obj.get("error").unwrap_or(&Value::Null))),
         other => Event::Unknown {
-            kind: other.to_owned(),
+            kind: Cow::Owned(other.to_owned()),
         },
     };
     Some(ParsedLine { session_id, event })
+}
+
+/// What one line is.
+enum Line<'a> {
+    /// Empty or whitespace only: not counted at all.
+    Blank,
+    /// Not a JSON object.
+    Malformed,
+    /// An event.
+    Event(ParsedLine<'a>),
+}
+
+/// The generic reading of a line: decoded lossily as UTF-8, trimmed, parsed as a value.
+fn classify_generic(line: &[u8]) -> Line<'static> {
+    let text = String::from_utf8_lossy(line);
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Line::Blank;
+    }
+    match parse_generic(trimmed) {
+        Some(p) => Line::Event(p),
+        None => Line::Malformed,
+    }
+}
+
+fn classify_line(line: &[u8]) -> Line<'_> {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return Line::Blank;
+    }
+    // Only an object may take the typed path (serde would also read a struct from an array).
+    // A typed parse that succeeds means what the generic one would: the ASCII trim leaves no
+    // other whitespace around a valid object, and the fields it skips are never read.
+    if trimmed.first() == Some(&b'{')
+        && let Ok(wire) = serde_json::from_slice::<WireLine<'_>>(trimmed)
+    {
+        return Line::Event(wire.into_parsed());
+    }
+    classify_generic(line)
+}
+
+/// Parses one line of `--format json` output. Returns `None` for a blank line or a line that
+/// is not a JSON object (the caller counts it as malformed).
+pub fn parse_line(line: &str) -> Option<ParsedLine<'_>> {
+    parse_line_bytes(line.as_bytes())
+}
+
+/// Parses one raw line (without its `\n`) of `--format json` output, as the supervisor reads
+/// it. Strings without escapes borrow from `line`.
+///
+/// The line is parsed straight from its bytes into structs that keep only the fields the
+/// summary uses. When that fails (a field of an unexpected JSON type, duplicate keys, invalid
+/// UTF-8 in a string that is read, whitespace JSON does not allow), the line is decoded
+/// lossily as UTF-8 and parsed as a generic JSON value, which replaces invalid UTF-8 with
+/// U+FFFD. Fields that are skipped are only checked for JSON syntax, so a line whose unused
+/// fields hold a lone surrogate escape, a number beyond `f64` or nesting deeper than 128 is
+/// still an event. Returns `None` for a blank line or a line that is not a JSON object.
+pub fn parse_line_bytes(line: &[u8]) -> Option<ParsedLine<'_>> {
+    match classify_line(line) {
+        Line::Event(p) => Some(p),
+        Line::Blank | Line::Malformed => None,
+    }
 }
 
 /// Flattens an opencode error object. Accepts the NamedError shape `{name, data:{...}}`, a
@@ -231,6 +510,28 @@ pub fn parse_error(err: &Value) -> ErrorEvent {
             .map(str::to_owned),
         raw: err.clone(),
     }
+}
+
+/// Bytes of [`RunSummary::final_text`] kept at most.
+const FINAL_CAP: usize = 400_000;
+
+/// Appends the longest prefix of `add` that keeps `s` within `cap` bytes and ends on a
+/// character boundary. Grows `s` by doubling, but never past `cap`.
+fn push_capped(s: &mut String, add: &str, cap: usize) {
+    let room = cap.saturating_sub(s.len());
+    let mut n = add.len().min(room);
+    while !add.is_char_boundary(n) {
+        n -= 1;
+    }
+    if n == 0 {
+        return;
+    }
+    let need = s.len() + n;
+    if need > s.capacity() {
+        let target = (s.capacity() * 2).max(need).min(cap);
+        s.reserve_exact(target - s.len());
+    }
+    s.push_str(&add[..n]);
 }
 
 /// Everything learnt from the event lines of one run (one attempt).
@@ -295,28 +596,33 @@ impl RunSummary {
         }
     }
 
-    /// Folds one raw output line into the summary. Returns true if it was a valid event.
+    /// Folds one output line into the summary. Returns true if it was a valid event.
     pub fn push_line(&mut self, line: &str) -> bool {
-        if line.trim().is_empty() {
-            return false;
-        }
-        match parse_line(line) {
-            Some(parsed) => {
-                self.push(parsed);
-                true
-            }
-            None => {
+        self.push_line_bytes(line.as_bytes())
+    }
+
+    /// Folds one raw output line (without its `\n`) into the summary, parsed as
+    /// [`parse_line_bytes`] does. Returns true if it was a valid event; blank lines are not
+    /// counted, other lines that are not events count as malformed.
+    pub fn push_line_bytes(&mut self, line: &[u8]) -> bool {
+        match classify_line(line) {
+            Line::Blank => false,
+            Line::Malformed => {
                 self.malformed += 1;
                 false
+            }
+            Line::Event(parsed) => {
+                self.push(parsed);
+                true
             }
         }
     }
 
     /// Folds one parsed event into the summary.
-    pub fn push(&mut self, parsed: ParsedLine) {
+    pub fn push(&mut self, parsed: ParsedLine<'_>) {
         self.events += 1;
         if self.session_id.is_none() {
-            self.session_id = parsed.session_id;
+            self.session_id = parsed.session_id.map(Cow::into_owned);
         }
         match parsed.event {
             Event::StepStart { .. } => self.steps += 1,
@@ -333,24 +639,17 @@ impl RunSummary {
                     self.text.push(b"\n\n");
                 }
                 self.text.push(text.as_bytes());
-                const FINAL_CAP: usize = 400_000;
-                if message_id.is_some() && message_id == self.final_message {
+                // The final text is the text parts of one message joined by blank lines, cut
+                // at FINAL_CAP bytes (on a character boundary); only what fits is copied.
+                if message_id.is_some() && message_id.as_deref() == self.final_message.as_deref() {
                     if !self.final_text.is_empty() {
-                        self.final_text.push_str("\n\n");
+                        push_capped(&mut self.final_text, "\n\n", FINAL_CAP);
                     }
-                    if self.final_text.len() < FINAL_CAP {
-                        self.final_text.push_str(&text);
-                    }
+                    push_capped(&mut self.final_text, &text, FINAL_CAP);
                 } else {
-                    self.final_message = message_id;
-                    self.final_text = text;
-                }
-                if self.final_text.len() > FINAL_CAP {
-                    let mut cut = FINAL_CAP;
-                    while !self.final_text.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    self.final_text.truncate(cut);
+                    self.final_message = message_id.map(Cow::into_owned);
+                    self.final_text.clear();
+                    push_capped(&mut self.final_text, &text, FINAL_CAP);
                 }
             }
             Event::Reasoning { .. } => {}
@@ -371,7 +670,7 @@ impl RunSummary {
                 self.tokens.cache_write =
                     self.tokens.cache_write.saturating_add(tokens.cache_write);
                 self.cost += cost;
-                self.last_finish_reason = reason;
+                self.last_finish_reason = reason.map(Cow::into_owned);
                 if !self.errors.is_empty() {
                     self.finished_after_error = true;
                 }
@@ -385,8 +684,8 @@ impl RunSummary {
             }
             Event::Unknown { kind } => {
                 self.unknown += 1;
-                if self.unknown_types.len() < 20 && !self.unknown_types.contains(&kind) {
-                    self.unknown_types.push(kind);
+                if self.unknown_types.len() < 20 && !self.unknown_types.iter().any(|k| *k == kind) {
+                    self.unknown_types.push(kind.into_owned());
                 }
             }
         }
@@ -517,5 +816,180 @@ mod tests {
         let s = fold(lines);
         assert_eq!(s.final_text, "second\n\nthird");
         assert_eq!(s.text.to_string_lossy(), "first\n\nsecond\n\nthird");
+    }
+
+    fn text_of<'a>(p: &ParsedLine<'a>) -> Cow<'a, str> {
+        match &p.event {
+            Event::Text { text, .. } => text.clone(),
+            other => panic!("not a text event: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plain_text_is_borrowed_and_escaped_text_is_decoded() {
+        let plain =
+            br#"{"type":"text","sessionID":"ses_b","part":{"messageID":"m","text":"just words"}}"#;
+        let p = parse_line_bytes(plain).unwrap();
+        assert!(matches!(text_of(&p), Cow::Borrowed("just words")), "{p:?}");
+        assert!(matches!(p.session_id, Some(Cow::Borrowed("ses_b"))));
+
+        let escaped = br#"{"type":"text","sessionID":"ses_b","part":{"messageID":"m","text":"say \"hi\"\n\u00e9\ud83d\ude00"}}"#;
+        let p = parse_line_bytes(escaped).unwrap();
+        let text = text_of(&p);
+        assert!(matches!(text, Cow::Owned(_)));
+        assert_eq!(text, "say \"hi\"\né😀");
+    }
+
+    #[test]
+    fn invalid_utf8_in_the_text_is_replaced_as_before() {
+        let mut line =
+            br#"{"type":"text","sessionID":"ses_u","part":{"messageID":"m","text":"ab"#.to_vec();
+        line.push(0xff);
+        line.extend_from_slice(br#"cd"}}"#);
+        let mut s = RunSummary::new(1 << 20);
+        assert!(s.push_line_bytes(&line));
+        assert_eq!(s.final_text, "ab\u{fffd}cd");
+        assert_eq!(s.malformed, 0);
+        assert_eq!(s.session_id.as_deref(), Some("ses_u"));
+        // The same as folding the lossily decoded line.
+        let mut lossy = RunSummary::new(1 << 20);
+        assert!(lossy.push_line(&String::from_utf8_lossy(&line)));
+        assert_eq!(lossy.final_text, s.final_text);
+    }
+
+    #[test]
+    fn invalid_utf8_in_an_unused_field_keeps_the_event_and_its_borrowed_text() {
+        let mut line = br#"{"type":"text","timestamp":"t"#.to_vec();
+        line.push(0xfe);
+        line.extend_from_slice(br#"","sessionID":"ses_v","part":{"id":"prt_"#);
+        line.push(0xc3);
+        line.extend_from_slice(br#"","messageID":"m","text":"kept"}}"#);
+        let p = parse_line_bytes(&line).expect("an event");
+        assert!(matches!(text_of(&p), Cow::Borrowed("kept")));
+        let mut s = RunSummary::new(1 << 20);
+        assert!(s.push_line_bytes(&line));
+        assert_eq!(s.final_text, "kept");
+        assert_eq!(s.malformed, 0);
+    }
+
+    #[test]
+    fn crlf_blank_and_odd_whitespace_lines() {
+        let mut s = RunSummary::new(1 << 20);
+        let crlf = b"{\"type\":\"text\",\"sessionID\":\"s\",\"part\":{\"messageID\":\"m\",\"text\":\"one\"}}\r";
+        assert!(s.push_line_bytes(crlf));
+        for blank in [
+            &b""[..],
+            b" \t ",
+            b"\r",
+            b"\x0b\x0c",
+            "\u{a0}\u{2028}".as_bytes(),
+        ] {
+            assert!(!s.push_line_bytes(blank), "{blank:?}");
+        }
+        assert_eq!(s.malformed, 0);
+        // Unicode whitespace around an object is trimmed, as the generic reading always did.
+        let nbsp =
+            "\u{a0}{\"type\":\"text\",\"part\":{\"messageID\":\"m\",\"text\":\"two\"}}\u{a0}";
+        assert!(s.push_line_bytes(nbsp.as_bytes()));
+        assert!(!s.push_line_bytes(b"{\"type\":\"text\"} trailing"));
+        assert_eq!(s.events, 2);
+        assert_eq!(s.malformed, 1);
+        assert_eq!(s.final_text, "one\n\ntwo");
+    }
+
+    #[test]
+    fn typed_and_generic_readings_agree() {
+        let lines: Vec<&str> = OK
+            .lines()
+            .chain([
+                r#"{"type":5,"sessionID":"s"}"#,
+                r#"{"type":null,"sessionID":7}"#,
+                r#"{"type":"text","part":"not an object"}"#,
+                r#"{"type":"text","part":null,"sessionID":null}"#,
+                r#"{"type":"text","part":{"messageID":"m","text":null}}"#,
+                r#"{"type":"text","part":{"messageID":"m","text":5,"synthetic":"yes"}}"#,
+                r#"{"type":"text","part":{"messageID":"m","text":"x","synthetic":true}}"#,
+                r#"{"type":"text","part":{"messageID":"m","text":"x","synthetic":false}}"#,
+                r#"{"type":"text","part":{"messageID":7,"text":"x","synthetic":null}}"#,
+                r#"{"type":"step_start","part":{"messageID":"m","text":5}}"#,
+                r#"{"type":"text","type":"reasoning","part":{"text":"dup"}}"#,
+                r#"{"type":"text","part":{"text":"a"},"part":{"text":"b"}}"#,
+                r#"{"typ\u0065":"text","part":{"t\u0065xt":"escaped keys","messageID":"m\"q"}}"#,
+                r#"{"type":"reasoning","part":{"text":"hmm"}}"#,
+                r#"{"type":"step_finish","part":{"reason":"stop","tokens":{"input":3.7,"output":-5,"reasoning":"12","cache":{"read":null,"write":true}},"cost":2}}"#,
+                r#"{"type":"step_finish","part":{"tokens":{"input":1e300,"output":-1.5,"cache":null},"cost":null}}"#,
+                r#"{"type":"step_finish","part":{"tokens":{"input":{"n":1},"output":[1]},"cost":"free"}}"#,
+                r#"{"type":"step_finish","part":{"tokens":null,"reason":null}}"#,
+                r#"{"type":"step_finish","part":{"tokens":"many"}}"#,
+                r#"{"type":"tool_use","part":{"tool":"bash","state":{"status":"completed","title":"ls","output":"big","input":{"command":"ls"}}}}"#,
+                r#"{"type":"tool_use","part":{"tool":null,"state":null}}"#,
+                r#"{"type":"tool_use","part":{"tool":"read","state":{"status":"error","error":{"nested":true}}}}"#,
+                r#"{"type":"error","error":"plain string"}"#,
+                r#"{"type":"error","error":null}"#,
+                r#"{"type":"error"}"#,
+                r#"{"type":"error","error":{"name":"APIError","data":{"message":"m","statusCode":429,"isRetryable":true}}}"#,
+                r#"{"type":"text","error":{"name":"x"},"part":{"messageID":"m","text":"not an error event"}}"#,
+                r#"{"type":"brand_new","sessionID":"s","part":{"anything":[1,{"a":null}]}}"#,
+                r#"{}"#,
+                r#"[]"#,
+                r#"[{"type":"text"}]"#,
+                r#""text""#,
+                r#"{"type":"text""#,
+                r#"{"type":"text"}}"#,
+                "\u{a0}{\"type\":\"text\",\"part\":{\"text\":\"nbsp\"}}",
+            ])
+            .collect();
+        for line in lines {
+            let typed = parse_line_bytes(line.as_bytes()).map(ParsedLine::into_owned);
+            let generic = match classify_generic(line.as_bytes()) {
+                Line::Event(p) => Some(p),
+                Line::Blank | Line::Malformed => None,
+            };
+            assert_eq!(typed, generic, "readings differ for {line}");
+        }
+    }
+
+    #[test]
+    fn token_counts_follow_the_generic_rules() {
+        let line = br#"{"type":"step_finish","part":{"tokens":{"input":3.7,"output":-5,"reasoning":"12","cache":{"read":9,"write":null}},"cost":2}}"#;
+        let Some(ParsedLine {
+            event: Event::StepFinish { tokens, cost, .. },
+            ..
+        }) = parse_line_bytes(line)
+        else {
+            panic!("not a step_finish");
+        };
+        assert_eq!(
+            tokens,
+            TokenUsage {
+                input: 3,
+                output: 0,
+                reasoning: 0,
+                cache_read: 9,
+                cache_write: 0
+            }
+        );
+        assert!((cost - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn final_text_is_capped_on_a_character_boundary() {
+        let big = format!("a{}", "é".repeat(250_000)); // 500,001 bytes
+        let line = |msg: &str, text: &str| {
+            serde_json::json!({"type":"text","part":{"messageID":msg,"text":text}}).to_string()
+        };
+        let mut s = RunSummary::new(1 << 20);
+        assert!(s.push_line(&line("m1", &big)));
+        // Byte 400,000 falls inside an 'é' (they start at odd offsets): cut before it.
+        assert_eq!(s.final_text.len(), 399_999);
+        assert!(s.final_text.capacity() <= FINAL_CAP);
+        // More parts of the same message add only what fits: the separator's first byte.
+        assert!(s.push_line(&line("m1", "more")));
+        assert_eq!(s.final_text.len(), 400_000);
+        assert!(s.final_text.ends_with("é\n"));
+        // A new message starts over.
+        assert!(s.push_line(&line("m2", "fresh")));
+        assert_eq!(s.final_text, "fresh");
+        assert_eq!(s.text.total_bytes(), 500_001 + 2 + 4 + 2 + 5);
     }
 }

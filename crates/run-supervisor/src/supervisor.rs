@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OnceCell, watch};
 
 use crate::StartError;
-use crate::capture::{Cut, HeadTail, REPLY_CHARS, cut_text};
+use crate::capture::{Cut, HeadTail, LineSplitter, Piece, REPLY_CHARS, cut_text};
 use crate::changes::{self, ChangedFiles, GitSnapshot};
 use crate::classify::{ExitInfo, Failure, FailureKind, classify};
 use crate::claude::{self, ClaudeStream, Runner};
@@ -1427,10 +1427,10 @@ async fn run_attempt(
             let _ = stdin.shutdown().await;
         });
     }
-    let out_reader = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(read_stream(Arc::clone(shared), id, s, true)));
+    let out_reader = child.stdout.take().map(|s| {
+        enlarge_pipe(&s);
+        tokio::spawn(read_stream(Arc::clone(shared), id, s, true))
+    });
     let err_reader = child
         .stderr
         .take()
@@ -1536,9 +1536,25 @@ fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
     f.write_all(content.as_bytes())
 }
 
-/// Longest partial line kept while waiting for its newline; longer lines are counted as
-/// malformed and skipped up to the next newline.
+/// Longest line read from a run's stdout; longer lines are counted as malformed and skipped up
+/// to the next newline (see [`LineSplitter`]).
 const MAX_LINE: usize = 8 * 1024 * 1024;
+
+/// Bytes asked of one read of a run's stdout. Lines that lie whole inside one read are parsed
+/// where they are, without a copy.
+const STDOUT_READ: usize = 256 * 1024;
+
+/// Bytes asked of one read of a run's stderr (it carries little).
+const STDERR_READ: usize = 16 * 1024;
+
+/// Size asked for a run's stdout pipe (Linux `F_SETPIPE_SZ`; the default pipe holds 64 KiB),
+/// so a run writing fast fills whole reads and both sides wake up less often. A refusal (the
+/// user's pipe quota, `/proc/sys/fs/pipe-max-size`) leaves the default size.
+const STDOUT_PIPE: i32 = 1 << 20;
+
+fn enlarge_pipe(fd: impl std::os::fd::AsFd) {
+    let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(STDOUT_PIPE));
+}
 
 async fn read_stream(
     shared: Arc<Shared>,
@@ -1546,9 +1562,32 @@ async fn read_stream(
     mut stream: impl AsyncRead + Unpin,
     is_stdout: bool,
 ) {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut pending: Vec<u8> = Vec::new();
-    let mut skipping = false;
+    /// Folds one stdout line (or an over-long one) into the task record.
+    fn fold(shared: &Shared, id: TaskId, r: &mut Record, piece: Piece<'_>) {
+        let line = match piece {
+            Piece::Line(line) => line,
+            Piece::TooLong => {
+                r.summary.malformed += 1;
+                return;
+            }
+        };
+        let event = match r.runner {
+            Runner::Opencode => r.summary.push_line_bytes(line),
+            Runner::Claude => r.push_out(&String::from_utf8_lossy(line)),
+        };
+        if event {
+            r.last_event = Some(Instant::now());
+        }
+        // The session id goes to the registry the moment it is known: no status shows it
+        // before a restarted bridge could.
+        if !r.persisted_session && r.summary.session_id.is_some() {
+            r.persisted_session = true;
+            persist(shared, id, r, false);
+        }
+    }
+
+    let mut buf = vec![0u8; if is_stdout { STDOUT_READ } else { STDERR_READ }];
+    let mut lines = LineSplitter::new(MAX_LINE);
     loop {
         let n = match stream.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -1564,43 +1603,9 @@ async fn read_stream(
             continue;
         }
         r.stdout.push(chunk);
-        let mut rest = chunk;
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n') {
-            let (line, tail) = rest.split_at(pos);
-            rest = &tail[1..];
-            if skipping {
-                skipping = false;
-                pending.clear();
-                continue;
-            }
-            pending.extend_from_slice(line);
-            let text = String::from_utf8_lossy(&pending);
-            if r.push_out(&text) {
-                r.last_event = Some(Instant::now());
-            }
-            pending.clear();
-            // The session id goes to the registry the moment it is known: no status shows it
-            // before a restarted bridge could.
-            if !r.persisted_session && r.summary.session_id.is_some() {
-                r.persisted_session = true;
-                persist(&shared, id, r, false);
-            }
-        }
-        if !skipping {
-            pending.extend_from_slice(rest);
-            if pending.len() > MAX_LINE {
-                r.summary.malformed += 1;
-                pending.clear();
-                skipping = true;
-            }
-        }
+        lines.feed(chunk, |piece| fold(&shared, id, r, piece));
     }
-    if is_stdout && !pending.is_empty() && !skipping {
-        let text = String::from_utf8_lossy(&pending).into_owned();
-        shared.with(id, |r| {
-            if r.push_out(&text) {
-                r.last_event = Some(Instant::now());
-            }
-        });
+    if is_stdout {
+        shared.with(id, |r| lines.finish(|piece| fold(&shared, id, r, piece)));
     }
 }
