@@ -7,6 +7,7 @@
 //! bounds the length of a line. [`cut_text`] applies the character limits of results and
 //! replies.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 /// Keeps at most `cap` bytes of a stream: its head and its tail, with the cut marked.
@@ -93,30 +94,69 @@ impl HeadTail {
     /// The kept text, with a marker line where bytes were dropped. Invalid UTF-8 (for example
     /// a character split by the cut) is replaced.
     pub fn to_string_lossy(&self) -> String {
-        let mut out = String::from_utf8_lossy(&self.head).into_owned();
-        if self.dropped > 0 {
-            out.push_str(&format!(
+        let marker = (self.dropped > 0).then(|| {
+            format!(
                 "\n[... {} bytes cut: output over the {} byte capture limit ...]\n",
                 self.dropped, self.cap
-            ));
+            )
+        });
+        let mut out = String::with_capacity(
+            self.head.len() + marker.as_ref().map_or(0, String::len) + self.tail.len(),
+        );
+        out.push_str(&String::from_utf8_lossy(&self.head));
+        if let Some(m) = &marker {
+            out.push_str(m);
         }
         let (a, b) = self.tail.as_slices();
-        let mut tail = Vec::with_capacity(a.len() + b.len());
-        tail.extend_from_slice(a);
-        tail.extend_from_slice(b);
-        out.push_str(&String::from_utf8_lossy(&tail));
+        match (std::str::from_utf8(a), std::str::from_utf8(b)) {
+            (Ok(a), Ok(b)) => {
+                out.push_str(a);
+                out.push_str(b);
+            }
+            _ => out.push_str(&self.tail_lossy()),
+        }
         out
     }
 
-    /// The last `n` bytes kept, lossily decoded (for error messages).
-    pub fn tail_string(&self, n: usize) -> String {
-        let s = self.to_string_lossy();
-        let mut start = s.len().saturating_sub(n);
-        while !s.is_char_boundary(start) {
-            start += 1;
+    /// The tail decoded lossily as one piece, copied only when the ring buffer's two halves
+    /// split a character or hold invalid UTF-8.
+    fn tail_lossy(&self) -> Cow<'_, str> {
+        let (a, b) = self.tail.as_slices();
+        if b.is_empty() {
+            return String::from_utf8_lossy(a);
         }
-        s[start..].to_owned()
+        if let (Ok(a), Ok(b)) = (std::str::from_utf8(a), std::str::from_utf8(b)) {
+            let mut s = String::with_capacity(a.len() + b.len());
+            s.push_str(a);
+            s.push_str(b);
+            return Cow::Owned(s);
+        }
+        let mut joined = Vec::with_capacity(a.len() + b.len());
+        joined.extend_from_slice(a);
+        joined.extend_from_slice(b);
+        Cow::Owned(String::from_utf8_lossy(&joined).into_owned())
     }
+
+    /// The last `n` bytes kept, lossily decoded (for error messages); starts on the first
+    /// character boundary at or after the cut.
+    pub fn tail_string(&self, n: usize) -> String {
+        // The text ends with the tail: when the tail alone is long enough, decode just that.
+        let tail = self.tail_lossy();
+        if tail.len() >= n {
+            return last_bytes(&tail, n).to_owned();
+        }
+        let s = self.to_string_lossy();
+        last_bytes(&s, n).to_owned()
+    }
+}
+
+/// The last `n` bytes of `s`, moved forward to a character boundary.
+fn last_bytes(s: &str, n: usize) -> &str {
+    let mut start = s.len().saturating_sub(n);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
 }
 
 /// One piece of a stream cut by [`LineSplitter`].
@@ -460,5 +500,48 @@ mod tests {
         }
         assert_eq!(b.kept_bytes(), 3000);
         assert_eq!(b.dropped_bytes(), 20 * 700 - 3000);
+    }
+
+    /// The text as the straightforward decoding gives it: head, marker, tail joined then decoded.
+    fn reference_text(b: &HeadTail) -> String {
+        let mut out = String::from_utf8_lossy(&b.head).into_owned();
+        if b.dropped > 0 {
+            out.push_str(&format!(
+                "\n[... {} bytes cut: output over the {} byte capture limit ...]\n",
+                b.dropped, b.cap
+            ));
+        }
+        let tail: Vec<u8> = b.tail.iter().copied().collect();
+        out.push_str(&String::from_utf8_lossy(&tail));
+        out
+    }
+
+    #[test]
+    fn text_and_tail_match_the_plain_decoding_when_the_ring_wraps_a_character() {
+        // 'é' is two bytes; pushes of odd lengths make the ring's seam fall inside one, and
+        // invalid bytes must still come out as U+FFFD.
+        let mut b = HeadTail::new(40);
+        let mut pieces: Vec<Vec<u8>> = Vec::new();
+        for i in 0..60 {
+            let mut p = "é".repeat(i % 4).into_bytes();
+            p.push(b'a' + (i % 26) as u8);
+            if i % 7 == 0 {
+                p.push(0xff);
+            }
+            pieces.push(p);
+        }
+        for p in &pieces {
+            b.push(p);
+            let want = reference_text(&b);
+            assert_eq!(b.to_string_lossy(), want);
+            for n in [0, 1, 2, 3, 5, 19, 20, 21, 30, 200] {
+                let mut start = want.len().saturating_sub(n);
+                while !want.is_char_boundary(start) {
+                    start += 1;
+                }
+                assert_eq!(b.tail_string(n), want[start..], "n = {n}");
+            }
+        }
+        assert!(b.dropped_bytes() > 0);
     }
 }
