@@ -647,13 +647,15 @@ mod tests {
         assert_eq!(looked_at(None, true, None), Skip);
     }
 
-    /// Child processes killed and reaped on drop.
+    /// Child processes, each leading its own process group; the groups are killed and the
+    /// children reaped on drop (so a shell's `sleep` goes too).
     struct Kids(Vec<std::process::Child>);
 
     impl Drop for Kids {
         fn drop(&mut self) {
             for c in &mut self.0 {
-                let _ = c.kill();
+                let pgid = nix::unistd::Pid::from_raw(c.id() as i32);
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                 let _ = c.wait();
             }
         }
@@ -667,12 +669,26 @@ mod tests {
             .unwrap_or_else(|| panic!("no {name} in /bin or /usr/bin"))
     }
 
+    /// Starts `path` in its own process group. A binary copied a moment ago can be busy
+    /// (another test thread forked while the copy was open for writing): retried.
     fn spawn(path: &Path, args: &[&str]) -> std::process::Child {
-        std::process::Command::new(path)
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", path.display()))
+        use std::os::unix::process::CommandExt;
+        let mut tries = 0;
+        loop {
+            match std::process::Command::new(path)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .process_group(0)
+                .spawn()
+            {
+                Ok(c) => return c,
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("start {}: {e}", path.display()),
+            }
+        }
     }
 
     #[test]
@@ -725,6 +741,7 @@ mod tests {
             let c = std::process::Command::new(&sleep)
                 .arg0("opencode")
                 .arg("30")
+                .process_group(0)
                 .spawn()
                 .unwrap();
             kids.0.push(c);
