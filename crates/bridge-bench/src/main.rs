@@ -24,7 +24,9 @@
 //! - floods: 6 tasks of the fake opencode each writing 50 MB of events at once: the bridge's
 //!   own CPU time (utime + stime) against its reaped children's (cutime + cstime), and its peak
 //!   RSS (`VmHWM`);
-//! - process scan: `run_supervisor::proctable::scan()` with about 300 processes on the machine.
+//! - process scan: `run_supervisor::proctable::scan()` with about 300 processes on the machine:
+//!   wall time and the scanning thread's CPU time, again with three idle `opencode serve` alive
+//!   when `OPENCODE_BRIDGE_TEST_OPENCODE` is set.
 
 mod flood;
 mod scan;
