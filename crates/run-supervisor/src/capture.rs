@@ -10,6 +10,21 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
+/// Past this size a bounded buffer that must grow takes its whole share at once: one
+/// allocation instead of a chain of doublings, each copying the bytes so far and leaving the
+/// old block behind in the allocator.
+const GROW_WHOLE: usize = 64 * 1024;
+
+/// The capacity a buffer bounded by `limit` bytes should grow to when it needs `need` bytes:
+/// doubling while small, then `limit` at once.
+pub(crate) fn grown_capacity(capacity: usize, need: usize, limit: usize) -> usize {
+    if need > GROW_WHOLE {
+        limit.max(need)
+    } else {
+        (capacity * 2).max(need).min(limit.max(need))
+    }
+}
+
 /// Keeps at most `cap` bytes of a stream: its head and its tail, with the cut marked.
 #[derive(Debug, Clone)]
 pub struct HeadTail {
@@ -41,7 +56,7 @@ impl HeadTail {
             let n = (head_cap - self.head.len()).min(bytes.len());
             let need = self.head.len() + n;
             if need > self.head.capacity() {
-                let target = (self.head.capacity() * 2).max(need).min(head_cap);
+                let target = grown_capacity(self.head.capacity(), need, head_cap);
                 self.head.reserve_exact(target - self.head.len());
             }
             self.head.extend_from_slice(&bytes[..n]);
@@ -65,7 +80,7 @@ impl HeadTail {
         }
         let need = self.tail.len() + bytes.len();
         if need > self.tail.capacity() {
-            let target = (self.tail.capacity() * 2).max(need).min(tail_cap);
+            let target = grown_capacity(self.tail.capacity(), need, tail_cap);
             self.tail.reserve_exact(target - self.tail.len());
         }
         self.tail.extend(bytes);

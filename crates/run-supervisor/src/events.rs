@@ -516,7 +516,7 @@ pub fn parse_error(err: &Value) -> ErrorEvent {
 const FINAL_CAP: usize = 400_000;
 
 /// Appends the longest prefix of `add` that keeps `s` within `cap` bytes and ends on a
-/// character boundary. Grows `s` by doubling, but never past `cap`.
+/// character boundary. Never grows `s` past `cap` (see [`crate::capture::grown_capacity`]).
 fn push_capped(s: &mut String, add: &str, cap: usize) {
     let room = cap.saturating_sub(s.len());
     let mut n = add.len().min(room);
@@ -528,7 +528,7 @@ fn push_capped(s: &mut String, add: &str, cap: usize) {
     }
     let need = s.len() + n;
     if need > s.capacity() {
-        let target = (s.capacity() * 2).max(need).min(cap);
+        let target = crate::capture::grown_capacity(s.capacity(), need, cap);
         s.reserve_exact(target - s.len());
     }
     s.push_str(&add[..n]);
