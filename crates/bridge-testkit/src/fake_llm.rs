@@ -28,6 +28,7 @@
 //! | `midstream` | one text chunk, then an `{"error":…}` chunk |
 //! | `length` | text `truncated answ` with `finish_reason: "length"` |
 //! | `reasoning` | `reasoning_content` `Let me think. OK.`, then text [`OK_TEXT`] |
+//! | `long` | a text of [`LONG_BYTES`] bytes (numbered lines of words) streamed in deltas of [`LONG_DELTA`] bytes, ending with `DONE` (a long answer, for measuring the cost of its events) |
 //!
 //! Retryable errors (429, 5xx, 529) carry `retry-after-ms: 10` so opencode retries at once.
 //! Requests without `tools` (title generation, compaction) get the text [`TITLE_TEXT`] whatever
@@ -50,6 +51,10 @@ pub const OK_TEXT: &str = "Hello from the fake. DONE";
 pub const TITLE_TEXT: &str = "Fake title";
 /// The text a `tooltask` subagent answers with.
 pub const SUBTASK_TEXT: &str = "sub job result";
+/// Bytes of the `long` model's answer.
+pub const LONG_BYTES: usize = 1024 * 1024;
+/// Bytes of one streamed delta of the `long` model's answer.
+pub const LONG_DELTA: usize = 64;
 
 /// Every model name the fake knows (declare them all in the opencode config).
 pub const SCENARIOS: &[&str] = &[
@@ -78,6 +83,7 @@ pub const SCENARIOS: &[&str] = &[
     "midstream",
     "length",
     "reasoning",
+    "long",
 ];
 
 /// One request the fake received.
@@ -354,6 +360,32 @@ fn text_answer(text: &str, finish: &'static str) -> Vec<Event> {
     ]
 }
 
+/// The `long` answer: [`LONG_BYTES`] of numbered lines in deltas of [`LONG_DELTA`] bytes.
+fn long_answer() -> Vec<Event> {
+    let mut text = String::with_capacity(LONG_BYTES + 64);
+    let mut n = 0u64;
+    while text.len() < LONG_BYTES - 4 {
+        text.push_str(&format!(
+            "{n}: the quick brown fox jumps over the lazy dog, and back again.\n"
+        ));
+        n += 1;
+    }
+    text.truncate(LONG_BYTES - 4);
+    text.push_str("DONE");
+    let mut events: Vec<Event> = text
+        .as_bytes()
+        .chunks(LONG_DELTA)
+        .map(|c| Event::Text(String::from_utf8_lossy(c).into_owned()))
+        .collect();
+    events.push(Event::Finish("stop"));
+    events.push(Event::Usage {
+        prompt: 10,
+        completion: (LONG_BYTES / 4) as u64,
+        cached: 0,
+    });
+    events
+}
+
 fn tool_answer(name: &str, args: Value) -> Vec<Event> {
     vec![
         Event::ToolCall {
@@ -516,6 +548,7 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
             ),
         ]),
         "length" => stream(text_answer("truncated answ", "length")),
+        "long" => stream(long_answer()),
         "reasoning" => {
             let mut events = vec![Event::Reasoning("Let me think. OK.".into())];
             events.extend(text_answer(OK_TEXT, "stop"));
@@ -740,6 +773,39 @@ mod tests {
     fn req(model: &str, messages: Value) -> Value {
         json!({"model": model, "stream": true, "messages": messages,
                "tools": [{"type": "function", "function": {"name": "bash"}}]})
+    }
+
+    #[test]
+    fn long_streams_its_text_in_small_deltas() {
+        let llm = FakeLlm::start().unwrap();
+        let (status, _, body) = post(
+            &llm,
+            &req("long", json!([{"role": "user", "content": "hi"}])),
+        );
+        assert_eq!(status, 200);
+        let mut text = String::new();
+        let mut deltas = 0;
+        for line in body.lines() {
+            let Some(data) = line.strip_prefix("data: ") else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            if let Some(t) = v
+                .pointer("/choices/0/delta/content")
+                .and_then(Value::as_str)
+            {
+                assert!(t.len() <= LONG_DELTA);
+                text.push_str(t);
+                deltas += 1;
+            }
+        }
+        assert_eq!(text.len(), LONG_BYTES);
+        assert!(text.starts_with("0: the quick brown fox"));
+        assert!(text.ends_with("DONE"));
+        assert_eq!(deltas, LONG_BYTES.div_ceil(LONG_DELTA));
+        assert!(body.contains("\"finish_reason\":\"stop\""));
     }
 
     #[test]
