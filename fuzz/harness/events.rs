@@ -1,19 +1,22 @@
 //! Harness of the `event_lines` target: the opencode event-line parser, the run summary and the
 //! failure classifier, fed exactly as the supervisor feeds them.
 //!
-//! One input is the stdout of an `opencode run --format json` process (lines split on `\n`,
-//! each decoded lossily as UTF-8, as the supervisor does), optionally followed by a NUL byte
-//! and the process's stderr. The summary is classified under four exits (code 0, code 1,
+//! One input is the stdout of an `opencode run --format json` process, optionally followed by
+//! a NUL byte and the process's stderr. The stdout is folded twice: as the supervisor reads it
+//! (raw bytes fed to a `LineSplitter` in chunks whose size the input's third byte picks, each
+//! line to `push_line_bytes`), and line by line split on `\n` and decoded lossily as UTF-8 (to
+//! `parse_line` / `push_line`). The summary is classified under four exits (code 0, code 1,
 //! killed by signal 9, unknown).
 //!
 //! Checked besides "no panic": every non-blank line is counted once as an event or as
-//! malformed; `push_line` agrees with `parse_line`; the text buffer stays within its cap; every
-//! failure message is one line; `cut_text` stays within its documented bound.
+//! malformed; `push_line` agrees with `parse_line`; both foldings give the same summary; the
+//! text buffer stays within its cap; every failure message is one line; `cut_text` stays
+//! within its documented bound.
 //!
 //! This file is compiled both by the fuzz crate and by
 //! `crates/run-supervisor/tests/fuzz_corpus.rs` (plain `cargo test` replays the corpus).
 
-use run_supervisor::capture::{REPLY_CHARS, cut_text};
+use run_supervisor::capture::{LineSplitter, Piece, REPLY_CHARS, cut_text};
 use run_supervisor::classify::{self, ExitInfo, Failure};
 use run_supervisor::events::{Event, RunSummary, parse_line};
 
@@ -61,6 +64,46 @@ pub fn run(data: &[u8]) {
         lines,
         "a line was lost or counted twice"
     );
+
+    // The supervisor's way: raw bytes in chunks, lines straight from the buffer.
+    let mut raw = RunSummary::new(TEXT_CAP);
+    let mut splitter = LineSplitter::new(usize::MAX);
+    let mut fold = |p: Piece<'_>| match p {
+        Piece::Line(line) => {
+            raw.push_line_bytes(line);
+        }
+        Piece::TooLong => unreachable!("no line is over usize::MAX bytes"),
+    };
+    let chunk = data.get(2).map_or(64, |b| usize::from(*b) + 1);
+    for part in stdout.chunks(chunk) {
+        splitter.feed(part, &mut fold);
+    }
+    splitter.finish(&mut fold);
+    assert_eq!(
+        (
+            raw.events,
+            raw.malformed,
+            raw.unknown,
+            &raw.unknown_types,
+            raw.steps,
+            &raw.session_id
+        ),
+        (
+            summary.events,
+            summary.malformed,
+            summary.unknown,
+            &summary.unknown_types,
+            summary.steps,
+            &summary.session_id
+        ),
+        "raw and lossy foldings count differently"
+    );
+    assert_eq!(raw.tool_calls, summary.tool_calls);
+    assert_eq!(raw.errors, summary.errors);
+    assert_eq!(raw.cost.to_bits(), summary.cost.to_bits());
+    assert_eq!(raw.tokens, summary.tokens);
+    assert_eq!(raw.final_text, summary.final_text);
+    assert_eq!(raw.text.to_string_lossy(), summary.text.to_string_lossy());
     assert!(summary.unknown_types.len() <= 20);
     assert!(summary.text.kept_bytes() <= TEXT_CAP);
     let _ = summary.text.to_string_lossy();

@@ -421,9 +421,8 @@ enum Line<'a> {
     Event(ParsedLine<'a>),
 }
 
-/// The generic reading of a line: decoded lossily as UTF-8, trimmed, parsed as a value.
-fn classify_generic(line: &[u8]) -> Line<'static> {
-    let text = String::from_utf8_lossy(line);
+/// The generic reading of a line: trimmed (Unicode whitespace), parsed as a value.
+fn classify_generic(text: &str) -> Line<'static> {
     let trimmed = text.trim();
     if trimmed.is_empty() {
         return Line::Blank;
@@ -434,20 +433,40 @@ fn classify_generic(line: &[u8]) -> Line<'static> {
     }
 }
 
+/// The typed reading of an ASCII-trimmed line. Only an object may take it (serde would also
+/// read a struct from an array).
+fn parse_typed(trimmed: &[u8]) -> Option<ParsedLine<'_>> {
+    if trimmed.first() != Some(&b'{') {
+        return None;
+    }
+    serde_json::from_slice::<WireLine<'_>>(trimmed)
+        .ok()
+        .map(WireLine::into_parsed)
+}
+
+/// Reads a line: typed from its bytes; failing that, decoded lossily as UTF-8 and read again,
+/// typed then generic. A typed reading that succeeds means what the generic one would: the
+/// ASCII trim leaves no other whitespace around a valid object, and the fields it skips are
+/// never read. So the raw bytes and their lossy decoding always read the same.
 fn classify_line(line: &[u8]) -> Line<'_> {
     let trimmed = line.trim_ascii();
     if trimmed.is_empty() {
         return Line::Blank;
     }
-    // Only an object may take the typed path (serde would also read a struct from an array).
-    // A typed parse that succeeds means what the generic one would: the ASCII trim leaves no
-    // other whitespace around a valid object, and the fields it skips are never read.
-    if trimmed.first() == Some(&b'{')
-        && let Ok(wire) = serde_json::from_slice::<WireLine<'_>>(trimmed)
-    {
-        return Line::Event(wire.into_parsed());
+    if let Some(p) = parse_typed(trimmed) {
+        return Line::Event(p);
     }
-    classify_generic(line)
+    match std::str::from_utf8(line) {
+        // The typed reading already failed on these very bytes.
+        Ok(text) => classify_generic(text),
+        Err(_) => {
+            let text = String::from_utf8_lossy(line);
+            if let Some(p) = parse_typed(text.as_bytes().trim_ascii()) {
+                return Line::Event(p.into_owned());
+            }
+            classify_generic(&text)
+        }
+    }
 }
 
 /// Parses one line of `--format json` output. Returns `None` for a blank line or a line that
@@ -461,11 +480,12 @@ pub fn parse_line(line: &str) -> Option<ParsedLine<'_>> {
 ///
 /// The line is parsed straight from its bytes into structs that keep only the fields the
 /// summary uses. When that fails (a field of an unexpected JSON type, duplicate keys, invalid
-/// UTF-8 in a string that is read, whitespace JSON does not allow), the line is decoded
-/// lossily as UTF-8 and parsed as a generic JSON value, which replaces invalid UTF-8 with
-/// U+FFFD. Fields that are skipped are only checked for JSON syntax, so a line whose unused
-/// fields hold a lone surrogate escape, a number beyond `f64` or nesting deeper than 128 is
-/// still an event. Returns `None` for a blank line or a line that is not a JSON object.
+/// UTF-8 in a string or key, whitespace JSON does not allow), the line is decoded lossily as
+/// UTF-8 (invalid bytes become U+FFFD), read that way again, and failing that parsed as a
+/// generic JSON value; so a line reads the same as its lossy decoding. Fields that are skipped
+/// are only checked for JSON syntax, so a line whose unused fields hold a lone surrogate
+/// escape, a number beyond `f64` or nesting deeper than 128 is still an event. Returns `None`
+/// for a blank line or a line that is not a JSON object.
 pub fn parse_line_bytes(line: &[u8]) -> Option<ParsedLine<'_>> {
     match classify_line(line) {
         Line::Event(p) => Some(p),
@@ -941,7 +961,7 @@ mod tests {
             .collect();
         for line in lines {
             let typed = parse_line_bytes(line.as_bytes()).map(ParsedLine::into_owned);
-            let generic = match classify_generic(line.as_bytes()) {
+            let generic = match classify_generic(line) {
                 Line::Event(p) => Some(p),
                 Line::Blank | Line::Malformed => None,
             };
@@ -991,5 +1011,32 @@ mod tests {
         assert!(s.push_line(&line("m2", "fresh")));
         assert_eq!(s.final_text, "fresh");
         assert_eq!(s.text.total_bytes(), 500_001 + 2 + 4 + 2 + 5);
+    }
+
+    #[test]
+    fn raw_bytes_and_their_lossy_decoding_read_the_same() {
+        // Found by the event_lines fuzz target: an invalid key made the raw typed reading
+        // fail, and the generic one refused the out-of-range number the typed reading of the
+        // lossy text skips.
+        let mut lines: Vec<Vec<u8>> = vec![
+            b"{\"type\xff\xffns\":-1e3008}".to_vec(),
+            b"{\"type\":\"text\",\"x\xfe\":\"\\ud800\",\"part\":{\"text\":\"t\"}}".to_vec(),
+            b"{\"type\":\"text\",\"part\":{\"text\":\"a\xffb\"},\"n\":1e999}".to_vec(),
+            b"\xff{\"type\":\"text\"}".to_vec(),
+        ];
+        lines.push("\u{a0}{\"type\":\"text\",\"n\":1e999}".as_bytes().to_vec());
+        for line in &lines {
+            let lossy = String::from_utf8_lossy(line);
+            let raw = parse_line_bytes(line).map(ParsedLine::into_owned);
+            assert_eq!(
+                raw,
+                parse_line(&lossy).map(ParsedLine::into_owned),
+                "{lossy}"
+            );
+        }
+        assert!(
+            parse_line_bytes(&lines[0]).is_some(),
+            "the typed reading skips the number"
+        );
     }
 }
