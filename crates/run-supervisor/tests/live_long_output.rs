@@ -1,0 +1,53 @@
+//! A long answer from the real opencode 1.18.33 reaches the summary whole.
+//!
+//! opencode 1.18.33 prints a text part as one event line when the part is complete, so a 1 MiB
+//! answer is one line of about 1 MB, followed by its `step_finish`. Observed: when it exits
+//! while its stdout pipe is full, what it has not yet written is lost. With the default
+//! 64 KiB pipe the bridge then saw the long line cut off and no `step_finish`, and the task
+//! "succeeded" with no text and no tokens; the supervisor's 1 MiB pipe lets it all through.
+//!
+//! Needs `OPENCODE_BRIDGE_TEST_OPENCODE` (skipped outside CI when unset). The run works in an
+//! isolated sandbox and talks only to the fake LLM on 127.0.0.1.
+
+use std::time::Duration;
+
+use bridge_testkit::fake_llm::LONG_BYTES;
+use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
+use run_supervisor::{Supervisor, SupervisorConfig, TaskSpec, TaskState};
+
+#[tokio::test]
+async fn live_a_long_answer_arrives_whole() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let sup = Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        kill_grace: Duration::from_secs(3),
+        quiet_after: Duration::from_secs(600),
+        ..SupervisorConfig::default()
+    });
+    let mut spec = TaskSpec::new(
+        "Write the long answer.",
+        sb.project_dir(),
+        "worker",
+        "LIVE/worker: a long answer",
+    );
+    spec.model = Some("fk/long".into());
+    let id = sup.start(spec).unwrap();
+    let snap = tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
+        .await
+        .expect("the run finished within 240 s")
+        .expect("the task is known");
+    assert_eq!(snap.state, TaskState::Succeeded, "{snap:?}");
+    assert!(
+        snap.tokens.output > 0,
+        "the step_finish after the long line arrived: {snap:?}"
+    );
+    let out = sup.result(id, None, Some(200)).unwrap();
+    assert_eq!(out.malformed_lines, 0, "no line was cut off");
+    assert_eq!(out.text.total_chars, LONG_BYTES, "the whole answer is in the text");
+    assert!(out.text.text.ends_with("DONE"), "{}", out.text.text);
+    assert!(out.final_text.starts_with("0: the quick brown fox"));
+}
