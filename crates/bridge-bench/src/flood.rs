@@ -235,7 +235,11 @@ fn real_opencode_share(bin: &Path) -> Result<Row, String> {
     }
     let result = b.call("opencode_result", json!({"id": id}))?;
     if !result.contains("DONE") {
-        return Err("the real opencode run's result lacks the end of the answer".into());
+        let tail: Vec<&str> = result.lines().rev().take(2).collect();
+        return Err(format!(
+            "the real opencode run's result lacks the end of the answer (it ends: {})",
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
     }
     drop(b);
     let (own, kids) = (cpu.own(), cpu.children());
