@@ -47,7 +47,10 @@ async fn live_a_long_answer_arrives_whole() {
     );
     let out = sup.result(id, None, Some(200)).unwrap();
     assert_eq!(out.malformed_lines, 0, "no line was cut off");
-    assert_eq!(out.text.total_chars, LONG_BYTES, "the whole answer is in the text");
+    assert_eq!(
+        out.text.total_chars, LONG_BYTES,
+        "the whole answer is in the text"
+    );
     assert!(out.text.text.ends_with("DONE"), "{}", out.text.text);
     assert!(out.final_text.starts_with("0: the quick brown fox"));
 }
