@@ -186,6 +186,30 @@ fn cow(s: Option<Str<'_>>) -> Option<Cow<'_, str>> {
     s.map(|s| s.0)
 }
 
+/// A JSON object read into `T`. A derived struct would also accept an array (its fields by
+/// position), which the generic reading never does.
+struct Obj<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+            type Value = Obj<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Obj)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+fn obj<T: Default>(o: Option<Obj<T>>) -> T {
+    o.map(|o| o.0).unwrap_or_default()
+}
+
 #[derive(Deserialize)]
 struct WireLine<'a> {
     #[serde(rename = "type", default, borrow)]
@@ -193,7 +217,7 @@ struct WireLine<'a> {
     #[serde(rename = "sessionID", default, borrow)]
     session_id: Option<Str<'a>>,
     #[serde(default, borrow)]
-    part: Option<WirePart<'a>>,
+    part: Option<Obj<WirePart<'a>>>,
     /// Kept as a value: [`parse_error`] accepts several shapes.
     #[serde(default)]
     error: Option<Value>,
@@ -210,11 +234,11 @@ struct WirePart<'a> {
     #[serde(default, borrow)]
     tool: Option<Str<'a>>,
     #[serde(default, borrow)]
-    state: Option<WireState<'a>>,
+    state: Option<Obj<WireState<'a>>>,
     #[serde(default, borrow)]
     reason: Option<Str<'a>>,
     #[serde(default)]
-    tokens: Option<WireTokens>,
+    tokens: Option<Obj<WireTokens>>,
     #[serde(default)]
     cost: Option<f64>,
 }
@@ -238,7 +262,7 @@ struct WireTokens {
     #[serde(default)]
     reasoning: Count,
     #[serde(default)]
-    cache: Option<WireCache>,
+    cache: Option<Obj<WireCache>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -288,7 +312,7 @@ impl<'de> Deserialize<'de> for Count {
 
 impl<'a> WireLine<'a> {
     fn into_parsed(self) -> ParsedLine<'a> {
-        let part = self.part.unwrap_or_default();
+        let part = obj(self.part);
         let message_id = cow(part.message_id);
         let kind = cow(self.kind).unwrap_or(Cow::Borrowed(""));
         let event = match kind.as_ref() {
@@ -302,7 +326,7 @@ impl<'a> WireLine<'a> {
                 text: cow(part.text).unwrap_or_default(),
             },
             "tool_use" => {
-                let state = part.state.unwrap_or_default();
+                let state = obj(part.state);
                 Event::ToolUse(ToolCall {
                     tool: cow(part.tool).map_or_else(|| "?".to_owned(), Cow::into_owned),
                     status: cow(state.status).map_or_else(|| "?".to_owned(), Cow::into_owned),
@@ -311,8 +335,8 @@ impl<'a> WireLine<'a> {
                 })
             }
             "step_finish" => {
-                let tokens = part.tokens.unwrap_or_default();
-                let cache = tokens.cache.unwrap_or_default();
+                let tokens = obj(part.tokens);
+                let cache = obj(tokens.cache);
                 Event::StepFinish {
                     message_id,
                     reason: cow(part.reason),
@@ -950,6 +974,11 @@ mod tests {
                 r#"{"type":"error","error":{"name":"APIError","data":{"message":"m","statusCode":429,"isRetryable":true}}}"#,
                 r#"{"type":"text","error":{"name":"x"},"part":{"messageID":"m","text":"not an error event"}}"#,
                 r#"{"type":"brand_new","sessionID":"s","part":{"anything":[1,{"a":null}]}}"#,
+                r#"{"type":"text","part":["m","hello"]}"#,
+                r#"{"type":"text","part":[]}"#,
+                r#"{"type":"tool_use","part":{"tool":"bash","state":["completed","t"]}}"#,
+                r#"{"type":"step_finish","part":{"tokens":[1,2,3,[4,5]]}}"#,
+                r#"{"type":"step_finish","part":{"tokens":{"input":1,"cache":[7,8]}}}"#,
                 r#"{}"#,
                 r#"[]"#,
                 r#"[{"type":"text"}]"#,
