@@ -267,6 +267,9 @@ async fn a_task_whose_bridge_and_run_are_gone_is_lost() {
             .starts_with("lost:")
     );
     drop(again);
+    // Pruning takes tasks that ended *more* than the age ago, in whole milliseconds: let one
+    // pass, or a settle and a prune within the same millisecond keep the task.
+    std::thread::sleep(Duration::from_millis(5));
     let pruned = Supervisor::new(SupervisorConfig {
         state_dir: Some(w.state.path().to_path_buf()),
         prune_after: Duration::ZERO,
