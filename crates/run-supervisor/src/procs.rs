@@ -9,7 +9,8 @@
 //! kill time, so a descendant whose parent already died is still known.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, waitpid};
@@ -34,12 +35,39 @@ struct StatInfo {
 }
 
 fn stat_of(pid: i32) -> Option<StatInfo> {
-    let st = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    let mut path = String::with_capacity(24);
+    let mut buf = Vec::with_capacity(512);
+    read_stat(pid, &mut path, &mut buf)
+}
+
+/// Reads and parses `/proc/<pid>/stat` with buffers the caller reuses (a whole-table walk
+/// makes one open, one read and one close per process, and no allocation).
+fn read_stat(pid: i32, path: &mut String, buf: &mut Vec<u8>) -> Option<StatInfo> {
+    use std::fmt::Write as _;
+    use std::io::Read as _;
+    path.clear();
+    let _ = write!(path, "/proc/{pid}/stat");
+    buf.clear();
+    std::fs::File::open(&*path).ok()?.read_to_end(buf).ok()?;
+    parse_stat(buf)
+}
+
+/// The fields of a `/proc/<pid>/stat` line this module needs. The command name (field 2) is
+/// in parentheses and may itself hold spaces and parentheses, so the fields after it are
+/// counted from its last `)`.
+fn parse_stat(line: &[u8]) -> Option<StatInfo> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(line.get(close + 1..)?).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?; // field 3
+    let ppid = fields.next()?.parse().ok()?; // field 4
+    let pgrp = fields.next()?.parse().ok()?; // field 5
+    let start_time = fields.nth(16)?.parse().ok()?; // field 22
     Some(StatInfo {
-        ppid: st.ppid,
-        pgrp: st.pgrp,
-        state: st.state,
-        start_time: st.starttime,
+        ppid,
+        pgrp,
+        state,
+        start_time,
     })
 }
 
@@ -75,20 +103,21 @@ impl ProcId {
 
 fn all_stats() -> HashMap<i32, StatInfo> {
     let mut map = HashMap::new();
-    let Ok(iter) = procfs::process::all_processes() else {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
         return map;
     };
-    for p in iter.flatten() {
-        if let Ok(st) = p.stat() {
-            map.insert(
-                st.pid,
-                StatInfo {
-                    ppid: st.ppid,
-                    pgrp: st.pgrp,
-                    state: st.state,
-                    start_time: st.starttime,
-                },
-            );
+    let (mut path, mut buf) = (String::with_capacity(24), Vec::with_capacity(512));
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // A process that ended since the directory was read is simply not in the table.
+        if let Some(st) = read_stat(pid, &mut path, &mut buf) {
+            map.insert(pid, st);
         }
     }
     map
@@ -146,19 +175,63 @@ fn descendants_in(stats: &Stats, children: &Children, root: ProcId) -> BTreeSet<
 
 /// Adds the live descendants of `root` and of each known process to `known` (descendants of
 /// descendants that were reparented after their parent died are found through the known
-/// set). One scan of `/proc`.
+/// set). One fresh scan of `/proc`.
 pub fn refresh_known(root: ProcId, known: &mut BTreeSet<ProcId>) {
-    let stats = all_stats();
-    let children = children_map(&stats);
+    refresh_from(&table(Duration::ZERO), root, known);
+}
+
+/// Like [`refresh_known`], but content with a scan of `/proc` another caller took at most
+/// `max_age` ago. The periodic refresh of every running task uses it, so many tasks share one
+/// walk of the process table instead of each making its own; kills use fresh scans.
+pub fn refresh_known_recent(root: ProcId, known: &mut BTreeSet<ProcId>, max_age: Duration) {
+    refresh_from(&table(max_age), root, known);
+}
+
+fn refresh_from(t: &Table, root: ProcId, known: &mut BTreeSet<ProcId>) {
     let mut roots: Vec<ProcId> = vec![root];
     roots.extend(known.iter().copied().filter(|p| {
-        stats
+        t.stats
             .get(&p.pid)
             .is_some_and(|s| s.start_time == p.start_time && s.state != 'Z')
     }));
     for r in roots {
-        known.extend(descendants_in(&stats, &children, r));
+        known.extend(descendants_in(&t.stats, &t.children, r));
     }
+}
+
+/// One walk of `/proc`: every process and its parent links.
+struct Table {
+    taken: Instant,
+    stats: Stats,
+    children: Children,
+}
+
+/// The latest walk, shared by [`refresh_known_recent`] callers.
+static RECENT: Mutex<Option<Arc<Table>>> = Mutex::new(None);
+
+/// A walk no older than `max_age` (zero: a fresh one).
+fn table(max_age: Duration) -> Arc<Table> {
+    table_in(&RECENT, max_age)
+}
+
+fn table_in(cache: &Mutex<Option<Arc<Table>>>, max_age: Duration) -> Arc<Table> {
+    let recent = || cache.lock().unwrap_or_else(PoisonError::into_inner);
+    if !max_age.is_zero()
+        && let Some(t) = recent().as_ref()
+        && t.taken.elapsed() <= max_age
+    {
+        return t.clone();
+    }
+    let taken = Instant::now();
+    let stats = all_stats();
+    let children = children_map(&stats);
+    let t = Arc::new(Table {
+        taken,
+        stats,
+        children,
+    });
+    *recent() = Some(t.clone());
+    t
 }
 
 /// Makes this process a child subreaper, so orphaned descendants of our children are
@@ -242,5 +315,57 @@ pub async fn sweep(known: &BTreeSet<ProcId>, wait: Duration) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_from_the_last_parenthesis() {
+        let line = b"4242 (we(i)rd) name) S 17 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1234 56 18446744073709551615\n";
+        let st = parse_stat(line).expect("parsed");
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.ppid, 17);
+        assert_eq!(st.pgrp, 4242);
+        assert_eq!(st.start_time, 987654);
+        assert!(parse_stat(b"12 (cut").is_none());
+        assert!(parse_stat(b"12 (short) S 1 2").is_none());
+    }
+
+    #[test]
+    fn the_lean_walk_agrees_with_procfs_on_this_process_and_its_child() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        let me = std::process::id() as i32;
+        let kid = child.id() as i32;
+        let cache = Mutex::new(None);
+        let table = table_in(&cache, Duration::ZERO);
+        for pid in [me, kid] {
+            let ours = table.stats.get(&pid).copied().expect("in the table");
+            let theirs = procfs::process::Process::new(pid).unwrap().stat().unwrap();
+            assert_eq!(ours.start_time, theirs.starttime, "pid {pid}");
+            assert_eq!(ours.ppid, theirs.ppid, "pid {pid}");
+            assert_eq!(ours.pgrp, theirs.pgrp, "pid {pid}");
+        }
+        assert!(table.children.get(&me).is_some_and(|c| c.contains(&kid)));
+        // A recent walk is shared; a fresh one is not, and replaces it.
+        let again = table_in(&cache, Duration::from_secs(60));
+        assert!(Arc::ptr_eq(&table, &again));
+        let fresh = table_in(&cache, Duration::ZERO);
+        assert!(!Arc::ptr_eq(&table, &fresh));
+        assert!(Arc::ptr_eq(
+            &fresh,
+            &table_in(&cache, Duration::from_secs(60))
+        ));
+        let root = ProcId::of(me).unwrap();
+        let mut known = BTreeSet::new();
+        refresh_known_recent(root, &mut known, Duration::from_secs(60));
+        assert!(known.iter().any(|p| p.pid == kid), "{known:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

@@ -1477,7 +1477,7 @@ async fn run_attempt(
                         persist(shared, id, r, output);
                     }
                 });
-                procs::refresh_known(root, &mut known);
+                procs::refresh_known_recent(root, &mut known, Duration::from_millis(150));
                 let overflows = shared.with(id, |r| r.summary.overflows).unwrap_or(0);
                 if overflows >= cfg.overflow_limit.max(1) {
                     stop_reason = Some(AttemptEnd::OverflowLoop(overflows));
