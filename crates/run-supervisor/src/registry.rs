@@ -296,45 +296,55 @@ impl Registry {
         Ok(id)
     }
 
-    fn write_atomic(&self, id: u64, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    /// Writes `name` of a task through a temporary file and a rename, so a reader never sees
+    /// half a file. `write` fills the (buffered) temporary file.
+    fn write_atomic(
+        &self,
+        id: u64,
+        name: &str,
+        write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         let dir = self.task_dir(id);
         private_dir(&dir)?;
         let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         {
-            let mut f = std::fs::OpenOptions::new()
+            let f = std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(true)
                 .mode(0o600)
                 .open(&tmp)?;
-            f.write_all(bytes)?;
+            let mut w = std::io::BufWriter::with_capacity(64 * 1024, f);
+            write(&mut w)?;
+            w.flush()?;
         }
         std::fs::rename(&tmp, dir.join(name))
     }
 
-    /// Writes `task.json` of a task.
-    pub fn write_task(&self, t: &StoredTask) {
-        match serde_json::to_vec_pretty(t) {
-            Ok(bytes) => {
-                if let Err(e) = self.write_atomic(t.id, "task.json", &bytes) {
-                    tracing::warn!(task = t.id, "cannot record the task: {e}");
-                }
-            }
-            Err(e) => tracing::warn!(task = t.id, "cannot encode the task: {e}"),
+    /// Writes `task.json` of a task. Returns false (after a warning in the log) when it could
+    /// not be written.
+    pub fn write_task(&self, t: &StoredTask) -> bool {
+        let written = self.write_atomic(t.id, "task.json", |w| {
+            serde_json::to_writer_pretty(w, t).map_err(std::io::Error::other)
+        });
+        if let Err(e) = &written {
+            tracing::warn!(task = t.id, "cannot record the task: {e}");
         }
+        written.is_ok()
     }
 
-    /// Writes `output.json` of a task.
-    pub fn write_output(&self, id: u64, o: &StoredOutput) {
-        match serde_json::to_vec(o) {
-            Ok(bytes) => {
-                if let Err(e) = self.write_atomic(id, "output.json", &bytes) {
-                    tracing::warn!(task = id, "cannot record the task's output: {e}");
-                }
-            }
-            Err(e) => tracing::warn!(task = id, "cannot encode the task's output: {e}"),
+    /// Writes `output.json` of a task, encoding straight into the file (an output holds up to
+    /// a few MB of text; no second copy of it is made). Returns false (after a warning in the
+    /// log) when it could not be written.
+    pub fn write_output(&self, id: u64, o: &StoredOutput) -> bool {
+        let written = self.write_atomic(id, "output.json", |w| {
+            serde_json::to_writer(w, o).map_err(std::io::Error::other)
+        });
+        if let Err(e) = &written {
+            tracing::warn!(task = id, "cannot record the task's output: {e}");
         }
+        written.is_ok()
     }
 
     /// The stored record of a task (`None`: unknown id or unreadable record).

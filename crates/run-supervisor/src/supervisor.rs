@@ -35,6 +35,11 @@ const RAW_STDOUT_CAP: usize = 256 * 1024;
 /// Finished tasks kept in the table; older finished ones are forgotten first.
 pub const MAX_FINISHED_TASKS: usize = 200;
 
+/// Finished tasks whose record and output are safely in the registry stay in memory only this
+/// many (the newest); older ones are answered from the registry like after a restart, so a
+/// long-lived bridge does not hold every finished task's text (up to the output cap each).
+pub const FINISHED_IN_MEMORY: usize = 16;
+
 /// stderr bytes kept once a task has finished (its tail).
 const FINISHED_STDERR: usize = 64 * 1024;
 
@@ -251,6 +256,8 @@ struct Record {
     /// What the registry last got: events folded, session id known.
     persisted_events: usize,
     persisted_session: bool,
+    /// The finished record and its output are in the registry (it may leave memory).
+    saved: bool,
 }
 
 #[derive(Debug, Default)]
@@ -321,6 +328,12 @@ impl Supervisor {
                 registry,
             }),
         }
+    }
+
+    /// How many tasks are held in memory (running and finished); the rest of
+    /// [`Supervisor::list`] is answered from the registry. For tests and diagnostics.
+    pub fn tasks_in_memory(&self) -> usize {
+        self.shared.lock().tasks.len()
     }
 
     /// The registry directory in use (`None`: tasks are kept in memory only).
@@ -404,17 +417,7 @@ impl Supervisor {
                     limit: cfg.max_parallel,
                 });
             }
-            let finished: Vec<TaskId> = inner
-                .tasks
-                .iter()
-                .filter(|(_, r)| r.state.is_finished())
-                .map(|(&id, _)| id)
-                .collect();
-            if finished.len() >= MAX_FINISHED_TASKS {
-                for old in &finished[..=finished.len() - MAX_FINISHED_TASKS] {
-                    inner.tasks.remove(old);
-                }
-            }
+            forget_finished(&mut inner, MAX_FINISHED_TASKS - 1);
             let id = match &self.shared.registry {
                 Some(reg) => reg
                     .next_id()
@@ -457,6 +460,7 @@ impl Supervisor {
                     changes: None,
                     persisted_events: 0,
                     persisted_session: false,
+                    saved: false,
                 },
             );
             if let Some(r) = inner.tasks.get(&id) {
@@ -947,9 +951,11 @@ fn stored_snapshot(t: &StoredTask, owner: &Owner) -> TaskSnapshot {
 
 /// Records a task of this supervisor in the registry (its output too with `output`). Called
 /// with the table locked, so writes of one task never overtake each other.
-fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) {
+/// Writes the task (and with `output` its output) to the registry. True when there is a
+/// registry and everything asked for was written.
+fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) -> bool {
     let Some(reg) = &shared.registry else {
-        return;
+        return false;
     };
     let version = shared
         .caps
@@ -984,7 +990,7 @@ fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) {
         opencode_version: version,
         updated_ms: registry::now_ms(),
     };
-    reg.write_task(&t);
+    let mut saved = reg.write_task(&t);
     if output {
         let stderr_clean = crate::classify::strip_ansi(&r.stderr.tail_string(16_000));
         let o = StoredOutput {
@@ -997,7 +1003,32 @@ fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) {
             stdout_bytes_dropped: r.stdout.dropped_bytes().max(r.stdout_dropped),
             changed_files: r.changes.clone(),
         };
-        reg.write_output(id, &o);
+        saved &= reg.write_output(id, &o);
+    }
+    saved
+}
+
+/// Forgets finished tasks, oldest first: beyond `keep` finished tasks in all, and beyond
+/// [`FINISHED_IN_MEMORY`] of those already saved in the registry (which keeps answering for
+/// them).
+fn forget_finished(inner: &mut Inner, keep: usize) {
+    let finished: Vec<(TaskId, bool)> = inner
+        .tasks
+        .iter()
+        .filter(|(_, r)| r.state.is_finished())
+        .map(|(&id, r)| (id, r.saved))
+        .collect();
+    let over = finished.len().saturating_sub(keep);
+    let saved = finished.iter().filter(|(_, s)| *s).count();
+    let mut saved_over = saved.saturating_sub(FINISHED_IN_MEMORY);
+    for (i, (id, is_saved)) in finished.into_iter().enumerate() {
+        if i < over {
+            inner.tasks.remove(&id);
+            saved_over = saved_over.saturating_sub(usize::from(is_saved));
+        } else if is_saved && saved_over > 0 {
+            inner.tasks.remove(&id);
+            saved_over -= 1;
+        }
     }
 }
 
@@ -1080,9 +1111,10 @@ fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure
         }
         r.finished = Some(Instant::now());
         r.retry_at = None;
-        persist(shared, id, r, true);
+        r.saved = persist(shared, id, r, true);
         r.done.send_replace(true);
     });
+    forget_finished(&mut shared.lock(), MAX_FINISHED_TASKS);
 }
 
 /// Restarts after opencode failed to open its store before doing anything.

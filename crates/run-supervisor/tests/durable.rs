@@ -35,15 +35,7 @@ impl World {
     }
 
     fn supervisor(&self) -> Supervisor {
-        Supervisor::new(SupervisorConfig {
-            opencode_bin: Some(bridge_testkit::bins::fake_opencode()),
-            root: self.root.path().to_path_buf(),
-            kill_grace: Duration::from_millis(400),
-            prompt_dir: self.root.path().join("prompts"),
-            state_dir: Some(self.state.path().to_path_buf()),
-            subreaper: false,
-            ..SupervisorConfig::default()
-        })
+        Supervisor::new(sup_config(self))
     }
 
     fn spec(&self, scenario: &str) -> TaskSpec {
@@ -53,6 +45,18 @@ impl World {
             "worker",
             "PROJ/worker: do the thing",
         )
+    }
+}
+
+fn sup_config(w: &World) -> SupervisorConfig {
+    SupervisorConfig {
+        opencode_bin: Some(bridge_testkit::bins::fake_opencode()),
+        root: w.root.path().to_path_buf(),
+        kill_grace: Duration::from_millis(400),
+        prompt_dir: w.root.path().join("prompts"),
+        state_dir: Some(w.state.path().to_path_buf()),
+        subreaper: false,
+        ..SupervisorConfig::default()
     }
 }
 
@@ -232,6 +236,55 @@ async fn a_run_that_outlived_its_bridge_is_an_orphan_and_can_be_cancelled() {
     assert!(real.is_alive(), "the unrelated process was not touched");
     other.kill().unwrap();
     other.wait().unwrap();
+}
+
+#[tokio::test]
+async fn only_the_newest_saved_finished_tasks_stay_in_memory() {
+    let w = World::new();
+    let sup = w.supervisor();
+    let n = run_supervisor::FINISHED_IN_MEMORY + 4;
+    let mut ids = Vec::new();
+    let mut first = None;
+    for _ in 0..n {
+        let id = sup.start(w.spec("ok")).unwrap();
+        finish(&sup, id, LIMIT).await;
+        if first.is_none() {
+            first = Some((sup.status(id).unwrap(), sup.result(id, None, None).unwrap()));
+        }
+        ids.push(id);
+    }
+    assert_eq!(sup.tasks_in_memory(), run_supervisor::FINISHED_IN_MEMORY);
+    // The forgotten ones are answered from the registry, as they were.
+    let (status, out) = first.unwrap();
+    let again = sup.result(ids[0], None, None).unwrap();
+    assert!(
+        out.final_text.contains("stdin_bytes="),
+        "{}",
+        out.final_text
+    );
+    assert_eq!(again.text.text, out.text.text);
+    assert_eq!(again.final_text, out.final_text);
+    assert_eq!(again.tool_calls, out.tool_calls);
+    let s = sup.status(ids[0]).unwrap();
+    assert_eq!(
+        (s.state, s.session_id, s.tokens.input),
+        (status.state, status.session_id, status.tokens.input)
+    );
+    assert_eq!(sup.list().len(), n);
+    assert_eq!(
+        sup.cancel(ids[0]).await,
+        CancelOutcome::AlreadyFinished(TaskState::Succeeded)
+    );
+    // Without a registry nothing is forgotten before the 200-task limit.
+    let mem = Supervisor::new(SupervisorConfig {
+        state_dir: None,
+        ..sup_config(&w)
+    });
+    for _ in 0..n {
+        let id = mem.start(w.spec("ok")).unwrap();
+        finish(&mem, id, LIMIT).await;
+    }
+    assert_eq!(mem.tasks_in_memory(), n);
 }
 
 #[tokio::test]
