@@ -492,6 +492,13 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
             format!("opencode printed no events. {stderr_tail}"),
         ));
     }
+    if summary.ended_mid_line {
+        return Some(Failure::with_advice(
+            FailureKind::Exit,
+            "opencode's output ended in the middle of an event line: it exited before everything it printed was read, so the end of the run's events (answer text, tokens) is lost here",
+            "The session itself holds the whole answer: read it with opencode_session_output and the task's session id. This happens with very long answers (over 1 MiB).",
+        ));
+    }
     None
 }
 
@@ -530,6 +537,26 @@ mod tests {
         )
         .expect("a failure")
         .kind
+    }
+
+    #[test]
+    fn output_cut_in_the_middle_of_a_line_is_a_failure_not_a_success() {
+        let ok = ExitInfo {
+            code: Some(0),
+            signal: None,
+        };
+        let mut s =
+            summary(&[r#"{"type":"step_start","sessionID":"ses_t","part":{"messageID":"m1"}}"#]);
+        assert!(classify(&s, "", ok).is_none());
+        s.ended_mid_line = true;
+        let f = classify(&s, "", ok).expect("a failure");
+        assert_eq!(f.kind, FailureKind::Exit);
+        assert!(
+            f.message.contains("middle of an event line"),
+            "{}",
+            f.message
+        );
+        assert!(f.advice.contains("opencode_session_output"), "{}", f.advice);
     }
 
     #[test]

@@ -614,6 +614,9 @@ pub struct RunSummary {
     final_message: Option<String>,
     /// True when any non-synthetic text or any tool call was seen (drives the retry rule).
     pub produced_output: bool,
+    /// The output ended in the middle of a line that is not a whole event: opencode exited
+    /// before everything it printed was read, and the end of its events is lost.
+    pub ended_mid_line: bool,
 }
 
 impl RunSummary {
@@ -637,6 +640,7 @@ impl RunSummary {
             final_text: String::new(),
             final_message: None,
             produced_output: false,
+            ended_mid_line: false,
         }
     }
 

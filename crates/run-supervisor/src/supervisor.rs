@@ -1638,6 +1638,13 @@ async fn read_stream(
         lines.feed(chunk, |piece| fold(&shared, id, r, piece));
     }
     if is_stdout {
-        shared.with(id, |r| lines.finish(|piece| fold(&shared, id, r, piece)));
+        shared.with(id, |r| {
+            let unterminated = lines.pending_bytes() > 0;
+            let malformed = r.summary.malformed;
+            lines.finish(|piece| fold(&shared, id, r, piece));
+            if unterminated && r.summary.malformed > malformed {
+                r.summary.ended_mid_line = true;
+            }
+        });
     }
 }

@@ -288,6 +288,26 @@ async fn only_the_newest_saved_finished_tasks_stay_in_memory() {
 }
 
 #[tokio::test]
+async fn a_run_whose_output_stops_mid_line_fails_and_says_where_the_answer_is() {
+    let w = World::new();
+    let sup = w.supervisor();
+    let id = sup.start(w.spec("cut")).unwrap();
+    let s = finish(&sup, id, LIMIT).await;
+    assert_eq!(s.state, TaskState::Failed, "{s:?}");
+    let f = s.failure.unwrap();
+    assert_eq!(f.kind, FailureKind::Exit);
+    assert!(
+        f.message.contains("middle of an event line"),
+        "{}",
+        f.message
+    );
+    assert_eq!(
+        s.session_id.as_deref(),
+        Some("ses_fake0000000000000000000001")
+    );
+}
+
+#[tokio::test]
 async fn a_task_whose_bridge_and_run_are_gone_is_lost() {
     let w = World::new();
     write_record(

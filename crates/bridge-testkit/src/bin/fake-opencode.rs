@@ -11,6 +11,7 @@
 //! | `exit:N` | a line on stderr, exit N, no events |
 //! | `replay` | prints the lines of the file `FAKE_OPENCODE_EVENTS`, then exits with `FAKE_OPENCODE_EXIT` (default 0) |
 //! | `flood` | text events of 64 KiB until `FAKE_OPENCODE_FLOOD_MB` (default 50) MB were written, then a final text `FLOOD END` and exit 0 |
+//! | `cut` | a `step_start`, then the first half of a `text` event line with no newline, and exit 0 (as opencode does when it exits before its pipe took everything) |
 //! | `hang` | one `step_start`, then silence forever |
 //! | `silent` | no output at all, forever |
 //! | `tree` | starts a grandchild that ignores SIGTERM and a `setsid` escapee (their pids go to `FAKE_OPENCODE_PIDFILE`), prints one `step_start`, then hangs |
@@ -285,6 +286,12 @@ fn main() {
             }
             emit(&mut out, text("msg_2", "FLOOD END"));
             emit(&mut out, step_finish("msg_2"));
+        }
+        "cut" => {
+            emit(&mut out, step_start("msg_1"));
+            let line = text("msg_1", "An answer whose end never arrives").to_string();
+            let _ = out.write_all(&line.as_bytes()[..line.len() / 2]);
+            let _ = out.flush();
         }
         "hang" => {
             emit(&mut out, step_start("msg_1"));
