@@ -209,7 +209,7 @@ pub fn result(o: &TaskOutput) -> String {
     }
     if o.stdout_bytes_dropped > 0 {
         out.push_str(&format!(
-            "note: {} bytes of raw output were not kept (2 MB cap)\n",
+            "note: {} bytes of the agent's text were cut from the middle (output cap)\n",
             o.stdout_bytes_dropped
         ));
     }

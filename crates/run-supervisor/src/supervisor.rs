@@ -28,10 +28,6 @@ use crate::quota;
 use crate::registry::{self, Registry, StoredOutput, StoredTask};
 use crate::spec::{SupervisorConfig, TaskSpec};
 
-/// Raw stdout kept per attempt (events are folded as they arrive; the raw lines are only
-/// kept for the byte counts and debugging).
-const RAW_STDOUT_CAP: usize = 256 * 1024;
-
 /// Finished tasks kept in the table; older finished ones are forgotten first.
 pub const MAX_FINISHED_TASKS: usize = 200;
 
@@ -183,7 +179,9 @@ pub struct TaskOutput {
     pub malformed_lines: usize,
     /// Events of unknown types.
     pub unknown_events: usize,
-    /// Bytes of raw stdout dropped by the 2 MB capture.
+    /// Bytes of the agent's text cut from the middle by the output cap (2 MB by default;
+    /// the head and the tail are kept). Events are folded as they arrive and raw output
+    /// lines are not kept.
     pub stdout_bytes_dropped: u64,
     /// The files the task changed (editing agents only, once finished; `None`: not tracked).
     pub changed_files: Option<ChangedFiles>,
@@ -242,8 +240,6 @@ struct Record {
     root: Option<ProcId>,
     last_event: Option<Instant>,
     summary: RunSummary,
-    stdout: HeadTail,
-    stdout_dropped: u64,
     stderr: HeadTail,
     failure: Option<Failure>,
     retry_at: Option<Instant>,
@@ -447,8 +443,6 @@ impl Supervisor {
                     root: None,
                     last_event: None,
                     summary: RunSummary::new(cfg.output_cap),
-                    stdout: HeadTail::new(RAW_STDOUT_CAP.min(cfg.output_cap)),
-                    stdout_dropped: 0,
                     stderr: HeadTail::new(cfg.output_cap),
                     failure: None,
                     retry_at: None,
@@ -591,7 +585,7 @@ impl Supervisor {
             stderr_tail,
             malformed_lines: r.summary.malformed,
             unknown_events: r.summary.unknown,
-            stdout_bytes_dropped: r.stdout.dropped_bytes().max(r.stdout_dropped),
+            stdout_bytes_dropped: r.summary.text.dropped_bytes(),
             changed_files: r.changes.clone(),
         })
     }
@@ -1000,7 +994,7 @@ fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) -> bool {
             stderr_tail: cut_text(stderr_clean.trim(), None, Some(4_000)).text,
             malformed_lines: r.summary.malformed,
             unknown_events: r.summary.unknown,
-            stdout_bytes_dropped: r.stdout.dropped_bytes().max(r.stdout_dropped),
+            stdout_bytes_dropped: r.summary.text.dropped_bytes(),
             changed_files: r.changes.clone(),
         };
         saved &= reg.write_output(id, &o);
@@ -1101,9 +1095,7 @@ fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure
     shared.with(id, |r| {
         r.state = state;
         r.failure = failure;
-        // A finished task keeps its text; raw events and most of stderr are no longer needed.
-        r.stdout_dropped = r.stdout.dropped_bytes();
-        r.stdout = HeadTail::new(2);
+        // A finished task keeps its text; most of stderr is no longer needed.
         if r.stderr.kept_bytes() > FINISHED_STDERR {
             let tail = r.stderr.tail_string(FINISHED_STDERR);
             r.stderr = HeadTail::new(FINISHED_STDERR + 16);
@@ -1429,7 +1421,6 @@ async fn run_attempt(
         r.last_event = None;
         r.summary = RunSummary::new(cfg.output_cap);
         r.claude = ClaudeStream::default();
-        r.stdout = HeadTail::new(RAW_STDOUT_CAP.min(cfg.output_cap));
         r.stderr = HeadTail::new(cfg.output_cap);
         r.exit = None;
         r.retry_at = None;
@@ -1634,7 +1625,6 @@ async fn read_stream(
             r.stderr.push(chunk);
             continue;
         }
-        r.stdout.push(chunk);
         lines.feed(chunk, |piece| fold(&shared, id, r, piece));
     }
     if is_stdout {
