@@ -87,12 +87,7 @@ pub(crate) fn flood(bin: &Path, tasks: usize, mb: usize) -> Result<Vec<Row>, Str
             "opencode_start",
             json!({"tier": "easy", "prompt": format!("Summarise the notes, part {i}"), "cwd": "proj"}),
         )?;
-        let id = text
-            .strip_prefix("started task ")
-            .and_then(|r| r.split(':').next())
-            .ok_or_else(|| format!("unexpected start answer: {text}"))?
-            .to_string();
-        ids.push(id);
+        ids.push(task_id_of(&text)?);
     }
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
@@ -209,11 +204,7 @@ fn real_opencode_share(bin: &Path) -> Result<Row, String> {
         json!({"tier": "easy", "prompt": "Write the long answer.", "model": "fk/long",
                "cwd": sb.project_dir().display().to_string()}),
     )?;
-    let id = text
-        .strip_prefix("started task ")
-        .and_then(|r| r.split(':').next())
-        .ok_or_else(|| format!("unexpected start answer: {text}"))?
-        .to_string();
+    let id = task_id_of(&text)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         b.call("opencode_wait", json!({"ids": [id], "timeout_s": 55}))?;
@@ -256,4 +247,13 @@ fn real_opencode_share(bin: &Path) -> Result<Row, String> {
         &label,
         format!("{share:.2} % ({own:.2} s vs {kids:.2} s)"),
     ))
+}
+
+/// The task id in an `opencode_start` answer (`started task <id>: ...`).
+fn task_id_of(answer: &str) -> Result<String, String> {
+    answer
+        .strip_prefix("started task ")
+        .and_then(|r| r.split(':').next())
+        .map(str::to_owned)
+        .ok_or_else(|| format!("unexpected start answer: {answer}"))
 }
