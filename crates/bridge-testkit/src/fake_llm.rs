@@ -29,6 +29,7 @@
 //! | `length` | text `truncated answ` with `finish_reason: "length"` |
 //! | `reasoning` | `reasoning_content` `Let me think. OK.`, then text [`OK_TEXT`] |
 //! | `long` | a text of [`LONG_BYTES`] bytes (numbered lines of words) streamed in deltas of [`LONG_DELTA`] bytes, ending with `DONE` (a long answer, for measuring the cost of its events) |
+//! | `huge` | like `long`, but [`HUGE_BYTES`] bytes in deltas of [`HUGE_DELTA`] bytes (an answer whose event line is larger than any pipe) |
 //!
 //! Retryable errors (429, 5xx, 529) carry `retry-after-ms: 10` so opencode retries at once.
 //! Requests without `tools` (title generation, compaction) get the text [`TITLE_TEXT`] whatever
@@ -55,6 +56,10 @@ pub const SUBTASK_TEXT: &str = "sub job result";
 pub const LONG_BYTES: usize = 1024 * 1024;
 /// Bytes of one streamed delta of the `long` model's answer.
 pub const LONG_DELTA: usize = 64;
+/// Bytes of the `huge` model's answer.
+pub const HUGE_BYTES: usize = 3 * 1024 * 1024;
+/// Bytes of one streamed delta of the `huge` model's answer.
+pub const HUGE_DELTA: usize = 4096;
 
 /// Every model name the fake knows (declare them all in the opencode config).
 pub const SCENARIOS: &[&str] = &[
@@ -84,6 +89,7 @@ pub const SCENARIOS: &[&str] = &[
     "length",
     "reasoning",
     "long",
+    "huge",
 ];
 
 /// One request the fake received.
@@ -360,27 +366,28 @@ fn text_answer(text: &str, finish: &'static str) -> Vec<Event> {
     ]
 }
 
-/// The `long` answer: [`LONG_BYTES`] of numbered lines in deltas of [`LONG_DELTA`] bytes.
-fn long_answer() -> Vec<Event> {
-    let mut text = String::with_capacity(LONG_BYTES + 64);
+/// The `long` and `huge` answers: `bytes` of numbered lines in deltas of `delta` bytes, ending
+/// with `DONE`.
+fn long_answer(bytes: usize, delta: usize) -> Vec<Event> {
+    let mut text = String::with_capacity(bytes + 64);
     let mut n = 0u64;
-    while text.len() < LONG_BYTES - 4 {
+    while text.len() < bytes - 4 {
         text.push_str(&format!(
             "{n}: the quick brown fox jumps over the lazy dog, and back again.\n"
         ));
         n += 1;
     }
-    text.truncate(LONG_BYTES - 4);
+    text.truncate(bytes - 4);
     text.push_str("DONE");
     let mut events: Vec<Event> = text
         .as_bytes()
-        .chunks(LONG_DELTA)
+        .chunks(delta)
         .map(|c| Event::Text(String::from_utf8_lossy(c).into_owned()))
         .collect();
     events.push(Event::Finish("stop"));
     events.push(Event::Usage {
         prompt: 10,
-        completion: (LONG_BYTES / 4) as u64,
+        completion: (bytes / 4) as u64,
         cached: 0,
     });
     events
@@ -548,7 +555,8 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
             ),
         ]),
         "length" => stream(text_answer("truncated answ", "length")),
-        "long" => stream(long_answer()),
+        "long" => stream(long_answer(LONG_BYTES, LONG_DELTA)),
+        "huge" => stream(long_answer(HUGE_BYTES, HUGE_DELTA)),
         "reasoning" => {
             let mut events = vec![Event::Reasoning("Let me think. OK.".into())];
             events.extend(text_answer(OK_TEXT, "stop"));

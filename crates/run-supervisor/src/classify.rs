@@ -496,7 +496,7 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
         return Some(Failure::with_advice(
             FailureKind::Exit,
             "opencode's output ended in the middle of an event line: it exited before everything it printed was read, so the end of the run's events (answer text, tokens) is lost here",
-            "The session itself holds the whole answer: read it with opencode_session_output and the task's session id. This happens with very long answers (over 1 MiB).",
+            "The session itself holds the whole answer: read it with opencode_session_output and the task's session id. Seen with very long answers when the run's output had to go through a pipe.",
         ));
     }
     None

@@ -1,9 +1,10 @@
 //! The task table and the life of one task: spawn, watch, classify, retry, stop.
 //!
 //! Each task runs in its own tokio task (works on a current-thread runtime). One attempt is one
-//! `opencode run` process in its own process group; its stdout and stderr are read by two
-//! reader tasks that fold events into the task record as they arrive, so `status` shows live
-//! progress. Stopping (cancel, timeout, overflow loop, shutdown) goes through
+//! `opencode run` process in its own process group; its stdout (an unlinked temporary file
+//! the reader follows, or a pipe where no such file can be made) and its stderr (a pipe) are
+//! read by two reader tasks that fold events into the task record as they arrive, so `status`
+//! shows live progress. Stopping (cancel, timeout, overflow loop, shutdown) goes through
 //! [`procs::terminate_tree`]: SIGTERM to the group and every known descendant, a grace
 //! period, SIGKILL, then reaping.
 
@@ -1405,9 +1406,13 @@ async fn run_attempt(
         .current_dir(cwd)
         .process_group(0)
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(false);
+    let out_file = output_file();
+    match out_file.as_ref().and_then(|f| f.try_clone().ok()) {
+        Some(f) => cmd.stdout(f),
+        None => cmd.stdout(std::process::Stdio::piped()),
+    };
     for k in &launch.env_remove {
         cmd.env_remove(k);
     }
@@ -1450,10 +1455,25 @@ async fn run_attempt(
             let _ = stdin.shutdown().await;
         });
     }
-    let out_reader = child.stdout.take().map(|s| {
-        enlarge_pipe(&s);
-        tokio::spawn(read_stream(Arc::clone(shared), id, s, true))
-    });
+    let (out_done, out_done_rx) = tokio::sync::watch::channel(false);
+    let out_reader = match (out_file, child.stdout.take()) {
+        (_, Some(pipe)) => {
+            enlarge_pipe(&pipe);
+            Some(tokio::spawn(read_stream(
+                Arc::clone(shared),
+                id,
+                pipe,
+                true,
+            )))
+        }
+        (Some(file), None) => Some(tokio::spawn(follow_output(
+            Arc::clone(shared),
+            id,
+            file,
+            out_done_rx,
+        ))),
+        (None, None) => None,
+    };
     let err_reader = child
         .stderr
         .take()
@@ -1517,6 +1537,7 @@ async fn run_attempt(
     }
     // Let the readers drain what is left; a descendant holding the pipes open must not keep
     // us waiting.
+    let _ = out_done.send(true);
     for reader in [out_reader, err_reader].into_iter().flatten() {
         let abort = reader.abort_handle();
         if tokio::time::timeout(Duration::from_millis(1500), reader)
@@ -1585,30 +1606,6 @@ async fn read_stream(
     mut stream: impl AsyncRead + Unpin,
     is_stdout: bool,
 ) {
-    /// Folds one stdout line (or an over-long one) into the task record.
-    fn fold(shared: &Shared, id: TaskId, r: &mut Record, piece: Piece<'_>) {
-        let line = match piece {
-            Piece::Line(line) => line,
-            Piece::TooLong => {
-                r.summary.malformed += 1;
-                return;
-            }
-        };
-        let event = match r.runner {
-            Runner::Opencode => r.summary.push_line_bytes(line),
-            Runner::Claude => r.push_out(&String::from_utf8_lossy(line)),
-        };
-        if event {
-            r.last_event = Some(Instant::now());
-        }
-        // The session id goes to the registry the moment it is known: no status shows it
-        // before a restarted bridge could.
-        if !r.persisted_session && r.summary.session_id.is_some() {
-            r.persisted_session = true;
-            persist(shared, id, r, false);
-        }
-    }
-
     let mut buf = vec![0u8; if is_stdout { STDOUT_READ } else { STDERR_READ }];
     let mut lines = LineSplitter::new(MAX_LINE);
     loop {
@@ -1617,24 +1614,143 @@ async fn read_stream(
             Ok(n) => n,
         };
         let chunk = &buf[..n];
+        if is_stdout {
+            if !fold_stdout(&shared, id, &mut lines, chunk) {
+                break;
+            }
+            continue;
+        }
         let mut inner = shared.lock();
         let Some(r) = inner.tasks.get_mut(&id) else {
             break;
         };
-        if !is_stdout {
-            r.stderr.push(chunk);
-            continue;
-        }
-        lines.feed(chunk, |piece| fold(&shared, id, r, piece));
+        r.stderr.push(chunk);
     }
     if is_stdout {
-        shared.with(id, |r| {
-            let unterminated = lines.pending_bytes() > 0;
-            let malformed = r.summary.malformed;
-            lines.finish(|piece| fold(&shared, id, r, piece));
-            if unterminated && r.summary.malformed > malformed {
-                r.summary.ended_mid_line = true;
-            }
-        });
+        finish_stdout(&shared, id, &mut lines);
     }
+}
+
+/// Folds what a run wrote to stdout: every whole line of `chunk` (the rest waits in `lines`).
+/// False when the task is gone.
+fn fold_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter, chunk: &[u8]) -> bool {
+    let mut inner = shared.lock();
+    let Some(r) = inner.tasks.get_mut(&id) else {
+        return false;
+    };
+    lines.feed(chunk, |piece| fold(shared, id, r, piece));
+    true
+}
+
+/// Folds the last, unterminated line of a run's stdout, and notes when it was not a whole
+/// event (the output was cut off).
+fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
+    shared.with(id, |r| {
+        let unterminated = lines.pending_bytes() > 0;
+        let malformed = r.summary.malformed;
+        lines.finish(|piece| fold(shared, id, r, piece));
+        if unterminated && r.summary.malformed > malformed {
+            r.summary.ended_mid_line = true;
+        }
+    });
+}
+
+/// Folds one stdout line (or an over-long one) into the task record.
+fn fold(shared: &Shared, id: TaskId, r: &mut Record, piece: Piece<'_>) {
+    let line = match piece {
+        Piece::Line(line) => line,
+        Piece::TooLong => {
+            r.summary.malformed += 1;
+            return;
+        }
+    };
+    let event = match r.runner {
+        Runner::Opencode => r.summary.push_line_bytes(line),
+        Runner::Claude => r.push_out(&String::from_utf8_lossy(line)),
+    };
+    if event {
+        r.last_event = Some(Instant::now());
+    }
+    // The session id goes to the registry the moment it is known: no status shows it
+    // before a restarted bridge could.
+    if !r.persisted_session && r.summary.session_id.is_some() {
+        r.persisted_session = true;
+        persist(shared, id, r, false);
+    }
+}
+
+/// How often a run's output file is looked at for new bytes while the run lives.
+const FOLLOW_EVERY: Duration = Duration::from_millis(20);
+
+/// Consumed output is given back to the file system (a hole is punched) every this many bytes,
+/// so a run that floods its output does not fill the disk.
+const PUNCH_EVERY: u64 = 8 << 20;
+
+/// An unlinked temporary file for a run's stdout, opened for appending, or `None` (then a
+/// pipe is used). opencode (a Bun program) drops what it has not written yet when it exits
+/// with a full stdout pipe, losing the end of a long answer; writes to a file complete at once.
+fn output_file() -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_TMPFILE.bits())
+        .open(std::env::temp_dir())
+        .inspect_err(|e| tracing::debug!("no output file ({e}); a pipe is used"))
+        .ok()
+}
+
+/// Reads a run's stdout file as it grows (with `pread`, so the offset the run writes at is
+/// never moved), folding each whole line, until `done` says the run ended; then reads what is
+/// left and stops.
+async fn follow_output(
+    shared: Arc<Shared>,
+    id: TaskId,
+    file: std::fs::File,
+    mut done: tokio::sync::watch::Receiver<bool>,
+) {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; STDOUT_READ];
+    let mut lines = LineSplitter::new(MAX_LINE);
+    let (mut offset, mut punched) = (0u64, 0u64);
+    loop {
+        let ended = *done.borrow_and_update();
+        loop {
+            let n = match file.read_at(&mut buf, offset) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!(task = id, "cannot read the run's output file: {e}");
+                    finish_stdout(&shared, id, &mut lines);
+                    return;
+                }
+            };
+            offset += n as u64;
+            if !fold_stdout(&shared, id, &mut lines, &buf[..n]) {
+                return;
+            }
+            if offset - punched >= PUNCH_EVERY {
+                punched = offset & !0xfff;
+                punch_hole(&file, punched);
+            }
+        }
+        if ended {
+            break;
+        }
+        tokio::select! {
+            _ = done.changed() => {}
+            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+        }
+    }
+    finish_stdout(&shared, id, &mut lines);
+}
+
+/// Frees the first `len` bytes of `file` on disk, keeping its size (a failure, e.g. on a file
+/// system without holes, only costs disk space).
+fn punch_hole(file: &std::fs::File, len: u64) {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    let _ = fallocate(file, flags, 0, i64::try_from(len).unwrap_or(i64::MAX));
 }
