@@ -14,12 +14,22 @@
 use std::time::Duration;
 
 use bridge_testkit::fake_llm::{HUGE_BYTES, LONG_BYTES};
-use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use run_supervisor::{Supervisor, SupervisorConfig, TaskSpec, TaskState};
+use bridge_testkit::{FakeLlm, OpencodeSandbox};
+use run_supervisor::{Supervisor, SupervisorConfig, TaskSnapshot, TaskSpec, TaskState};
 
-#[tokio::test]
-async fn live_a_long_answer_arrives_whole() {
-    let oc = require_opencode!();
+/// Runs the real opencode on the fake LLM's `model` until it ends: the supervisor (which keeps
+/// the sandbox and the fake alive), the task id and its final snapshot.
+async fn run_model(
+    model: &str,
+) -> Option<(Supervisor, u64, TaskSnapshot, FakeLlm, OpencodeSandbox)> {
+    // Panics under CI=true when the binary is missing; skips with a note elsewhere.
+    let Some(oc) = bridge_testkit::sandbox::real_opencode() else {
+        eprintln!(
+            "note: skipping: set {} to the real opencode binary to run it",
+            bridge_testkit::sandbox::OPENCODE_ENV
+        );
+        return None;
+    };
     let llm = FakeLlm::start().unwrap();
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
     let sup = Supervisor::new(SupervisorConfig {
@@ -31,18 +41,26 @@ async fn live_a_long_answer_arrives_whole() {
         ..SupervisorConfig::default()
     });
     let mut spec = TaskSpec::new(
-        "Write the long answer.",
+        format!("Write the {model} answer."),
         sb.project_dir(),
         "worker",
-        "LIVE/worker: a long answer",
+        format!("LIVE/worker: a {model} answer"),
     );
-    spec.model = Some("fk/long".into());
+    spec.model = Some(format!("fk/{model}"));
     let id = sup.start(spec).unwrap();
-    let snap = tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
+    let snap = tokio::time::timeout(Duration::from_secs(300), sup.wait(id))
         .await
-        .expect("the run finished within 240 s")
+        .expect("the run finished within 300 s")
         .expect("the task is known");
     assert_eq!(snap.state, TaskState::Succeeded, "{snap:?}");
+    Some((sup, id, snap, llm, sb))
+}
+
+#[tokio::test]
+async fn live_a_long_answer_arrives_whole() {
+    let Some((sup, id, snap, _llm, _sb)) = run_model("long").await else {
+        return;
+    };
     assert!(
         snap.tokens.output > 0,
         "the step_finish after the long line arrived: {snap:?}"
@@ -59,30 +77,9 @@ async fn live_a_long_answer_arrives_whole() {
 
 #[tokio::test]
 async fn live_an_answer_larger_than_any_pipe_arrives_whole() {
-    let oc = require_opencode!();
-    let llm = FakeLlm::start().unwrap();
-    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
-    let sup = Supervisor::new(SupervisorConfig {
-        opencode_bin: Some(oc),
-        root: sb.root().to_path_buf(),
-        env: sb.env(),
-        kill_grace: Duration::from_secs(3),
-        quiet_after: Duration::from_secs(600),
-        ..SupervisorConfig::default()
-    });
-    let mut spec = TaskSpec::new(
-        "Write the huge answer.",
-        sb.project_dir(),
-        "worker",
-        "LIVE/worker: a huge answer",
-    );
-    spec.model = Some("fk/huge".into());
-    let id = sup.start(spec).unwrap();
-    let snap = tokio::time::timeout(Duration::from_secs(300), sup.wait(id))
-        .await
-        .expect("the run finished within 300 s")
-        .expect("the task is known");
-    assert_eq!(snap.state, TaskState::Succeeded, "{snap:?}");
+    let Some((sup, id, snap, _llm, _sb)) = run_model("huge").await else {
+        return;
+    };
     assert_eq!(
         snap.tokens.output,
         (HUGE_BYTES / 4) as u64,
