@@ -516,20 +516,7 @@ fn live_a_follow_up_continues_the_session_and_an_edit_lists_its_files() {
     let live = Live::new(oc);
     let proj = live.sb.project_dir().to_path_buf();
     // A git tree with one commit: the task's write shows up as a change.
-    let git = |args: &[&str]| {
-        let st = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&proj)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success(), "git {args:?}");
-    };
+    let git = |args: &[&str]| bridge_testkit::git(&proj, args);
     git(&["init", "-q"]);
     std::fs::write(proj.join("README.md"), "# demo\n").unwrap();
     git(&["add", "."]);

@@ -14,3 +14,23 @@ pub mod sandbox;
 
 pub use fake_llm::{FakeLlm, RecordedRequest};
 pub use sandbox::{OpencodeSandbox, RunOutput, real_claude, real_opencode};
+
+/// Runs `git -C dir <args>` with a fixed test identity (author and committer `t`), output
+/// discarded, for tests that build a small repository.
+///
+/// # Panics
+/// When git cannot be run or exits non-zero.
+pub fn git(dir: &std::path::Path, args: &[&str]) {
+    let st = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run git: {e}"));
+    assert!(st.success(), "git {args:?} in {}", dir.display());
+}

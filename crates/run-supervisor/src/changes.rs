@@ -312,18 +312,7 @@ mod tests {
     use super::*;
 
     fn sh(dir: &Path, args: &[&str]) {
-        let st = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success(), "git {args:?}");
+        bridge_testkit::git(dir, args);
     }
 
     fn find<'a>(c: &'a ChangedFiles, p: &str) -> &'a FileChange {

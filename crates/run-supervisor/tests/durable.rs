@@ -411,20 +411,7 @@ async fn a_follow_up_names_its_session() {
 async fn an_editing_task_lists_the_files_it_changed_in_git() {
     let w = World::new();
     let proj = w.proj();
-    let git = |args: &[&str]| {
-        let st = Command::new("git")
-            .arg("-C")
-            .arg(&proj)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
+    let git = |args: &[&str]| bridge_testkit::git(&proj, args);
     git(&["init", "-q"]);
     std::fs::write(proj.join("README"), "r\n").unwrap();
     git(&["add", "."]);
