@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::env::Environment;
 use crate::instructions::run_instructions;
 use crate::mode::{Mode, ModeDecision, detect_mode};
-use crate::roster::{AgentInfo, Roster, WORKER, config_overlay};
+use crate::roster::{Access, AgentInfo, Roster, WORKER, config_overlay};
 use crate::secrets;
 use crate::tier::{ACCEPTED_TIERS, DELEGATE, KEEP, Tier};
 
@@ -88,6 +88,8 @@ pub enum RefusalKind {
     Secret,
     /// The prompt is empty.
     Prompt,
+    /// opencode refuses to load its configuration here, so every run would fail.
+    Config,
 }
 
 /// A refusal: its kind and a message saying what to do instead.
@@ -152,7 +154,7 @@ pub struct AllowedAgent {
     pub installed: bool,
 }
 
-/// The agents a mode allows. Blueprint and insensitive: every roster agent. Sensitive: explorer,
+/// The agents a mode allows. Blueprint and insensitive: every roster agent that is not hidden. Sensitive: explorer,
 /// librarian, deep-research, oracle, and fixer/worker for mechanical jobs, whether installed or
 /// not (`installed` says which).
 ///
@@ -171,11 +173,11 @@ pub fn allowed_agents(mode: Mode, roster: &Roster) -> Vec<AllowedAgent> {
             .map(|(name, mechanical_only)| AllowedAgent {
                 name: (*name).to_owned(),
                 mechanical_only,
-                installed: roster.get(name).is_some(),
+                installed: roster.get(name).is_some_and(|a| !a.hidden),
             })
             .collect(),
         Mode::Blueprint | Mode::Insensitive => roster
-            .agents()
+            .offered()
             .map(|a| AllowedAgent {
                 name: a.name.clone(),
                 mechanical_only: false,
@@ -234,6 +236,15 @@ pub fn evaluate(
         });
     }
 
+    if let Some(error) = roster.load_error() {
+        return Err(Refusal::new(
+            RefusalKind::Config,
+            format!(
+                "Not delegated: opencode refuses to load its configuration here, so every run would fail: {error}. Fix that (`opencode agent list` in the directory shows the same error), then retry."
+            ),
+        ));
+    }
+
     let (name, from_env) = match request.agent.map(str::trim).filter(|a| !a.is_empty()) {
         Some(a) => (a.to_owned(), false),
         None => {
@@ -265,7 +276,7 @@ pub fn evaluate(
                     }
                 })
                 .collect(),
-            _ => roster.names().into_iter().map(str::to_owned).collect(),
+            _ => roster.offered().map(|a| a.name.clone()).collect(),
         };
         return Err(Refusal::new(
             RefusalKind::Agent,
@@ -279,6 +290,28 @@ pub fn evaluate(
             ),
         ));
     };
+    if agent.hidden {
+        return Err(Refusal::new(
+            RefusalKind::Agent,
+            format!(
+                "Not delegated: agent {name:?} is hidden in opencode (an internal agent, or `hidden: true` in its config), so it is not offered for delegation. Usable now: {}.",
+                roster
+                    .offered()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    if mode == Mode::Sensitive && !request.mechanical && agent.access == Access::Editing {
+        return Err(Refusal::new(
+            RefusalKind::Agent,
+            format!(
+                "Not delegated: the mode is sensitive (from {}), where only read-only agents run, and {name} can change files here ({}). Deny its edit and bash permissions in its definition, use another read-only agent, or do the work yourself.",
+                decision.decided_by, agent.access_note
+            ),
+        ));
+    }
     let instructions = run_instructions(agent, mode, request.mechanical);
     let prompt = format!("{instructions}\n{}", request.prompt);
     Ok(Delegation {

@@ -24,6 +24,7 @@ mod evaluate;
 mod instructions;
 mod mode;
 pub mod naming;
+pub mod permission;
 mod roster;
 pub mod secrets;
 mod tier;
@@ -42,8 +43,8 @@ pub use mode::{
     MarkerKind, Mode, ModeDecision, ModeSource, Reading, detect_mode, project_root,
 };
 pub use roster::{
-    Access, AgentInfo, AgentMode, AgentSource, Roster, Shell, WORKER, config_overlay, merge_config,
-    worker_agent_config,
+    Access, AgentInfo, AgentMode, AgentSource, Roster, RosterOrigin, Shell, WORKER, config_overlay,
+    merge_config, read_only_permissions, worker_agent_config,
 };
 pub use tier::{ACCEPTED_TIERS, DELEGATE, KEEP, TIER_RULES, Tier};
 pub use view::{AgentView, ModeSummary, PolicyView};

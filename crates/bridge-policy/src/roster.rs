@@ -29,15 +29,20 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::env::Environment;
+use crate::permission::{Reach, Ruleset};
 use crate::yaml::{parse_jsonc, parse_yaml, split_frontmatter};
 
-/// Whether an agent can change files.
+/// Whether an agent can change files in a bridge run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
-    /// Edit-class tools are denied and the shell is denied or restricted to listed commands.
+    /// Its edit tools are denied (an `ask` counts as denied: these runs do not approve asks)
+    /// and its shell is not free. The bridge runs it read-only: without `--auto`, with `edit`,
+    /// `bash` and `task` denied in the run's config ([`config_overlay`]), so a shell allowlist
+    /// (which can always write, e.g. `timeout *` or `echo*` with a redirection) is switched off.
     ReadOnly,
-    /// Anything else: the agent can change files (with its edit tools or a free shell).
+    /// Anything else: the agent can change files (with its edit tools or a free shell). It runs
+    /// with `--auto`, so its `ask` rules are approved.
     Editing,
 }
 
@@ -57,11 +62,12 @@ impl fmt::Display for Access {
     }
 }
 
-/// What the shell (`bash` tool) may do.
+/// What the shell (`bash` tool) may do by the agent's own permissions, under the flags the
+/// bridge runs it with (see [`Access`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Shell {
-    /// Denied (or `ask`, which a non-interactive run rejects).
+    /// Denied (or `ask`, which a run without `--auto` rejects).
     Denied,
     /// Only commands matching listed patterns; everything else is denied or asks.
     Restricted,
@@ -114,6 +120,8 @@ pub enum AgentSource {
     File(PathBuf),
     /// The `OPENCODE_CONFIG_CONTENT` variable.
     ConfigContent,
+    /// opencode lists it but no file the bridge reads defines it: a plugin added it.
+    Plugin,
 }
 
 impl fmt::Display for AgentSource {
@@ -123,6 +131,9 @@ impl fmt::Display for AgentSource {
             AgentSource::Bridge => f.write_str("bridge built-in"),
             AgentSource::File(p) => write!(f, "{}", p.display()),
             AgentSource::ConfigContent => f.write_str("env OPENCODE_CONFIG_CONTENT"),
+            AgentSource::Plugin => {
+                f.write_str("a plugin (opencode lists it; no agent file defines it)")
+            }
         }
     }
 }
@@ -142,6 +153,11 @@ pub struct AgentInfo {
     pub shell: Shell,
     /// Its opencode mode.
     pub opencode_mode: AgentMode,
+    /// Hidden in opencode (`hidden: true`, or one of its internal agents): listed, never offered.
+    pub hidden: bool,
+    /// One line on why [`access`](Self::access) is what it is, e.g. `edit denied; shell
+    /// allowlist (git diff*) switched off in bridge runs`.
+    pub access_note: String,
     /// Where its definition came from.
     pub source: AgentSource,
 }
@@ -156,29 +172,87 @@ impl AgentInfo {
     /// assert_eq!((a.access, a.shell, a.opencode_mode), (Access::ReadOnly, Shell::Restricted, AgentMode::Subagent));
     /// ```
     pub fn from_config(name: &str, config: &Value, source: AgentSource) -> AgentInfo {
-        let edit_tools = edit_tools_allowed(config);
-        let shell = shell_access(config);
-        let access = if !edit_tools && shell != Shell::Full {
-            Access::ReadOnly
-        } else {
-            Access::Editing
-        };
         let opencode_mode = config
             .get("mode")
             .and_then(Value::as_str)
             .and_then(AgentMode::parse)
             .unwrap_or(AgentMode::All);
+        let description = config.get("description").and_then(Value::as_str);
+        let hidden = config.get("hidden") == Some(&Value::Bool(true));
+        AgentInfo::from_ruleset(
+            name,
+            description,
+            opencode_mode,
+            hidden,
+            &Ruleset::from_config(config),
+            source,
+        )
+    }
+
+    /// Builds the info of an agent from its resolved permission ruleset, as opencode reports it
+    /// (`GET /agent`); see [`crate::permission`] for how rules are read.
+    pub fn from_ruleset(
+        name: &str,
+        description: Option<&str>,
+        opencode_mode: AgentMode,
+        hidden: bool,
+        rules: &Ruleset,
+        source: AgentSource,
+    ) -> AgentInfo {
+        // First as a read-only run sees it (asks rejected); an agent that can write even so is
+        // editing, and runs with --auto, so it is then described with asks approved.
+        let edit = rules.reach("edit", false);
+        let bash = rules.reach("bash", false);
+        let read_only = edit == Reach::None && bash != Reach::All;
+        let (edit, bash) = if read_only {
+            (edit, bash)
+        } else {
+            (rules.reach("edit", true), rules.reach("bash", true))
+        };
+        let shell = match bash {
+            Reach::None => Shell::Denied,
+            Reach::Some => Shell::Restricted,
+            Reach::All => Shell::Full,
+        };
+        let access_note = if read_only {
+            match shell {
+                Shell::Restricted => format!(
+                    "edit denied; shell allowlist ({}) switched off in bridge runs: a shell can write files",
+                    rules.allowed_patterns("bash", 4).join(", ")
+                ),
+                _ => "edit and shell denied".to_owned(),
+            }
+        } else {
+            let mut why = Vec::new();
+            if edit != Reach::None {
+                why.push(if rules.reach("edit", false) == Reach::None {
+                    "edit asks are approved (--auto)"
+                } else {
+                    "edit tools allowed"
+                });
+            }
+            if shell == Shell::Full {
+                why.push("shell free");
+            } else if shell == Shell::Restricted {
+                why.push("shell allowlist");
+            }
+            why.join("; ")
+        };
         AgentInfo {
             name: name.to_owned(),
-            description: config
-                .get("description")
-                .and_then(Value::as_str)
+            description: description
                 .map(|d| d.trim().to_owned())
                 .filter(|d| !d.is_empty()),
-            access,
-            edit_tools,
+            access: if read_only {
+                Access::ReadOnly
+            } else {
+                Access::Editing
+            },
+            edit_tools: edit != Reach::None,
             shell,
             opencode_mode,
+            hidden,
+            access_note,
             source,
         }
     }
@@ -209,13 +283,18 @@ pub fn worker_agent_config() -> Value {
 }
 
 /// The config to put into `OPENCODE_CONFIG_CONTENT` for a run of `agent`, if any: the `worker`
-/// definition when the bridge supplies it, and `mode: "all"` for a subagent, which opencode 1.x
-/// would otherwise replace by its default agent. `None` when the agent runs as it is.
+/// definition when the bridge supplies it; `mode: "all"` for a subagent, which opencode 1.x
+/// would otherwise replace by its default agent; and for a read-only agent
+/// ([`Access::ReadOnly`]) `edit`, `bash` and `task` denied, so the run cannot write through an
+/// edit tool, a shell allowlist or a subagent whatever the agent's own rules say. `None` when
+/// the agent runs as it is.
 ///
 /// ```
 /// use bridge_policy::{config_overlay, AgentInfo, AgentSource};
-/// let sub = AgentInfo::from_config("explorer", &serde_json::json!({"mode": "subagent"}), AgentSource::ConfigContent);
-/// assert_eq!(config_overlay(&sub).unwrap(), serde_json::json!({"agent": {"explorer": {"mode": "all"}}}));
+/// let sub = AgentInfo::from_config("fixer", &serde_json::json!({"mode": "subagent"}), AgentSource::ConfigContent);
+/// assert_eq!(config_overlay(&sub).unwrap(), serde_json::json!({"agent": {"fixer": {"mode": "all"}}}));
+/// let ro = AgentInfo::from_config("oracle", &serde_json::json!({"permission": {"edit": "deny", "bash": {"git diff*": "allow", "*": "deny"}}}), AgentSource::ConfigContent);
+/// assert_eq!(config_overlay(&ro).unwrap()["agent"]["oracle"]["permission"]["bash"], "deny");
 /// ```
 pub fn config_overlay(agent: &AgentInfo) -> Option<Value> {
     let mut entry = match agent.source {
@@ -225,12 +304,21 @@ pub fn config_overlay(agent: &AgentInfo) -> Option<Value> {
     if agent.opencode_mode == AgentMode::Subagent {
         entry["mode"] = Value::from("all");
     }
+    if agent.access == Access::ReadOnly {
+        entry["permission"] = read_only_permissions();
+    }
     if entry.as_object().is_some_and(Map::is_empty) {
         return None;
     }
     let mut agents = Map::new();
     agents.insert(agent.name.clone(), entry);
     Some(json!({ "agent": agents }))
+}
+
+/// The permissions a read-only run gets on top of the agent's own: nothing that writes. A
+/// string replaces a pattern map when opencode merges configs, so an allowlist goes with it.
+pub fn read_only_permissions() -> Value {
+    json!({"edit": "deny", "bash": "deny", "task": "deny"})
 }
 
 /// Merges `overlay` into `base` the way opencode merges config sources: objects key by key,
@@ -258,11 +346,42 @@ pub fn merge_config(base: &mut Value, overlay: &Value) {
     }
 }
 
+/// Where a roster's agents were learnt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RosterOrigin {
+    /// opencode itself listed them (with its plugins), `via` how it was asked.
+    Opencode {
+        /// How opencode was asked, e.g. `GET /agent on a temporary opencode serve`.
+        via: String,
+    },
+    /// The bridge read the agent files itself, because opencode could not be asked (`why`).
+    Files {
+        /// Why opencode was not asked, or `None` when nobody tried (embedders, tests).
+        why: Option<String>,
+    },
+}
+
 /// The agents opencode will know for a working directory.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Roster {
     agents: BTreeMap<String, AgentInfo>,
     warnings: Vec<String>,
+    origin: RosterOrigin,
+    load_error: Option<String>,
+    plugins: Vec<String>,
+}
+
+impl Default for Roster {
+    fn default() -> Roster {
+        Roster {
+            agents: BTreeMap::new(),
+            warnings: Vec::new(),
+            origin: RosterOrigin::Files { why: None },
+            load_error: None,
+            plugins: Vec::new(),
+        }
+    }
 }
 
 impl Roster {
@@ -380,8 +499,118 @@ impl Roster {
     pub fn from_agents(agents: impl IntoIterator<Item = AgentInfo>) -> Roster {
         Roster {
             agents: agents.into_iter().map(|a| (a.name.clone(), a)).collect(),
-            warnings: Vec::new(),
+            ..Roster::default()
         }
+    }
+
+    /// The roster as opencode reports it: `agents` is the array `GET /agent` returns
+    /// (`[{name, description?, mode, native, hidden?, permission: [rules]}]`), `plugins` the
+    /// configured plugins. `files` is the bridge's own reading of the agent files (for where
+    /// each agent is defined, and its warnings). Every agent opencode lists is in the roster and
+    /// no other; one that no file defines is [`AgentSource::Plugin`].
+    ///
+    /// ```
+    /// use bridge_policy::{Access, AgentSource, Roster};
+    /// let listed = serde_json::json!([
+    ///   {"name": "build", "mode": "primary", "native": true, "permission": [{"permission": "*", "pattern": "*", "action": "allow"}]},
+    ///   {"name": "title", "mode": "primary", "native": true, "hidden": true, "permission": []},
+    ///   {"name": "oracle", "mode": "subagent", "native": false, "permission": [
+    ///     {"permission": "*", "pattern": "*", "action": "allow"},
+    ///     {"permission": "edit", "pattern": "*", "action": "deny"},
+    ///     {"permission": "bash", "pattern": "*", "action": "ask"}]}
+    /// ]);
+    /// let r = Roster::from_opencode(&listed, &Roster::default(), vec!["my-plugin".into()], "a test");
+    /// assert_eq!(r.get("oracle").unwrap().access, Access::ReadOnly);
+    /// assert_eq!(r.get("oracle").unwrap().source, AgentSource::Plugin);
+    /// assert!(r.get("title").unwrap().hidden);
+    /// assert_eq!(r.offered().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["build", "oracle"]);
+    /// ```
+    pub fn from_opencode(
+        agents: &Value,
+        files: &Roster,
+        plugins: Vec<String>,
+        via: &str,
+    ) -> Roster {
+        let mut out = BTreeMap::new();
+        let mut warnings = files.warnings.clone();
+        for entry in agents.as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            let Some(name) = entry.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(rules) = entry.get("permission").and_then(Ruleset::from_opencode) else {
+                warnings.push(format!(
+                    "opencode listed agent {name:?} without a permission list; it is ignored"
+                ));
+                continue;
+            };
+            let mode = entry
+                .get("mode")
+                .and_then(Value::as_str)
+                .and_then(AgentMode::parse)
+                .unwrap_or(AgentMode::All);
+            let native = entry.get("native") == Some(&Value::Bool(true));
+            let source = match files.get(name) {
+                _ if name == WORKER => AgentSource::Bridge,
+                Some(known) if known.source != AgentSource::OpencodeBuiltIn || native => {
+                    known.source.clone()
+                }
+                _ if native => AgentSource::OpencodeBuiltIn,
+                _ => AgentSource::Plugin,
+            };
+            let info = AgentInfo::from_ruleset(
+                name,
+                entry.get("description").and_then(Value::as_str),
+                mode,
+                entry.get("hidden") == Some(&Value::Bool(true)),
+                &rules,
+                source,
+            );
+            out.insert(name.to_owned(), info);
+        }
+        Roster {
+            agents: out,
+            warnings,
+            origin: RosterOrigin::Opencode {
+                via: via.to_owned(),
+            },
+            load_error: None,
+            plugins,
+        }
+    }
+
+    /// This roster, marked as read from files because opencode could not be asked (`why`).
+    pub fn with_fallback_reason(mut self, why: impl Into<String>) -> Roster {
+        self.origin = RosterOrigin::Files {
+            why: Some(why.into()),
+        };
+        self
+    }
+
+    /// This roster, with opencode's own message for a configuration it refuses to load: every
+    /// run would fail, so delegations are refused until it is fixed.
+    pub fn with_load_error(mut self, message: impl Into<String>) -> Roster {
+        self.load_error = Some(message.into());
+        self
+    }
+
+    /// Where the agents were learnt.
+    pub fn origin(&self) -> &RosterOrigin {
+        &self.origin
+    }
+
+    /// opencode's message when it refuses to load its configuration here.
+    pub fn load_error(&self) -> Option<&str> {
+        self.load_error.as_deref()
+    }
+
+    /// The plugins opencode's configuration loads (as configured), when opencode was asked.
+    pub fn plugins(&self) -> &[String] {
+        &self.plugins
+    }
+
+    /// The agents offered for delegation: every agent that is not hidden, sorted by name.
+    pub fn offered(&self) -> impl Iterator<Item = &AgentInfo> {
+        self.agents.values().filter(|a| !a.hidden)
     }
 
     /// The agent with this name.
@@ -445,6 +674,16 @@ impl Loader {
         for (name, cfg) in builtins {
             self.configs
                 .insert(name.to_owned(), (cfg, AgentSource::OpencodeBuiltIn));
+        }
+        // opencode's internal agents: listed, never offered.
+        for name in ["compaction", "title", "summary"] {
+            self.configs.insert(
+                name.to_owned(),
+                (
+                    json!({"mode": "primary", "hidden": true, "permission": "deny"}),
+                    AgentSource::OpencodeBuiltIn,
+                ),
+            );
         }
         self.configs.insert(
             WORKER.to_owned(),
@@ -536,7 +775,12 @@ impl Loader {
                 ));
                 continue;
             };
-            let mut cfg = json!({"mode": default_mode.as_str()});
+            // A file that names no mode keeps the mode an earlier layer gave the agent (as
+            // opencode does); a new agent gets the directory's default.
+            let mut cfg = match self.configs.get(&name).and_then(|(c, _)| c.get("mode")) {
+                Some(_) => json!({}),
+                None => json!({"mode": default_mode.as_str()}),
+            };
             let (front, body) = split_frontmatter(&text);
             if let Some(front) = front {
                 match parse_yaml(front) {
@@ -576,82 +820,7 @@ impl Loader {
         Roster {
             agents,
             warnings: self.warnings,
+            ..Roster::default()
         }
-    }
-}
-
-/// Tools that opencode's `edit` permission governs.
-const EDIT_TOOLS: [&str; 5] = ["edit", "write", "patch", "multiedit", "apply_patch"];
-
-/// How an action string reads in a non-interactive run: `ask` is rejected, so only `allow` allows.
-fn allows(action: &Value) -> Option<bool> {
-    action.as_str().map(|a| a == "allow")
-}
-
-/// Whether a permission entry (a string or a pattern map) allows anything, and whether it allows
-/// everything: `(any, all)`.
-fn permission_reach(entry: &Value) -> Option<(bool, bool)> {
-    if let Some(a) = allows(entry) {
-        return Some((a, a));
-    }
-    let map = entry.as_object()?;
-    let any = map.values().any(|v| allows(v) == Some(true));
-    // A pattern map without a catch-all leaves other patterns at the default, which allows.
-    let all = map.get("*").and_then(allows).unwrap_or(true);
-    Some((any || all, all))
-}
-
-/// Resolves one permission key: the key itself, else `*`, else the default (allow).
-fn resolve(config: &Value, key: &str) -> (bool, bool) {
-    let permission = config.get("permission");
-    if let Some(p) = permission
-        && let Some(a) = allows(p)
-    {
-        return (a, a);
-    }
-    permission
-        .and_then(|p| p.get(key).or_else(|| p.get("*")))
-        .and_then(permission_reach)
-        .unwrap_or((true, true))
-}
-
-fn tool_flag(config: &Value, tool: &str) -> Option<bool> {
-    config.get("tools")?.get(tool)?.as_bool()
-}
-
-fn edit_tools_allowed(config: &Value) -> bool {
-    let (any, _) = resolve(config, "edit");
-    let explicit = config
-        .get("permission")
-        .and_then(Value::as_object)
-        .map(|p| {
-            EDIT_TOOLS
-                .iter()
-                .filter(|t| **t != "edit")
-                .filter_map(|t| p.get(*t))
-                .any(|e| permission_reach(e).is_some_and(|(any, _)| any))
-        })
-        .unwrap_or(false);
-    // The deprecated `tools` map: any edit-class tool switched off denies the `edit` permission.
-    let tools_off = EDIT_TOOLS
-        .iter()
-        .any(|t| tool_flag(config, t) == Some(false));
-    let tools_on = EDIT_TOOLS
-        .iter()
-        .any(|t| tool_flag(config, t) == Some(true));
-    if tools_on {
-        return true;
-    }
-    (any || explicit) && !tools_off
-}
-
-fn shell_access(config: &Value) -> Shell {
-    if tool_flag(config, "bash") == Some(false) {
-        return Shell::Denied;
-    }
-    match resolve(config, "bash") {
-        (_, true) => Shell::Full,
-        (true, false) => Shell::Restricted,
-        (false, _) => Shell::Denied,
     }
 }

@@ -141,6 +141,11 @@ impl Parser<'_> {
             } else {
                 scalar(rest, number)?
             };
+            // opencode's YAML reader refuses a mapping with a repeated key (and drops the whole
+            // frontmatter), so the bridge does not pick one of the two values either.
+            if map.contains_key(&key) {
+                return Err(format!("line {number}: duplicate key `{key}`"));
+            }
             map.insert(key, value);
         }
         Ok(Value::Object(map))
@@ -377,7 +382,11 @@ fn flow(text: &str, number: usize) -> Result<Value, String> {
                 "line {number}: expected `key: value` in flow mapping"
             ));
         };
-        map.insert(unquote_key(k.trim(), number)?, scalar(v.trim(), number)?);
+        let key = unquote_key(k.trim(), number)?;
+        if map.contains_key(&key) {
+            return Err(format!("line {number}: duplicate key `{key}`"));
+        }
+        map.insert(key, scalar(v.trim(), number)?);
     }
     Ok(Value::Object(map))
 }

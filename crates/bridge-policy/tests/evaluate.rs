@@ -292,9 +292,12 @@ fn final_prompt_carries_the_run_instructions() {
         d.prompt
             .ends_with("Rename parse_date to parse_iso_date in src/ and update callers")
     );
+    // A read-only agent runs with everything that writes denied, its shell allowlist included.
     assert_eq!(
         d.config_overlay,
-        Some(json!({"agent": {"explorer": {"mode": "all"}}}))
+        Some(
+            json!({"agent": {"explorer": {"mode": "all", "permission": {"edit": "deny", "bash": "deny", "task": "deny"}}}})
+        )
     );
 
     let d = evaluate(
@@ -384,10 +387,11 @@ fn permission_semantics() {
             false,
             Shell::Full,
         ),
+        // opencode 1.18.33 governs the write tool by `edit`: a `write` key changes nothing.
         (
             json!({"permission": {"edit": "deny", "write": "allow", "bash": "deny"}}),
-            Access::Editing,
-            true,
+            Access::ReadOnly,
+            false,
             Shell::Denied,
         ),
         (
@@ -396,10 +400,11 @@ fn permission_semantics() {
             false,
             Shell::Denied,
         ),
+        // The deprecated `tools` map loses to `permission` (opencode resolves this to edit deny).
         (
             json!({"tools": {"write": true}, "permission": {"edit": "deny", "bash": "deny"}}),
-            Access::Editing,
-            true,
+            Access::ReadOnly,
+            false,
             Shell::Denied,
         ),
     ];

@@ -149,8 +149,15 @@ fn roster_from_fixture_files() {
             AgentMode::Primary,
         ),
     ];
-    let got: Vec<(&str, Access, Shell, bool, AgentMode)> = roster
+    // opencode's internal agents are listed as hidden and never offered.
+    let hidden: Vec<&str> = roster
         .agents()
+        .filter(|a| a.hidden)
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(hidden, ["compaction", "summary", "title"]);
+    let got: Vec<(&str, Access, Shell, bool, AgentMode)> = roster
+        .offered()
         .map(|a| {
             (
                 a.name.as_str(),
@@ -246,9 +253,10 @@ fn xdg_config_home_and_opencode_config_dir_are_searched() {
 fn overlay_promotes_subagents_and_defines_worker() {
     let roster = Roster::load(&fixture_env(), Path::new("/h/proj"));
     let overlay = config_overlay(roster.get("explorer").unwrap()).unwrap();
+    // explorer is read-only: its run also gets everything that writes denied.
     assert_eq!(
         overlay,
-        serde_json::json!({"agent": {"explorer": {"mode": "all"}}})
+        serde_json::json!({"agent": {"explorer": {"mode": "all", "permission": {"edit": "deny", "bash": "deny", "task": "deny"}}}})
     );
     let overlay = config_overlay(roster.get("worker").unwrap()).unwrap();
     assert_eq!(overlay["agent"]["worker"], worker_agent_config());
@@ -384,7 +392,7 @@ fn live_roster_matches_opencode_agent_list() {
         .filter(|(n, _)| !hidden.contains(&n.as_str()))
         .collect();
     let predicted: BTreeSet<(String, String)> = roster
-        .agents()
+        .offered()
         .map(|a| (a.name.clone(), a.opencode_mode.as_str().to_owned()))
         .collect();
     assert_eq!(
