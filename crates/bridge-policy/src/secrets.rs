@@ -1,14 +1,17 @@
 //! The secret guard: refuses prompts that look like they contain a credential.
 //!
-//! Detectors run in a fixed order over the whole prompt: vendor formats with a recognisable
-//! prefix or shape first (cloud and AI provider keys, VCS and registry tokens, chat and payment
-//! tokens, JWTs, private-key blocks), then contextual ones (Authorization headers, connection
-//! strings with a password, `password=`/`api_key=`/`token=` assignments, high-entropy values next
-//! to secret-ish names). Each match is checked against placeholder rules (`sk-xxx`, `<API_KEY>`,
-//! `${TOKEN}`, `your-key-here`, repeated or sequential characters, documented example values) so
-//! that ordinary coding prompts pass.
+//! Detectors run over the whole prompt: vendor formats with a recognisable prefix or shape
+//! (`vendor.rs`: cloud and AI provider keys, VCS and registry tokens, chat and payment tokens,
+//! private-key blocks), JWTs, then contextual ones: Authorization headers, connection strings and
+//! command lines with a password, values given to a secret-ish name (assignments in every config
+//! and code syntax, XML elements and attributes, tuples, setter calls, URL query parameters,
+//! prose such as "the key is …"), and a long random-looking token on a line that mentions a
+//! secret word (or right after one). Each candidate is checked against placeholder rules
+//! (`sk-xxx`, `<API_KEY>`, `${TOKEN}`, `$(cat …)`, `your-key-here`, repeated or sequential
+//! characters, documented example values) so that ordinary coding prompts pass.
 //!
-//! A finding names the kind of secret and the line, never the secret itself.
+//! A finding names the kind of secret and the line, never the secret itself. A project can
+//! allow exact values or patterns ([`Allowlist`]); an allowed value is skipped, nothing else is.
 //!
 //! ```
 //! use bridge_policy::secrets::scan;
@@ -19,11 +22,18 @@
 //! assert!(scan("set OPENAI_API_KEY=sk-xxx and read it with os.environ['OPENAI_API_KEY']").is_none());
 //! ```
 
+mod vendor;
+
 use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use regex::Regex;
 use serde::Serialize;
+
+use crate::env::Environment;
+use crate::mode::project_root;
 
 /// Where a prompt seems to hold a secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,6 +54,102 @@ impl fmt::Display for SecretFinding {
     }
 }
 
+/// The project allowlist: `<project>/.claude/opencode-bridge-secrets.allow`.
+pub const ALLOWLIST_FILE: &str = "opencode-bridge-secrets.allow";
+
+/// Values the guard lets through: exact values, or `re:` patterns that must match a whole value.
+/// One entry per line; blank lines and lines starting with `#` are ignored.
+///
+/// ```
+/// use bridge_policy::secrets::{Allowlist, scan, scan_allowing};
+/// let text = "TEST_TOKEN=ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi";
+/// let allow = Allowlist::parse("# the CI fixture token\nghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi\n");
+/// assert_eq!(allow.len(), 1);
+/// assert!(scan(text).is_some());
+/// assert!(scan_allowing(text, &allow).is_none());
+/// let by_pattern = Allowlist::parse("re:ghp_4Fq9[A-Za-z0-9]+");
+/// assert!(scan_allowing(text, &by_pattern).is_none());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Allowlist {
+    exact: Vec<String>,
+    patterns: Vec<Regex>,
+    path: Option<PathBuf>,
+    problems: Vec<String>,
+}
+
+impl Allowlist {
+    /// Parses the allowlist text. A `re:` line whose pattern does not compile is skipped and
+    /// reported in [`Allowlist::problems`] (it never allows anything).
+    pub fn parse(text: &str) -> Allowlist {
+        let mut list = Allowlist::default();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if let Some(pattern) = line.strip_prefix("re:") {
+                match Regex::new(&format!("^(?:{})$", pattern.trim())) {
+                    Ok(re) => list.patterns.push(re),
+                    Err(_) => list
+                        .problems
+                        .push(format!("line {}: the pattern does not compile", i + 1)),
+                }
+            } else {
+                list.exact.push(line.to_owned());
+            }
+        }
+        list
+    }
+
+    /// The allowlist in force for work in `cwd`: the first
+    /// `.claude/opencode-bridge-secrets.allow` found walking up from `cwd` to the project root
+    /// ([`project_root`]: the nearest directory with `.claude` or `.git`). Empty when there is
+    /// none, or when `cwd` is in no project.
+    pub fn load(env: &dyn Environment, cwd: &Path) -> Allowlist {
+        let Some(root) = project_root(env, cwd) else {
+            return Allowlist::default();
+        };
+        for dir in cwd.ancestors() {
+            let path = dir.join(".claude").join(ALLOWLIST_FILE);
+            if let Some(text) = env.read_to_string(&path) {
+                let mut list = Allowlist::parse(&text);
+                list.path = Some(path);
+                return list;
+            }
+            if dir == root {
+                break;
+            }
+        }
+        Allowlist::default()
+    }
+
+    /// The file it was read from, when it came from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The number of usable entries (exact values and patterns).
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.patterns.len()
+    }
+
+    /// Whether it allows nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Lines that were skipped, e.g. a pattern that does not compile (never the line's text).
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
+    /// Whether a matched value is allowed.
+    pub fn allows(&self, value: &str) -> bool {
+        self.exact.iter().any(|e| e == value) || self.patterns.iter().any(|p| p.is_match(value))
+    }
+}
+
 /// Returns the first line holding a secret-looking value, if any. When several detectors fire on
 /// that line, the most specific one (a vendor format before a generic rule) names the kind.
 ///
@@ -54,134 +160,631 @@ impl fmt::Display for SecretFinding {
 /// assert_eq!(scan("DATABASE_URL=postgres://app:${DB_PASSWORD}@db/app"), None);
 /// ```
 pub fn scan(text: &str) -> Option<SecretFinding> {
-    let mut best: Option<(usize, usize)> = None; // (line, detector index)
-    for (index, detector) in DETECTORS.iter().enumerate() {
-        if let Some(offset) = detector.first_match(text) {
-            let line = text[..offset].matches('\n').count() + 1;
-            if best.is_none_or(|(l, _)| line < l) {
-                best = Some((line, index));
-            }
+    scan_allowing(text, &Allowlist::default())
+}
+
+/// [`scan`], skipping values the allowlist allows.
+pub fn scan_allowing(text: &str, allow: &Allowlist) -> Option<SecretFinding> {
+    findings(text, allow).into_iter().next()
+}
+
+/// Every line holding a secret-looking value that the allowlist does not allow, one finding per
+/// line (the most specific kind), in line order.
+///
+/// ```
+/// use bridge_policy::secrets::{findings, Allowlist};
+/// let text = "a\npassword = \"Zq8#rT2!vLp9\"\nb\nkey: AKIAZ7Q4M2KD8XW3PL6T\n";
+/// let lines: Vec<usize> = findings(text, &Allowlist::default()).iter().map(|f| f.line).collect();
+/// assert_eq!(lines, [2, 4]);
+/// ```
+pub fn findings(text: &str, allow: &Allowlist) -> Vec<SecretFinding> {
+    let mut best: Vec<(usize, usize)> = Vec::new(); // (line, rule)
+    for hit in hits(text) {
+        if !allow.is_empty() && allow.allows(&text[hit.value.clone()]) {
+            continue;
+        }
+        let line = line_of(text, hit.offset);
+        match best.iter_mut().find(|(l, _)| *l == line) {
+            Some(entry) => entry.1 = entry.1.min(hit.rule),
+            None => best.push((line, hit.rule)),
         }
     }
-    best.map(|(line, index)| SecretFinding {
-        kind: DETECTORS[index].kind,
-        line,
-    })
+    best.sort_unstable();
+    best.into_iter()
+        .map(|(line, rule)| SecretFinding {
+            kind: RULES[rule].kind,
+            line,
+        })
+        .collect()
+}
+
+/// The byte ranges of every secret-looking value in `text` (allowlist ignored), sorted; used to
+/// keep secrets out of session titles.
+pub fn secret_spans(text: &str) -> Vec<Range<usize>> {
+    let mut spans: Vec<Range<usize>> = hits(text).into_iter().map(|h| h.value).collect();
+    spans.sort_by_key(|r| (r.start, r.end));
+    spans
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// One validated candidate: which rule, where the finding starts, and the value's span.
+struct Hit {
+    rule: usize,
+    offset: usize,
+    value: Range<usize>,
 }
 
 /// How a candidate is checked after the regex matched. The regex's group 1 (or the whole match)
 /// is the value checked.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Check {
     /// Prefix formats: not a placeholder, and at least this many distinct characters.
     Varied(usize),
+    /// Prefix formats whose body could also be a word: varied and random-looking.
+    Random,
     /// A key block body: varied enough to be key material (real headers hold runs of `A`).
     KeyBlock,
     /// A JWT: three parts, not the jwt.io example.
     Jwt,
-    /// A connection string: group 1 user, group 2 password.
+    /// Credentials: group `user`, group `pass` (connection strings, `curl -u`, `mysql -p`).
     Connection,
-    /// An explicit secret name: a literal value that is not code, a placeholder or a toy value.
-    Assignment,
-    /// A secret-ish name next to a long random-looking value.
-    Entropy,
+    /// A value given to a name (`name`, optional `pre`, one of `dq`/`sq`/`bq`/`bare`), judged by
+    /// how secret-ish the name is.
+    Named,
     /// An `Authorization: Bearer|Basic|token` value.
     Auth,
 }
 
-struct Detector {
+struct Rule {
     kind: &'static str,
     regex: Regex,
     check: Check,
 }
 
-impl Detector {
-    fn first_match(&self, text: &str) -> Option<usize> {
-        for caps in self.regex.captures_iter(text) {
-            let whole = caps.get(0)?;
-            let value = caps.get(1).map_or(whole.as_str(), |m| m.as_str());
-            let ok = match self.check {
-                Check::Varied(n) => !is_placeholder(value) && distinct(value) >= n,
-                Check::KeyBlock => distinct(value) >= 16,
-                Check::Jwt => jwt_ok(whole.as_str()),
-                Check::Connection => {
-                    let user = caps.get(1).map_or("", |m| m.as_str());
-                    let pass = caps.get(2).map_or("", |m| m.as_str());
-                    connection_password(user, pass)
-                }
-                Check::Assignment => {
-                    let (value, quoted) = assigned_value(&caps);
-                    assigned_secret(value, quoted)
-                }
-                Check::Entropy => {
-                    let name = caps.name("name").map_or("", |m| m.as_str());
-                    let (value, _) = assigned_value(&caps);
-                    secretish_name(name) && random_looking(value)
-                }
-                Check::Auth => auth_value(value),
-            };
-            if ok {
-                return Some(whole.start());
-            }
-        }
-        None
-    }
+/// The kind of a strongly secret-named value (password, secret, token, API key …).
+const KIND_STRONG: &str = "password/API key/token assignment";
+/// The kind of a random value given to a loosely secret-ish name (`*Key`, `auth`, `sig` …).
+const KIND_WEAK: &str = "high-entropy value in a secret-named setting";
+/// The kind of a random token on a line that mentions a secret word.
+const KIND_NEAR: &str = "high-entropy token next to a secret word";
+/// The kind of a password-like word on a line that mentions a password.
+const KIND_NEAR_PASSWORD: &str = "password next to a password word";
+
+/// The name characters of an assignment: must hold a secret-ish word somewhere.
+const NAME: &str = r"[A-Za-z0-9_.-]*(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)[A-Za-z0-9_.-]*";
+/// A value: double, single or back-quoted, or bare up to a delimiter.
+const VALUE: &str =
+    r#"(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|`(?P<bq>[^`\n]*)`|(?P<bare>[^\s"'`,;()\[\]{}<>]+))"#;
+
+static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
+    let mut list: Vec<(&'static str, String, Check)> = vendor::VENDOR
+        .iter()
+        .map(|(k, p, c)| (*k, (*p).to_owned(), *c))
+        .collect();
+    let contextual: Vec<(&'static str, String, Check)> = vec![
+        ("JSON Web Token", r"\b(?:eyJ|ewog)[A-Za-z0-9_-]{8,}={0,2}\.(?:eyJ|ewo)[A-Za-z0-9_-]{8,}={0,2}\.[A-Za-z0-9_-]{16,}".into(), Check::Jwt),
+        ("Authorization header", r"(?i)\b(?:authorization|proxy-authorization)\s*[:=]\s*[\x22'`]?\s*(?:bearer|basic|token|digest)\s+([A-Za-z0-9._~+/=-]{12,})".into(), Check::Auth),
+        ("Authorization header", r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{20,}=*)".into(), Check::Auth),
+        ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s/'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection),
+        ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)["']?(?P<user>[^\s:"']{1,64}):(?P<pass>[^\s"']{3,128})"#.into(), Check::Connection),
+        ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection),
+        (KIND_STRONG, format!(r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{NAME})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*{VALUE}"#), Check::Named),
+        (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named),
+        (KIND_STRONG, r#"<(?P<name>[A-Za-z_][\w.:-]{0,60})(?:\s[^<>\n]*)?>(?P<dq>[^<\n]{1,300})</"#.into(), Check::Named),
+        (KIND_STRONG, r#"\b(?:key|name)[ \t]*=[ \t]*"(?P<name>[^"\n]{1,80})"[ \t]+value[ \t]*=[ \t]*"(?P<dq>[^"\n]*)""#.into(), Check::Named),
+        (KIND_STRONG, r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})=(?P<bare>[^&\s#"'<>]{8,})"#.into(), Check::Named),
+        (KIND_STRONG, r#"(?i)(?:^|[\s(])--?(?P<name>password|passwd|pass|token|api-key|apikey|secret|client-secret|auth-token|access-token)[= ]"#.to_owned() + VALUE, Check::Named),
+        (KIND_STRONG, r#"(?i)\b(?P<name>password|passwd|passphrase)[ \t]+(?P<bare>[^\s"']{8,})"#.into(), Check::Named),
+    ];
+    list.extend(contextual);
+    list.into_iter()
+        .map(|(kind, pattern, check)| Rule {
+            kind,
+            regex: Regex::new(&pattern)
+                .unwrap_or_else(|e| panic!("secret pattern for {kind}: {e}")),
+            check,
+        })
+        .chain([KIND_WEAK, KIND_NEAR, KIND_NEAR_PASSWORD].map(|kind| Rule {
+            kind,
+            regex: Regex::new("$^").expect("never matches"),
+            check: Check::Varied(0),
+        }))
+        .collect()
+});
+
+/// The index in [`RULES`] of a kind that has no regex of its own.
+fn rule_of(kind: &str) -> usize {
+    RULES
+        .iter()
+        .rposition(|r| r.kind == kind)
+        .expect("kind is listed")
 }
 
-/// Secret-ish names for assignments (the last word of the name).
-const SECRET_NAME: &str = r"[A-Za-z0-9_.-]*(?i:password|passwd|passphrase|pwd|secret|secret[_-]?key|token|access[_-]?token|auth[_-]?token|refresh[_-]?token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|client[_-]?secret|credentials?)";
+fn hits(text: &str) -> Vec<Hit> {
+    let mut out = Vec::new();
+    let weak = rule_of(KIND_WEAK);
+    for (index, rule) in RULES.iter().enumerate() {
+        let mut pos = 0;
+        while let Some(caps) = rule.regex.captures_at(text, pos) {
+            let Some(whole) = caps.get(0) else { break };
+            // the next search: after this match, or (a rejected name) right after the name,
+            // so that `vendorkeyClient(token="…")` still finds `token=`
+            pos = whole.end().max(pos + 1);
+            let group = caps.get(1).unwrap_or(whole);
+            let value = group.as_str();
+            let (ok, span, rule_index) = match rule.check {
+                Check::Varied(n) => (
+                    !is_placeholder(value) && distinct(value) >= n,
+                    group.range(),
+                    index,
+                ),
+                Check::Random => (
+                    !is_placeholder(value) && distinct(value) >= 10 && random_body(value),
+                    group.range(),
+                    index,
+                ),
+                Check::KeyBlock => (distinct(value) >= 16, group.range(), index),
+                Check::Jwt => (jwt_ok(whole.as_str()), whole.range(), index),
+                Check::Auth => (auth_value(value), group.range(), index),
+                Check::Connection => {
+                    let user = caps.name("user").map_or("", |m| m.as_str());
+                    let pass = caps.name("pass");
+                    let ok = pass.is_some_and(|p| connection_password(user, p.as_str()));
+                    (ok, pass.map_or(whole.range(), |p| p.range()), index)
+                }
+                Check::Named => {
+                    let name_match = caps.name("name");
+                    let name = name_match.map_or("", |m| m.as_str());
+                    let pre = caps.name("pre").map_or("", |m| m.as_str());
+                    let retry = name_match.map_or(whole.end(), |m| m.end());
+                    let Some((m, quoted)) = named_value(&caps) else {
+                        pos = retry.max(whole.start() + 1);
+                        continue;
+                    };
+                    // `name, value` only for a quoted name: ("X-Api-Key", "…")
+                    let comma = caps.name("sep").is_some_and(|s| s.as_str() == ",");
+                    let strength = named_strength(pre, name);
+                    // `arn:…:secret:prod/x`, `/v1/token/abc`: part of a path, not a name
+                    let inside = name_match
+                        .and_then(|m| text[..m.start()].chars().last())
+                        .is_some_and(|c| c == ':' || c == '/');
+                    if strength == Strength::None || inside || (comma && caps.name("q").is_none()) {
+                        pos = retry.max(whole.start() + 1);
+                        while !text.is_char_boundary(pos) {
+                            pos += 1;
+                        }
+                        continue;
+                    }
+                    match strength {
+                        Strength::Strong if assigned_secret(m.as_str(), quoted) => {
+                            (true, m.range(), index)
+                        }
+                        Strength::Strong | Strength::Weak if weak_value(m.as_str()) => {
+                            (true, m.range(), weak)
+                        }
+                        _ => (false, m.range(), index),
+                    }
+                }
+            };
+            while !text.is_char_boundary(pos) {
+                pos += 1;
+            }
+            if ok {
+                let offset = if rule.check == Check::KeyBlock {
+                    whole.start()
+                } else {
+                    span.start
+                };
+                out.push(Hit {
+                    rule: rule_index,
+                    offset,
+                    value: span,
+                });
+            }
+        }
+    }
+    near_word_hits(text, &mut out);
+    out
+}
 
-/// Candidate names for the entropy rule (narrowed by [`secretish_name`]).
-const LOOSE_NAME: &str = r"(?i:[A-Za-z0-9_.-]*(?:secret|token|passw|pwd|key|auth|credential|webhook|hmac)[A-Za-z0-9_.-]*)";
+/// The value of a `Named` match and whether it was quoted.
+fn named_value<'t>(caps: &regex::Captures<'t>) -> Option<(regex::Match<'t>, bool)> {
+    if let Some(m) = caps
+        .name("dq")
+        .or_else(|| caps.name("sq"))
+        .or_else(|| caps.name("bq"))
+    {
+        return Some((m, true));
+    }
+    caps.name("bare").map(|m| (m, false))
+}
 
-/// Words that make a name secret-ish when they are a whole part of it.
-const SECRET_WORDS: &[&str] = &[
+/// How secret-ish a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strength {
+    /// Not a secret name (`author_id`, `cache_key`, `token_url`).
+    None,
+    /// A loosely secret-ish name: only a random-looking value counts (`signingKey`, `auth`).
+    Weak,
+    /// A secret name: any literal that is not code, a placeholder or a toy value counts.
+    Strong,
+}
+
+/// Words that make a name a secret name wherever they stand in it.
+const STRONG_WORDS: &[&str] = &[
+    "password",
+    "passwd",
+    "passphrase",
+    "pwd",
     "secret",
     "secrets",
     "token",
-    "password",
-    "passwd",
-    "pwd",
-    "passphrase",
-    "auth",
     "credential",
     "credentials",
+    "creds",
     "apikey",
+    "accesskey",
+    "secretkey",
+    "privatekey",
+    "authtoken",
+];
+/// Words that make a name loosely secret-ish.
+const WEAK_WORDS: &[&str] = &[
+    "auth",
     "hmac",
     "webhook",
+    "sig",
+    "signature",
+    "salt",
+    "bearer",
+    "jwt",
+    "cookie",
+    "private",
+    "sas",
 ];
-/// Words that make a following `key` secret-ish (`signing_key`, `apiKey`).
-const KEY_QUALIFIERS: &[&str] = &[
+/// Before `key`: a secret name (`api_key`, `signingKey`).
+const STRONG_KEY_QUALIFIERS: &[&str] = &[
     "api",
     "access",
+    "secret",
+    "private",
+    "client",
+    "master",
     "signing",
     "signature",
     "encryption",
-    "master",
-    "private",
-    "session",
-    "app",
     "license",
-    "secret",
-    "client",
+    "shared",
+    "service",
+    "storage",
+    "account",
+    "deploy",
     "auth",
     "hmac",
+    "session",
+    "app",
+    "consumer",
+    "webhook",
     "jwt",
     "cookie",
-    "webhook",
+    "admin",
+    "subscription",
+    "write",
+    "ingest",
+    "sdk",
+    "x",
+];
+/// Before `key`: not a secret (`primary_key`, `cache_key`, `publishableKey`).
+const PLAIN_KEY_QUALIFIERS: &[&str] = &[
+    "primary",
+    "foreign",
+    "sort",
+    "partition",
+    "range",
+    "hash",
+    "cache",
+    "idempotency",
+    "public",
+    "publishable",
+    "pub",
+    "site",
+    "row",
+    "composite",
+    "unique",
+    "lookup",
+    "dict",
+    "object",
+    "item",
+    "s3",
+    "file",
+    "config",
+    "setting",
+    "translation",
+    "i18n",
+    "locale",
+    "message",
+    "react",
+    "list",
+    "group",
+    "shard",
+    "routing",
+    "dedup",
+    "index",
+    "order",
+    "feature",
+    "flag",
+    "event",
+    "metric",
+    "label",
+    "tag",
+    "attr",
+    "property",
+    "field",
+    "column",
+    "json",
+    "yaml",
+    "state",
+    "cursor",
+    "next",
+    "page",
+    "continuation",
+    "hot",
+    "authorized",
+    "known",
+    "host",
+    "map",
+    "sorted",
+    "changed",
+];
+/// Before `token`: not a secret (tokenizer and pagination tokens).
+const PLAIN_TOKEN_QUALIFIERS: &[&str] = &[
+    "pad",
+    "eos",
+    "bos",
+    "unk",
+    "sep",
+    "cls",
+    "mask",
+    "page",
+    "next",
+    "continuation",
+    "sync",
+    "pagination",
+    "cursor",
+    "special",
+    "max",
+    "num",
+    "input",
+    "output",
+    "the",
+    "a",
+    "each",
+];
+/// A last part that makes a name not a secret (`credentialsId`, `token_url`, `password_hash`).
+const PLAIN_LAST: &[&str] = &[
+    "id",
+    "ids",
+    "uuid",
+    "guid",
+    "url",
+    "uri",
+    "urls",
+    "endpoint",
+    "host",
+    "hostname",
+    "domain",
+    "name",
+    "names",
+    "path",
+    "paths",
+    "file",
+    "files",
+    "filename",
+    "dir",
+    "directory",
+    "type",
+    "types",
+    "kind",
+    "length",
+    "len",
+    "size",
+    "count",
+    "counts",
+    "field",
+    "fields",
+    "header",
+    "headers",
+    "prefix",
+    "suffix",
+    "env",
+    "var",
+    "vars",
+    "variable",
+    "variables",
+    "regex",
+    "regexp",
+    "pattern",
+    "format",
+    "fmt",
+    "ttl",
+    "expiry",
+    "expires",
+    "expiration",
+    "expire",
+    "expired",
+    "timeout",
+    "lifetime",
+    "label",
+    "labels",
+    "mode",
+    "version",
+    "versions",
+    "hash",
+    "hashed",
+    "hashes",
+    "digest",
+    "checksum",
+    "policy",
+    "policies",
+    "rotation",
+    "manager",
+    "provider",
+    "providers",
+    "store",
+    "location",
+    "ref",
+    "refs",
+    "reference",
+    "arn",
+    "index",
+    "column",
+    "table",
+    "param",
+    "params",
+    "parameter",
+    "hint",
+    "placeholder",
+    "input",
+    "button",
+    "form",
+    "error",
+    "errors",
+    "exception",
+    "message",
+    "msg",
+    "text",
+    "title",
+    "enabled",
+    "enable",
+    "disabled",
+    "required",
+    "limit",
+    "limits",
+    "max",
+    "min",
+    "number",
+    "num",
+    "scope",
+    "scopes",
+    "algorithm",
+    "alg",
+    "usage",
+    "list",
+    "map",
+    "set",
+    "generator",
+    "validator",
+    "validation",
+    "strength",
+    "reset",
+    "changed",
+    "updated",
+    "created",
+    "at",
+    "date",
+    "time",
+    "source",
+    "class",
+    "schema",
+    "issuer",
+    "audience",
+    "client",
+    "helper",
+    "handler",
+    "util",
+    "utils",
+    "config",
+    "command",
+    "cmd",
+    "script",
+    "template",
+    "example",
+    "sample",
+    "description",
+    "desc",
+    "doc",
+    "docs",
+    "link",
+    "note",
+    "comment",
+    "option",
+    "options",
+    "flag",
+    "flags",
+    "setting",
+    "settings",
+    "bucket",
+    "region",
+    "zone",
+    "user",
+    "username",
+    "login",
+    "email",
+    "owner",
+    "status",
+    "state",
+    "level",
+    "tokens",
+    "keys",
+    "port",
+    "addr",
+    "address",
+    "query",
+    "alias",
+    "group",
+    "role",
+    "principal",
+    "subject",
+    "service",
+    "endpoint",
+    "mask",
+    "masked",
+    "visible",
+    "valid",
+    "exists",
+    "present",
+    "length",
+    "bits",
+    "rules",
+    "file_path",
+    "filepath",
+    "key_id",
+    "keyid",
+    "entry",
+    "entries",
+    "output",
+    "request",
+    "response",
+    "result",
+    "value_from",
+    "from",
+    "ref_name",
+    "id_token_hint",
+    "location",
+    "secretref",
+    "keyref",
+    "secretkeyref",
+    "tokenizer",
+    "storage",
 ];
 
-/// Whether a setting name is secret-ish: one of its parts (split at `_`, `-`, `.` and camelCase)
-/// is a secret word, or it is `<qualifier> key`, or an upper-case `…_KEY`.
-fn secretish_name(name: &str) -> bool {
-    if name.len() > 4 && name.ends_with("_KEY") && !name.chars().any(|c| c.is_ascii_lowercase()) {
-        return true;
-    }
+/// Splits a name at `_`, `-`, `.`, `:`, `/`, spaces and camelCase, lower-cased.
+fn name_parts(name: &str) -> Vec<String> {
     let mut parts: Vec<String> = Vec::new();
     let mut current = String::new();
     let mut prev_lower = false;
     for c in name.chars() {
-        if matches!(c, '_' | '-' | '.') {
+        if matches!(
+            c,
+            '_' | '-' | '.' | ':' | '/' | ' ' | '"' | '\'' | '`' | '$' | '[' | ']'
+        ) {
             parts.push(std::mem::take(&mut current));
             prev_lower = false;
             continue;
@@ -194,102 +797,239 @@ fn secretish_name(name: &str) -> bool {
     }
     parts.push(current);
     parts.retain(|p| !p.is_empty());
-    parts.iter().enumerate().any(|(i, part)| {
-        SECRET_WORDS.contains(&part.as_str())
-            || (part == "key" && i > 0 && KEY_QUALIFIERS.contains(&parts[i - 1].as_str()))
-    })
+    parts
 }
 
-/// The assigned value and whether it was quoted.
-fn assigned_value<'t>(caps: &regex::Captures<'t>) -> (&'t str, bool) {
-    if let Some(m) = caps.name("dq").or_else(|| caps.name("sq")) {
-        return (m.as_str(), true);
+/// How secret-ish a setting name is (see the module docs and docs/POLICY.md).
+fn strength(name: &str) -> Strength {
+    let parts = name_parts(name);
+    let Some(last) = parts.last() else {
+        return Strength::None;
+    };
+    if PLAIN_LAST.contains(&last.as_str()) {
+        return Strength::None;
     }
-    (caps.name("bare").map_or("", |m| m.as_str()), false)
+    let mut best = Strength::None;
+    for (i, part) in parts.iter().enumerate() {
+        let prev = i.checked_sub(1).map(|j| parts[j].as_str());
+        let p = part.as_str();
+        let s = if p == "key" || p == "keys" {
+            match prev {
+                Some(q) if PLAIN_KEY_QUALIFIERS.contains(&q) => Strength::None,
+                Some(q) if STRONG_KEY_QUALIFIERS.contains(&q) => Strength::Strong,
+                _ => Strength::Weak,
+            }
+        } else if p == "token" && prev.is_some_and(|q| PLAIN_TOKEN_QUALIFIERS.contains(&q)) {
+            Strength::None
+        } else if p == "pass" || p == "pw" {
+            if i + 1 == parts.len() {
+                Strength::Strong
+            } else {
+                Strength::None
+            }
+        } else if STRONG_WORDS.contains(&p)
+            || ["password", "passwd", "secret", "token", "pwd"]
+                .iter()
+                .any(|w| p.len() > w.len() + 1 && p.ends_with(w))
+        {
+            Strength::Strong
+        } else if WEAK_WORDS.contains(&p) || p.ends_with("key") && p.len() > 3 {
+            Strength::Weak
+        } else {
+            Strength::None
+        };
+        best = best.max_with(s);
+    }
+    best
 }
 
-static DETECTORS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
-    let value_assign = |name: &str| {
-        format!(
-            r#"["']?\b(?P<name>{name})\b["']?\s*(?:=>|:=|=|:\s|:["']|\s(?:=|is)\s)\s*(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s"',;)}}\]]+))"#
-        )
-    };
-    let cli_flag = |name: &str| {
-        format!(r#"--{name}[= ](?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s"']+))"#)
-    };
-    let list: Vec<(&'static str, String, Check)> = vec![
-        ("private key block", r"-----BEGIN[A-Z ]{0,20}PRIVATE KEY(?: BLOCK)?-----(?:\\n|\s)*(?:[A-Za-z-]+: [^\n\\]*(?:\\n|\s)+)*([A-Za-z0-9+/=]{40,})".into(), Check::KeyBlock),
-        ("PuTTY private key", r"PuTTY-User-Key-File-\d: [a-z0-9-]+\s*\n(?:[A-Za-z-]+: [^\n]*\n){1,3}Public-Lines: \d+\s*\n([A-Za-z0-9+/=]{40,})".into(), Check::Varied(12)),
-        ("AWS access key ID", r"\b((?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[0-9A-Z]{16})\b".into(), Check::Varied(8)),
-        ("AWS secret access key", r#"(?i)aws.{0,20}(?:secret|private).{0,20}?[:=]\s*["']?([A-Za-z0-9/+]{40})\b"#.into(), Check::Varied(12)),
-        ("GitHub token", r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255})\b".into(), Check::Varied(10)),
-        ("GitHub token", r"\b(github_pat_[A-Za-z0-9_]{60,255})\b".into(), Check::Varied(10)),
-        ("GitLab token", r"\b((?:glpat|gldt|glrt|glptt|glcbt|glft|glsoat|gloas)-[A-Za-z0-9_-]{20,64})\b".into(), Check::Varied(8)),
-        ("Bitbucket app password", r"\b(ATBB[A-Za-z0-9_=.-]{28,})\b".into(), Check::Varied(10)),
-        ("Atlassian API token", r"\b(ATATT3[A-Za-z0-9_=.-]{100,})".into(), Check::Varied(10)),
-        ("npm token", r"\b(npm_[A-Za-z0-9]{36})\b".into(), Check::Varied(10)),
-        ("PyPI token", r"\b(pypi-AgE[A-Za-z0-9_-]{50,})".into(), Check::Varied(10)),
-        ("RubyGems API key", r"\b(rubygems_[a-f0-9]{48})\b".into(), Check::Varied(8)),
-        ("NuGet API key", r"\b(oy2[a-z0-9]{43})\b".into(), Check::Varied(10)),
-        ("Docker Hub token", r"\b(dckr_pat_[A-Za-z0-9_-]{27,})".into(), Check::Varied(10)),
-        ("Terraform Cloud token", r"\b([A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,})".into(), Check::Varied(10)),
-        ("HashiCorp Vault token", r"\b(hv[sbr]\.[A-Za-z0-9_-]{24,})".into(), Check::Varied(10)),
-        ("Anthropic API key", r"\b(sk-ant-[a-z0-9]{2,10}\d{0,2}-[A-Za-z0-9_-]{40,})".into(), Check::Varied(12)),
-        ("OpenAI API key", r"\b(sk-(?:proj|svcacct|admin)-[A-Za-z0-9_-]{40,})".into(), Check::Varied(12)),
-        ("OpenRouter API key", r"\b(sk-or-v1-[a-f0-9]{64})\b".into(), Check::Varied(10)),
-        ("AI provider API key", r"\b(sk-[A-Za-z0-9]{32,})\b".into(), Check::Varied(12)),
-        ("AI provider API key", r"\b((?:gsk|xai|pplx|r8|fw|nvapi)[_-][A-Za-z0-9_-]{32,})".into(), Check::Varied(12)),
-        ("Hugging Face token", r"\b(hf_[A-Za-z0-9]{34,})\b".into(), Check::Varied(10)),
-        ("Google API key", r"\b(AIza[0-9A-Za-z_-]{35})".into(), Check::Varied(10)),
-        ("Google OAuth client secret", r"\b(GOCSPX-[A-Za-z0-9_-]{28})".into(), Check::Varied(10)),
-        ("Google OAuth token", r"\b(ya29\.[0-9A-Za-z_-]{30,})".into(), Check::Varied(10)),
-        ("Google OAuth refresh token", r"\b(1//0[A-Za-z0-9_-]{40,})".into(), Check::Varied(10)),
-        ("Azure storage account key", r"(?i)AccountKey=([A-Za-z0-9+/]{80,}={0,2})".into(), Check::Varied(12)),
-        ("Azure shared access signature", r"[?&]sig=([A-Za-z0-9%+/]{30,}(?:%3D|=){0,2})".into(), Check::Varied(12)),
-        ("Azure client secret", r"\b([A-Za-z0-9_~.-]{3}8Q~[A-Za-z0-9_~.-]{31,34})".into(), Check::Varied(10)),
-        ("DigitalOcean token", r"\b(do[por]_v1_[a-f0-9]{64})\b".into(), Check::Varied(8)),
-        ("Databricks token", r"\b(dapi[a-f0-9]{32}(?:-\d)?)\b".into(), Check::Varied(8)),
-        ("Slack token", r"\b(xox[abposr]-[0-9A-Za-z-]{10,})".into(), Check::Varied(8)),
-        ("Slack token", r"\b(xapp-\d-[A-Z0-9]+-\d+-[a-f0-9]{32,})".into(), Check::Varied(8)),
-        ("Slack webhook URL", r"(hooks\.slack\.com/(?:services|workflows)/T[A-Z0-9]{6,}/[A-Z0-9]{6,}/[A-Za-z0-9]{16,})".into(), Check::Varied(8)),
-        ("Discord webhook URL", r"(discord(?:app)?\.com/api/webhooks/\d{15,20}/[A-Za-z0-9_-]{50,})".into(), Check::Varied(10)),
-        ("Discord bot token", r"\b([MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40})\b".into(), Check::Varied(12)),
-        ("Telegram bot token", r"\b(\d{8,10}:AA[0-9A-Za-z_-]{33})".into(), Check::Varied(10)),
-        ("Microsoft Teams webhook URL", r"(\.webhook\.office\.com/webhookb2/[a-f0-9-]{36}@[a-f0-9-]{36}/IncomingWebhook/[a-f0-9]{32}/[a-f0-9-]{36})".into(), Check::Varied(8)),
-        ("Twilio API key", r"\b(SK[0-9a-f]{32})\b".into(), Check::Varied(8)),
-        ("SendGrid API key", r"\b(SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43})".into(), Check::Varied(10)),
-        ("Mailgun API key", r"\b(key-[0-9a-f]{32})\b".into(), Check::Varied(8)),
-        ("Mailchimp API key", r"\b([0-9a-f]{32}-us\d{1,2})\b".into(), Check::Varied(8)),
-        ("Stripe secret key", r"\b((?:sk|rk)_(?:live|test)_[0-9A-Za-z]{20,})\b".into(), Check::Varied(10)),
-        ("Stripe webhook secret", r"\b(whsec_[A-Za-z0-9]{32,})\b".into(), Check::Varied(10)),
-        ("Square token", r"\b(sq0(?:atp|csp)-[0-9A-Za-z_-]{22,43})".into(), Check::Varied(10)),
-        ("Square token", r"\b(EAAA[A-Za-z0-9_-]{60})\b".into(), Check::Varied(10)),
-        ("PayPal/Braintree access token", r"(access_token\$(?:production|sandbox)\$[0-9a-z]{16}\$[0-9a-f]{32})".into(), Check::Varied(8)),
-        ("Shopify token", r"\b(shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32})\b".into(), Check::Varied(8)),
-        ("Linear API key", r"\b(lin_api_[A-Za-z0-9]{40})\b".into(), Check::Varied(10)),
-        ("Notion token", r"\b((?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{46}))\b".into(), Check::Varied(10)),
-        ("Doppler token", r"\b(dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,})".into(), Check::Varied(10)),
-        ("Postman API key", r"\b(PMAK-[a-f0-9]{24}-[a-f0-9]{34})\b".into(), Check::Varied(8)),
-        ("Grafana token", r"\b(glsa_[A-Za-z0-9]{32}_[a-f0-9]{8})\b".into(), Check::Varied(8)),
-        ("Sentry auth token", r"\b(sntr[ysu]_[A-Za-z0-9+/=_-]{40,})".into(), Check::Varied(10)),
-        ("New Relic key", r"\b(NRAK-[A-Z0-9]{27})\b".into(), Check::Varied(8)),
-        ("JSON Web Token", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{16,}".into(), Check::Jwt),
-        ("Authorization header", r"(?i)\b(?:authorization|proxy-authorization)\s*[:=]\s*[\x22']?\s*(?:bearer|basic|token|digest)\s+([A-Za-z0-9._~+/=-]{12,})".into(), Check::Auth),
-        ("Authorization header", r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{20,}=*)".into(), Check::Auth),
-        ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|jdbc:[a-z]+)://([^\s:/@'\x22]{1,64}):([^\s@/'\x22]{1,128})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection),
-        ("password/API key/token assignment", value_assign(SECRET_NAME), Check::Assignment),
-        ("password/API key/token assignment", cli_flag(r"(?:password|passwd|pass|token|api-key|apikey|secret|client-secret|auth-token|access-token)"), Check::Assignment),
-        ("high-entropy value in a secret-named setting", value_assign(LOOSE_NAME), Check::Entropy),
+impl Strength {
+    fn max_with(self, other: Strength) -> Strength {
+        match (self, other) {
+            (Strength::Strong, _) | (_, Strength::Strong) => Strength::Strong,
+            (Strength::Weak, _) | (_, Strength::Weak) => Strength::Weak,
+            _ => Strength::None,
+        }
+    }
+}
+
+/// The strength of `name`, read together with the word before it when the name is a bare
+/// `key`/`token`/`secret` (`cache key is …`, `client secret: …`).
+fn named_strength(pre: &str, name: &str) -> Strength {
+    const STOP: &[&str] = &[
+        "the", "a", "an", "this", "that", "my", "our", "your", "its", "is", "and", "or", "of",
+        "for", "with", "use", "here", "new", "old", "same",
     ];
-    list.into_iter()
-        .map(|(kind, pattern, check)| Detector {
-            kind,
-            regex: Regex::new(&pattern)
-                .unwrap_or_else(|e| panic!("secret pattern for {kind}: {e}")),
-            check,
-        })
-        .collect()
+    let bare = name_parts(name);
+    if bare.len() == 1
+        && !pre.is_empty()
+        && !STOP.contains(&pre.to_ascii_lowercase().as_str())
+        && matches!(
+            bare[0].as_str(),
+            "key" | "keys" | "token" | "secret" | "password"
+        )
+    {
+        return strength(&format!("{pre}_{name}"));
+    }
+    strength(name)
+}
+
+/// Whether the value given to a loosely secret-ish name counts: random-looking, or base64 of
+/// `user:password`.
+fn weak_value(value: &str) -> bool {
+    let value = value.trim();
+    if random_looking(value) || is_uuid(value) {
+        return true;
+    }
+    value.len() >= 12
+        && base64_decode(value)
+            .and_then(|d| String::from_utf8(d).ok())
+            .and_then(|t| {
+                t.split_once(':')
+                    .map(|(u, p)| !u.is_empty() && connection_password(u, p))
+            })
+            .unwrap_or(false)
+}
+
+// ---------------------------------------------------------------------------------------------
+// A random token next to a secret word
+
+/// Lines that hold hashes, public keys or lockfile lines: no near-word findings there.
+static HASHY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)ssh-(?:rsa|ed25519|dss)|ecdsa-sha2|BEGIN (?:PUBLIC KEY|CERTIFICATE)|\bsha(?:1|256|384|512)\b|sha(?:256|384|512)[-:]|\bh1:|integrity|checksum|\bdigest\b|\bmd5\b|\bcommit\b|\betag\b|fingerprint|\bnonce\b")
+        .expect("hashy pattern")
 });
+/// Identifiers that may be secret words.
+static WORD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:\b(?P<pre>[a-z0-9]+)[ \t]+)?(?P<w>[a-z0-9_.-]*(?:pass|pwd|secret|token|key|cred|auth|bearer|sig)[a-z0-9_.-]*)")
+        .expect("word pattern")
+});
+/// Candidate tokens.
+static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"[A-Za-z0-9+/_\-.~%!#$&*?^@]{8,300}={0,2}").expect("token pattern")
+});
+
+/// The strongest secret word on a line.
+fn line_word(line: &str) -> Strength {
+    let mut best = Strength::None;
+    for caps in WORD.captures_iter(line) {
+        let w = caps.name("w").map_or("", |m| m.as_str());
+        let pre = caps.name("pre").map_or("", |m| m.as_str());
+        best = best.max_with(named_strength(pre, w));
+        if best == Strength::Strong {
+            break;
+        }
+    }
+    best
+}
+
+fn near_word_hits(text: &str, out: &mut Vec<Hit>) {
+    let near = rule_of(KIND_NEAR);
+    let near_pw = rule_of(KIND_NEAR_PASSWORD);
+    let mut offset = 0;
+    let mut prev_word = Strength::None;
+    for line in text.split_inclusive('\n') {
+        let start = offset;
+        offset += line.len();
+        let word = line_word(line);
+        let context = word.max_with(prev_word);
+        prev_word = word;
+        if context == Strength::None || HASHY.is_match(line) {
+            continue;
+        }
+        let password_word = word == Strength::Strong && has_password_word(line);
+        for m in TOKEN.find_iter(line) {
+            let token = m
+                .as_str()
+                .trim_end_matches(['.', ',', ':', '!', '?'])
+                .trim_start_matches(['.', '-']);
+            let Some(rel) = m.as_str().find(token) else {
+                continue;
+            };
+            let at = start + m.start() + rel;
+            let range = at..at + token.len();
+            if strongly_random(token) {
+                out.push(Hit {
+                    rule: near,
+                    offset: at,
+                    value: range,
+                });
+            } else if password_word && password_like(token) {
+                out.push(Hit {
+                    rule: near_pw,
+                    offset: at,
+                    value: range,
+                });
+            }
+        }
+    }
+}
+
+fn has_password_word(line: &str) -> bool {
+    let lower = line.to_ascii_lowercase();
+    [
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "creds",
+        "credential",
+        "secret",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+}
+
+/// A token that is random enough to be a secret wherever it stands next to a secret word.
+fn strongly_random(token: &str) -> bool {
+    let body = token.trim_end_matches('=');
+    if body.len() < 20 || body.contains("://") || is_placeholder(body) {
+        return false;
+    }
+    if body.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        return false; // hashes, UUIDs: only next to a name (`key = <hex>`)
+    }
+    let alnum = body.chars().filter(char::is_ascii_alphanumeric).count();
+    let digits = body.chars().filter(char::is_ascii_digit).count();
+    let upper = body.chars().any(|c| c.is_ascii_uppercase());
+    let lower = body.chars().any(|c| c.is_ascii_lowercase());
+    let mixed = upper && lower && digits > 0 || (upper ^ lower) && digits >= 4;
+    alnum * 10 >= body.len() * 8
+        && mixed
+        && entropy(body) >= 3.7
+        && distinct(body) >= 12
+        && class_switch_rate(body) >= 0.3
+}
+
+/// A password-like word: letters of both cases, a digit and a symbol, mostly alphanumeric.
+fn password_like(token: &str) -> bool {
+    if !(8..=64).contains(&token.len()) || is_placeholder(token) || token.contains("://") {
+        return false;
+    }
+    let alnum = token.chars().filter(char::is_ascii_alphanumeric).count();
+    char_classes(token.trim_end_matches('=')) == 4
+        && alnum * 10 >= token.len() * 6
+        && !token.contains(['/', '\\'])
+        && assigned_secret(token, true)
+}
+
+/// Whether `value` is a UUID (8-4-4-4-12 hex digits).
+fn is_uuid(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    parts.len() == 5
+        && parts
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(p, n)| p.len() == n && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// The body of a prefixed token (after its last `_`, `.` or `-` prefix) switches classes as
+/// random text does: `hf_` + 34 random letters, not `hf_` + a camelCase identifier.
+fn random_body(value: &str) -> bool {
+    let body = value.rsplit(['_', '.', '-']).next().unwrap_or(value);
+    let body = if body.len() >= 12 { body } else { value };
+    looks_random(body) && class_switch_rate(body) >= 0.35
+}
 
 fn distinct(value: &str) -> usize {
     let mut seen: Vec<char> = value.chars().collect();
@@ -372,6 +1112,17 @@ fn is_placeholder(value: &str) -> bool {
     }
     let lower = value.to_ascii_lowercase();
     if PLACEHOLDER_WORDS.iter().any(|w| lower.contains(w)) {
+        return true;
+    }
+    // `cmd`, $(cmd), {Name}, [Name], !vault …: a reference, not a value
+    if value.starts_with('`')
+        || value.starts_with("$(")
+        || (value.len() > 1
+            && value.starts_with('!')
+            && value[1..].chars().all(|c| c.is_ascii_lowercase()))
+        || (value.starts_with('{') && value.ends_with('}'))
+        || (value.starts_with('[') && value.ends_with(']'))
+    {
         return true;
     }
     // $TOKEN, %(password)s, @password, :password — a variable or parameter, not a value
@@ -458,11 +1209,16 @@ const TOY_VALUES: &[&str] = &[
 
 fn is_toy(value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
-    TOY_VALUES.contains(&lower.as_str())
-        || lower.starts_with("test")
-        || lower.starts_with("secret")
-        || lower.starts_with("password")
-        || lower.starts_with("my")
+    if TOY_VALUES.contains(&lower.as_str()) {
+        return true;
+    }
+    // test…, secret…, password…, my…: a toy unless the rest is random (Lob's `test_<hex>`)
+    ["test", "secret", "password", "my"].iter().any(|p| {
+        lower.strip_prefix(p).is_some_and(|rest| {
+            let rest = rest.trim_start_matches(['_', '-', '.']);
+            rest.len() < 16 || !random_looking(rest)
+        })
+    })
 }
 
 /// How often the character class changes (lower, upper, digit, other) per character: near 0 for
@@ -492,14 +1248,22 @@ fn class_switch_rate(value: &str) -> f64 {
 
 /// Whether a value reads like generated random text rather than words or code.
 fn looks_random(value: &str) -> bool {
-    value.len() >= 8 && class_switch_rate(value) >= 0.25 && distinct(value) >= 6
+    if value.len() < 8 || distinct(value) < 6 {
+        return false;
+    }
+    // long lower-case tokens with few digits switch classes rarely but are still random
+    class_switch_rate(value) >= 0.25
+        || (value.len() >= 20
+            && value.chars().all(|c| c.is_ascii_alphanumeric())
+            && entropy(value) >= 4.0)
 }
 
 /// Whether an unquoted value is code (an identifier, a call, an attribute, a number, a
 /// reference) rather than a literal.
 fn is_code(value: &str) -> bool {
     static CODE: LazyLock<Regex> = LazyLock::new(|| {
-        Regex::new(r"^(?:[&*]|[A-Za-z_][A-Za-z0-9_]*(?:\.|\(|\[|::|->|$))").expect("code pattern")
+        Regex::new(r"^(?:[&*]|[A-Za-z_][A-Za-z0-9_]*(?:\.|\(|\[|::|->|:|=|$))")
+            .expect("code pattern")
     });
     if value.parse::<f64>().is_ok() {
         return true;
@@ -524,6 +1288,13 @@ fn assigned_secret(value: &str, quoted: bool) -> bool {
     }
     if quoted && value.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
         return false; // the name of an env var: "OPENAI_API_KEY"
+    }
+    // a slug of short words: "my-bot-token", "created_at"
+    if value
+        .split(['-', '_'])
+        .all(|w| !w.is_empty() && w.len() <= 10 && w.chars().all(|c| c.is_ascii_alphabetic()))
+    {
+        return false;
     }
     // base64 of a toy value, as in documentation samples of Kubernetes secrets
     if let Some(decoded) = base64_decode(value)
@@ -692,7 +1463,7 @@ mod tests {
                 "connection string with a password",
             ),
             (
-                "signingKey = 'b7e1c2f09a4d4e6f8c3b2a1d0e9f8a7b6c5d4e3f2a1b0c9d'",
+                "abstractKey = 'b7e1c2f09a4d4e6f8c3b2a1d0e9f8a7b6c5d4e3f2a1b0c9d'",
                 "high-entropy value in a secret-named setting",
             ),
         ] {
@@ -701,31 +1472,52 @@ mod tests {
     }
 
     #[test]
-    fn secretish_names_are_whole_parts() {
-        for yes in [
+    fn name_strength_reads_the_parts() {
+        for strong in [
+            "password",
+            "DB_PASS",
             "JWT_SIGNING_KEY",
-            "webhookSigningSecret",
-            "app_secret",
-            "auth",
-            "STRIPE_KEY",
-            "apiKey",
+            "api_key",
             "x-api-key",
-            "cookieSecret",
             "db.password",
+            "client_secret",
+            "setApiKey",
         ] {
-            assert!(secretish_name(yes), "{yes}");
+            assert_eq!(strength(strong), Strength::Strong, "{strong}");
         }
-        for no in [
+        for weak in ["key", "auth", "STRIPE_KEY", "abstractKey", "sig"] {
+            assert_eq!(strength(weak), Strength::Weak, "{weak}");
+        }
+        for plain in [
             "author_id",
             "primary_key",
             "cache_key",
             "signal_id",
             "keyboard",
             "idempotency_key",
-            "tokens_total",
+            "max_tokens",
+            "credentialsId",
+            "dev.credentials.url",
+            "password_hash",
+            "publishableKey",
+            "pad_token",
+            "secretKeyRef",
         ] {
-            assert!(!secretish_name(no), "{no}");
+            assert_eq!(strength(plain), Strength::None, "{plain}");
         }
+        assert_eq!(named_strength("cache", "key"), Strength::None);
+        assert_eq!(named_strength("client", "secret"), Strength::Strong);
+    }
+
+    #[test]
+    fn allowlist_skips_only_the_allowed_value() {
+        let text = "A=ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi\nB=ghp_9Zq1WtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gQq\n";
+        let allow = Allowlist::parse("ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi\nre:[\n");
+        assert_eq!(allow.len(), 1);
+        assert_eq!(allow.problems().len(), 1);
+        let f = scan_allowing(text, &allow).unwrap();
+        assert_eq!(f.line, 2);
+        assert_eq!(findings(text, &Allowlist::default()).len(), 2);
     }
 
     #[test]

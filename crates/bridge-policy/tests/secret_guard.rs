@@ -1,6 +1,8 @@
-//! Secret-guard figures over the corpora in `fixtures/secrets/` (built by `generate.py` there):
-//! recall on fake secrets and the false-positive rate on ordinary prompts. Prints both, asserts
-//! recall >= 99 % and false positives <= 0.5 %.
+//! Secret-guard figures over two corpora: `fixtures/secrets/` (built by `generate.py` there) and
+//! the larger evaluation set `fixtures/secrets/eval/` (built by `eval/generate.py`: formats from
+//! public scanners' rule sets in realistic frames, and hard negatives). Prints recall on fake
+//! secrets and the false-positive rate on ordinary prompts, per format family, and asserts recall
+//! >= 99 % and false positives <= 0.5 % on each corpus.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -23,31 +25,45 @@ fn corpus(name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn secret_guard_figures() {
-    let secrets = corpus("secrets.txt");
-    let ordinary = corpus("ordinary.txt");
+/// The family of a label: the part before `/` (the eval set), else the label itself.
+fn family(label: &str) -> &str {
+    label.split_once('/').map_or(label, |(f, _)| f)
+}
+
+struct Figures {
+    recall: f64,
+    fp_rate: f64,
+}
+
+fn measure(dir: &str, min_secrets: usize, min_formats: usize, min_ordinary: usize) -> Figures {
+    let secrets = corpus(&format!("{dir}secrets.txt"));
+    let ordinary = corpus(&format!("{dir}ordinary.txt"));
     let formats: BTreeSet<&str> = secrets.iter().map(|(l, _)| l.as_str()).collect();
     assert!(
-        secrets.len() >= 300,
-        "need >= 300 fake secrets, have {}",
+        secrets.len() >= min_secrets,
+        "{dir}: {} secrets",
         secrets.len()
     );
     assert!(
-        formats.len() >= 30,
-        "need >= 30 formats, have {}",
+        formats.len() >= min_formats,
+        "{dir}: {} formats",
         formats.len()
     );
     assert!(
-        ordinary.len() >= 1000,
-        "need >= 1000 ordinary prompts, have {}",
+        ordinary.len() >= min_ordinary,
+        "{dir}: {} ordinary",
         ordinary.len()
     );
 
+    // family -> (total, caught)
+    let mut per_family: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     let mut missed: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, (label, prompt)) in secrets.iter().enumerate() {
+        let entry = per_family.entry(family(label)).or_default();
+        entry.0 += 1;
         match scan(prompt) {
             Some(finding) => {
+                entry.1 += 1;
                 let shown = finding.to_string();
                 assert!(
                     !prompt
@@ -57,38 +73,69 @@ fn secret_guard_figures() {
                 );
             }
             None => {
-                eprintln!("missed secrets.txt:{} ({label})", i + 1);
+                eprintln!("missed {dir}secrets.txt:{} ({label})", i + 1);
                 *missed.entry(label).or_default() += 1;
             }
         }
     }
-    let mut false_positives: Vec<String> = Vec::new();
+    let mut fp_family: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    let mut false_positives = 0;
     for (i, (label, prompt)) in ordinary.iter().enumerate() {
+        let entry = fp_family.entry(family(label)).or_default();
+        entry.0 += 1;
         if let Some(f) = scan(prompt) {
-            false_positives.push(format!("ordinary.txt:{} ({label}): {f}", i + 1));
+            entry.1 += 1;
+            false_positives += 1;
+            eprintln!("false positive {dir}ordinary.txt:{} ({label}): {f}", i + 1);
         }
-    }
-    for fp in &false_positives {
-        eprintln!("false positive {fp}");
     }
     let caught = secrets.len() - missed.values().sum::<usize>();
     let recall = caught as f64 / secrets.len() as f64;
-    let fp_rate = false_positives.len() as f64 / ordinary.len() as f64;
+    let fp_rate = false_positives as f64 / ordinary.len() as f64;
     println!(
-        "secret guard: recall {:.2}% ({caught}/{} fake secrets, {} formats), false positives {:.2}% ({}/{} ordinary prompts)",
+        "secret guard on fixtures/secrets/{dir}: recall {:.2}% ({caught}/{} fake secrets, {} formats), false positives {:.2}% ({false_positives}/{} ordinary prompts)",
         recall * 100.0,
         secrets.len(),
         formats.len(),
         fp_rate * 100.0,
-        false_positives.len(),
         ordinary.len()
     );
+    for (fam, (total, hit)) in &per_family {
+        println!(
+            "  recall {fam}: {:.2}% ({hit}/{total})",
+            *hit as f64 * 100.0 / *total as f64
+        );
+    }
+    for (fam, (total, hit)) in &fp_family {
+        println!(
+            "  false positives {fam}: {:.2}% ({hit}/{total})",
+            *hit as f64 * 100.0 / *total as f64
+        );
+    }
+    if !missed.is_empty() {
+        println!("  missed per format: {missed:?}");
+    }
+    Figures { recall, fp_rate }
+}
+
+#[test]
+fn secret_guard_figures() {
+    let f = measure("", 300, 30, 1000);
+    assert!(f.recall >= 0.99, "recall {:.4} below 0.99", f.recall);
     assert!(
-        recall >= 0.99,
-        "recall {recall:.4} below 0.99; missed per format: {missed:?}"
+        f.fp_rate <= 0.005,
+        "false positives {:.4} above 0.005",
+        f.fp_rate
     );
+}
+
+#[test]
+fn secret_guard_figures_on_the_eval_set() {
+    let f = measure("eval/", 1500, 500, 1400);
+    assert!(f.recall >= 0.99, "eval recall {:.4} below 0.99", f.recall);
     assert!(
-        fp_rate <= 0.005,
-        "false-positive rate {fp_rate:.4} above 0.005"
+        f.fp_rate <= 0.005,
+        "eval false positives {:.4} above 0.005",
+        f.fp_rate
     );
 }
