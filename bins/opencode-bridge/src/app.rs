@@ -16,8 +16,10 @@ use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
 use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec};
+use crate::roster::RosterSource;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Everything the server holds: settings and the client configuration; the policy is read
@@ -26,6 +28,7 @@ pub struct App {
     pub settings: Settings,
     client: Result<ClientConfig, ClientError>,
     supervisor: Supervisor,
+    roster: Arc<RosterSource>,
 }
 
 impl fmt::Debug for App {
@@ -81,11 +84,36 @@ impl App {
         let mut cfg = SupervisorConfig::from_env();
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
+        let client = ClientConfig::from_env();
+        let roster = Arc::new(roster_source(&cfg, client.as_ref().ok()));
         App {
             settings,
-            client: ClientConfig::from_env(),
+            client,
             supervisor: Supervisor::new(cfg),
+            roster,
         }
+    }
+
+    /// The roster for runs in `cwd`, as opencode reports it (see [`crate::roster`]); asks
+    /// opencode on the blocking pool when nothing is cached.
+    pub async fn roster(&self, cwd: &Path) -> Roster {
+        let source = self.roster.clone();
+        let dir = cwd.to_path_buf();
+        let fallback = dir.clone();
+        tokio::task::spawn_blocking(move || source.roster(&dir))
+            .await
+            .unwrap_or_else(|_| Roster::load(&SystemEnv, &fallback))
+    }
+
+    /// Asks opencode for the roster of the root in the background, so the first delegation does
+    /// not wait for a cold `opencode serve`.
+    pub fn prewarm_roster(&self) {
+        let source = self.roster.clone();
+        let root = self.settings.root.clone();
+        tokio::task::spawn_blocking(move || {
+            let roster = source.roster(&root);
+            tracing::debug!(origin = ?roster.origin(), agents = roster.names().len(), "roster ready");
+        });
     }
 
     /// The client configuration, or why it is unusable.
@@ -100,8 +128,11 @@ impl App {
 
     /// The MCP server instructions: the active policy for the root in a few lines.
     pub fn instructions(&self) -> String {
-        match PolicyView::build(&SystemEnv, &self.settings.root, None) {
-            Ok(view) => render::instructions(&view),
+        let roster = self.roster.roster_if_cached(&self.settings.root);
+        match bridge_policy::detect_mode(&SystemEnv, &self.settings.root, None) {
+            Ok(decision) => {
+                render::instructions(&PolicyView::from_parts(&SystemEnv, decision, &roster))
+            }
             Err(e) => format!(
                 "opencode-bridge delegates easy and medium work to opencode agents, but its policy cannot be read: {e}. opencode_start refuses until this is fixed."
             ),
@@ -122,7 +153,7 @@ impl App {
 
     async fn call_uncapped(&self, call: Call, progress: Progress) -> Result<String, String> {
         match call {
-            Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode.as_deref()),
+            Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode.as_deref()).await,
             Call::Sessions(args) => self.sessions(args).await,
             Call::SessionOutput(args) => self.session_output(args).await,
             Call::Rename { id, title } => self.rename(id, title).await,
@@ -181,8 +212,10 @@ impl App {
         render::tasks::processes(&self.supervisor.processes())
     }
 
-    /// Stops every task this process started (their whole process groups) and waits for them.
+    /// Stops every task this process started (their whole process groups) and waits for them,
+    /// and a roster ask in flight (its temporary `opencode serve`).
     pub async fn shutdown(&self) {
+        self.roster.stop(Duration::from_secs(5)).await;
         self.supervisor.shutdown().await;
     }
 
@@ -247,7 +280,7 @@ impl App {
             ..args
         };
         let env = SystemEnv;
-        let roster = Roster::load(&env, &cwd);
+        let roster = self.roster(&cwd).await;
         let request = DelegationRequest {
             tier: Some(&args.tier),
             agent: args.agent.as_deref(),
@@ -288,6 +321,9 @@ impl App {
             PolicyAgentMode::All => AgentMode::All,
         };
         spec.read_only = agent.access == Access::ReadOnly;
+        // Asks are approved only for editing agents: a read-only run must not have its `ask`
+        // rules turned into writes (its overlay also denies edit, bash and task).
+        spec.auto_approve = agent.access == Access::Editing;
         spec.model = args.model.clone();
         spec.timeout = args.timeout_minutes.map(|m| Duration::from_secs(m * 60));
         spec.config_overlay = delegation.config_overlay.clone();
@@ -443,9 +479,12 @@ impl App {
     }
 
     /// `opencode_policy`.
-    pub fn policy(&self, cwd: Option<&str>, mode: Option<&str>) -> Result<String, String> {
+    pub async fn policy(&self, cwd: Option<&str>, mode: Option<&str>) -> Result<String, String> {
         let dir = self.resolve_dir(cwd);
-        let view = PolicyView::build(&SystemEnv, &dir, mode).map_err(|e| e.to_string())?;
+        let decision =
+            bridge_policy::detect_mode(&SystemEnv, &dir, mode).map_err(|e| e.to_string())?;
+        let roster = self.roster(&dir).await;
+        let view = PolicyView::from_parts(&SystemEnv, decision, &roster);
         Ok(render::policy(&view))
     }
 
@@ -566,6 +605,53 @@ fn cap_reply(text: &str) -> String {
 }
 
 /// Runs blocking work (store scans, HTTP calls) off the async thread.
+/// The roster source for runs configured by `cfg`: opencode is started as a run would be (the
+/// same binary, base environment, dropped variables and `worker` definition).
+fn roster_source(cfg: &SupervisorConfig, client: Option<&ClientConfig>) -> RosterSource {
+    use run_supervisor::command::{DROPPED_ENV, config_content, resolve_binary};
+    let client = client.and_then(|c| {
+        let bin = resolve_binary(cfg.opencode_bin.as_deref()).ok()?;
+        let mut c = c.clone();
+        c.opencode_bin = bin;
+        Some(c)
+    });
+    let existing = cfg
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "OPENCODE_CONFIG_CONTENT")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("OPENCODE_CONFIG_CONTENT").ok());
+    let mut set: Vec<(String, String)> = cfg
+        .env
+        .iter()
+        .filter(|(k, _)| k != "OPENCODE_CONFIG_CONTENT")
+        .cloned()
+        .collect();
+    let client = match config_content(
+        existing.as_deref(),
+        &bridge_policy::worker_agent_config(),
+        None,
+        None,
+    ) {
+        Ok(content) => {
+            set.push(("OPENCODE_CONFIG_CONTENT".into(), content));
+            client
+        }
+        // The runs would refuse too; the file reader shows the roster meanwhile.
+        Err(_) => None,
+    };
+    let env = opencode_client::backend::ChildEnv {
+        set,
+        remove: DROPPED_ENV.iter().map(|s| s.to_string()).collect(),
+    };
+    RosterSource::new(
+        client,
+        env,
+        cfg.state_dir.as_ref().map(|d| d.join("roster-cache")),
+    )
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {

@@ -4,7 +4,8 @@
 use crate::app::App;
 use crate::config::ENV_VARS;
 use crate::tools;
-use bridge_policy::{PolicyView, Roster, SystemEnv};
+use bridge_policy::{PolicyView, SystemEnv};
+use bridge_render as render;
 use clap::{Parser, Subcommand};
 use serde_json::{Map, Value, json};
 use std::time::Instant;
@@ -260,26 +261,31 @@ pub async fn doctor(app: &App) -> (String, bool) {
         }
     }
 
-    let roster = Roster::load(&SystemEnv, &app.settings.root);
-    let names = roster.names();
-    let companion = ["explorer", "librarian", "oracle", "fixer"]
-        .iter()
-        .filter(|n| names.contains(n))
-        .count();
-    line(
-        if companion > 0 { "ok" } else { "warn" },
-        "roster",
-        format!(
-            "{} agents: {}{}",
-            names.len(),
-            names.join(", "),
-            if companion > 0 {
-                String::new()
-            } else {
-                " (the opencode-config roster is not installed: only opencode's built-in agents and the bridge's worker are available)".into()
-            }
+    let started = Instant::now();
+    let roster = app.roster(&app.settings.root).await;
+    let asked_ms = started.elapsed().as_millis();
+    let (ok_roster, origin) = match roster.origin() {
+        bridge_policy::RosterOrigin::Opencode { via } => (true, format!("from {via}, {asked_ms} ms")),
+        bridge_policy::RosterOrigin::Files { why } => (
+            false,
+            format!(
+                "read from the agent files by the bridge, not from opencode{}",
+                why.as_deref().map(|w| format!(" ({w})")).unwrap_or_default()
+            ),
         ),
-    );
+    };
+    if let Some(e) = roster.load_error() {
+        ok = false;
+        line(
+            "FAIL",
+            "opencode config",
+            format!("opencode refuses to load its configuration in {}: {e}. Every delegation is refused until it is fixed.", app.settings.root.display()),
+        );
+    }
+    line(if ok_roster { "ok" } else { "warn" }, "roster", origin);
+    for l in render::roster_summary(&roster) {
+        line("ok", "roster", l);
+    }
     for w in roster.warnings() {
         line("warn", "roster", w.clone());
     }

@@ -20,6 +20,7 @@
 mod app;
 mod cli;
 mod config;
+mod roster;
 mod server;
 mod stdio_guard;
 mod tools;

@@ -190,6 +190,7 @@ fn error_result(message: String) -> CallToolResponse {
 pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let bridge = Bridge::new(app.clone());
+    app.prewarm_roster();
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let (transport, writer) = crate::stdio_guard::start();

@@ -9,7 +9,7 @@ use crate::error::PolicyError;
 use crate::evaluate::{AllowedAgent, allowed_agents, default_agent};
 use crate::instructions::VERIFICATION_RULES;
 use crate::mode::{Mode, ModeDecision, detect_mode};
-use crate::roster::{Access, AgentMode, Roster};
+use crate::roster::{Access, AgentMode, Roster, RosterOrigin};
 use crate::tier::{DELEGATE, KEEP, TIER_RULES};
 
 /// One roster agent as shown to the caller.
@@ -25,6 +25,10 @@ pub struct AgentView {
     pub opencode_mode: AgentMode,
     /// Where it is defined (a path, "opencode built-in", "bridge built-in", ...).
     pub source: String,
+    /// Hidden in opencode: listed, never offered.
+    pub hidden: bool,
+    /// Why the access is what it is (one line).
+    pub access_note: String,
 }
 
 /// A mode and what it allows, for the list of all modes.
@@ -65,6 +69,12 @@ pub struct PolicyView {
     pub roster: Vec<AgentView>,
     /// Problems met while reading agent files.
     pub roster_warnings: Vec<String>,
+    /// Where the roster was learnt (one line): opencode itself, or the agent files and why.
+    pub roster_origin: String,
+    /// opencode's message when it refuses to load its configuration here.
+    pub roster_load_error: Option<String>,
+    /// The plugins opencode's configuration loads (when opencode was asked).
+    pub plugins: Vec<String>,
 }
 
 impl PolicyView {
@@ -127,9 +137,22 @@ impl PolicyView {
                     access: a.access,
                     opencode_mode: a.opencode_mode,
                     source: a.source.to_string(),
+                    hidden: a.hidden,
+                    access_note: a.access_note.clone(),
                 })
                 .collect(),
             roster_warnings: roster.warnings().to_vec(),
+            roster_origin: match roster.origin() {
+                RosterOrigin::Opencode { via } => format!("from {via}"),
+                RosterOrigin::Files { why: Some(why) } => {
+                    format!("read from the agent files by the bridge ({why})")
+                }
+                RosterOrigin::Files { why: None } => {
+                    "read from the agent files by the bridge".to_owned()
+                }
+            },
+            roster_load_error: roster.load_error().map(str::to_owned),
+            plugins: roster.plugins().to_vec(),
             decision,
         }
     }

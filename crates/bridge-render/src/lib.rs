@@ -7,5 +7,5 @@ pub mod policy;
 pub mod sessions;
 pub mod tasks;
 
-pub use policy::{instructions, policy};
+pub use policy::{WELL_KNOWN_AGENTS, instructions, policy, roster_summary};
 pub use sessions::{OutputMode, renamed, session_header, session_list, transcript};

@@ -1,6 +1,6 @@
 //! The `opencode_policy` text and the MCP server instructions.
 
-use bridge_policy::PolicyView;
+use bridge_policy::{Access, AgentMode, AgentSource, PolicyView, Roster};
 
 /// `opencode_policy`: the mode and why, every source consulted, the allowed agents, tier rules,
 /// verification rules and the roster.
@@ -61,20 +61,37 @@ pub fn policy(view: &PolicyView) -> String {
         out.push_str(&format!("  - {r}\n"));
     }
 
-    out.push_str(&format!("\nroster ({} agents):\n", view.roster.len()));
+    out.push_str(&format!(
+        "\nroster ({} agents, {}):\n",
+        view.roster.len(),
+        view.roster_origin
+    ));
+    if let Some(e) = &view.roster_load_error {
+        out.push_str(&format!(
+            "  opencode refuses to load its configuration here, so every delegation is refused: {e}\n"
+        ));
+    }
+    if !view.plugins.is_empty() {
+        out.push_str(&format!("  plugins: {}\n", view.plugins.join(", ")));
+    }
     let rows: Vec<Vec<String>> = view
         .roster
         .iter()
         .map(|a| {
             vec![
                 a.name.clone(),
-                a.access.as_str().to_string(),
+                if a.hidden {
+                    format!("{} (hidden, not offered)", a.access.as_str())
+                } else {
+                    a.access.as_str().to_string()
+                },
                 a.opencode_mode.as_str().to_string(),
                 a.source.clone(),
                 a.description
                     .as_deref()
                     .map(|d| crate::human::one_line(d, 100))
                     .unwrap_or_default(),
+                a.access_note.clone(),
             ]
         })
         .collect();
@@ -117,5 +134,75 @@ pub fn instructions(view: &PolicyView) -> String {
     ));
     out.push_str("Verify what comes back (an untrusted draft): check the files exist, rerun the tests, recompute numbers, read the git diff.\n");
     out.push_str("Flow: opencode_start (tier required) -> opencode_status -> opencode_result. opencode_sessions and opencode_session_output show every opencode session; opencode_policy shows the full rules.\n");
+    out
+}
+
+/// The agents of the well-known opencode roster that delegation is designed around.
+pub const WELL_KNOWN_AGENTS: [&str; 6] = [
+    "explorer",
+    "librarian",
+    "deep-research",
+    "oracle",
+    "fixer",
+    "designer",
+];
+
+/// `doctor`'s view of a roster: counts by mode and access, hidden agents, plugins and the
+/// agents they added, which well-known agents are present, then one row per agent.
+pub fn roster_summary(roster: &Roster) -> Vec<String> {
+    let all: Vec<_> = roster.agents().collect();
+    let count = |f: &dyn Fn(&&bridge_policy::AgentInfo) -> bool| all.iter().filter(|a| f(a)).count();
+    let mut out = vec![format!(
+        "{} agents: {} primary, {} subagent, {} all; {} read-only, {} editing; {} hidden (not offered)",
+        all.len(),
+        count(&|a| a.opencode_mode == AgentMode::Primary),
+        count(&|a| a.opencode_mode == AgentMode::Subagent),
+        count(&|a| a.opencode_mode == AgentMode::All),
+        count(&|a| a.access == Access::ReadOnly),
+        count(&|a| a.access == Access::Editing),
+        count(&|a| a.hidden),
+    )];
+    let from_plugins: Vec<&str> = all
+        .iter()
+        .filter(|a| a.source == AgentSource::Plugin)
+        .map(|a| a.name.as_str())
+        .collect();
+    if !roster.plugins().is_empty() || !from_plugins.is_empty() {
+        out.push(format!(
+            "plugins: {}; agents they added: {}",
+            if roster.plugins().is_empty() {
+                "(none listed)".to_owned()
+            } else {
+                roster.plugins().join(", ")
+            },
+            if from_plugins.is_empty() {
+                "none".to_owned()
+            } else {
+                from_plugins.join(", ")
+            }
+        ));
+    }
+    let (present, missing): (Vec<&str>, Vec<&str>) = WELL_KNOWN_AGENTS
+        .iter()
+        .partition(|n| roster.get(n).is_some_and(|a| !a.hidden));
+    out.push(format!(
+        "well-known roster agents present: {}; missing: {}",
+        if present.is_empty() { "none".to_owned() } else { present.join(", ") },
+        if missing.is_empty() { "none".to_owned() } else { missing.join(", ") },
+    ));
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|a| {
+            vec![
+                format!("  {}", a.name),
+                a.opencode_mode.as_str().to_owned(),
+                a.access.as_str().to_owned(),
+                if a.hidden { "hidden".to_owned() } else { String::new() },
+                a.source.to_string(),
+                a.access_note.clone(),
+            ]
+        })
+        .collect();
+    out.extend(crate::human::table(&rows, &[]));
     out
 }

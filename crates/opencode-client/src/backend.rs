@@ -387,11 +387,8 @@ impl SessionSource for StoreWithRename {
     }
 }
 
-/// Renames a session through a short-lived `opencode serve` of our own: started on
-/// `127.0.0.1` with a random password (same environment, so the same data dir and store),
-/// asked `PATCH /session/{id}?directory=<dir>`, then stopped (SIGTERM to its process group,
-/// SIGKILL after 3 s) and reaped, on every path. Start-up and the call are each bounded by
-/// the service-call timeout.
+/// Renames a session through a short-lived `opencode serve` of our own (see
+/// [`with_temporary_server`]), asked `PATCH /session/{id}?directory=<dir>`.
 pub fn rename_with_ephemeral_server(
     cfg: &ClientConfig,
     directory: &str,
@@ -399,21 +396,73 @@ pub fn rename_with_ephemeral_server(
     title: &str,
 ) -> Result<(), ClientError> {
     check_id(id)?;
-    let password = random_password()?;
     let dir = Path::new(directory);
     let cwd = if dir.is_dir() {
         dir.to_path_buf()
     } else {
         std::env::temp_dir()
     };
+    let env = ChildEnv {
+        set: Vec::new(),
+        remove: vec!["OPENCODE_PID".into(), "OPENCODE_RUN_ID".into()],
+    };
+    with_temporary_server(
+        cfg,
+        &cwd,
+        &env,
+        cfg.api_timeout,
+        None,
+        "a temporary `opencode serve` started for the rename",
+        |http| {
+            let path = format!(
+                "/session/{}{}",
+                encode_component(id),
+                query(&[("directory", Some(directory.to_string()))])
+            );
+            http.patch_json(&path, &json!({ "title": title }))?;
+            Ok(())
+        },
+    )
+}
+
+/// The environment of a child opencode: variables set over the inherited ones, and variables
+/// removed from it.
+#[derive(Debug, Clone, Default)]
+pub struct ChildEnv {
+    /// Set (after removal).
+    pub set: Vec<(String, String)>,
+    /// Removed from the inherited environment.
+    pub remove: Vec<String>,
+}
+
+/// Runs `f` against a short-lived `opencode serve` of our own: started in `cwd` (also as
+/// `PWD`) on `127.0.0.1` with a random password and `env` over the inherited environment (so the
+/// same data dir, store and configuration as a run there), then stopped (SIGTERM to its process
+/// group, SIGKILL after 3 s) and reaped, on every path. Start-up is bounded by `startup` and each
+/// call by the service-call timeout. A server that exits before it listens is
+/// [`ClientError::OpencodeRefused`] with opencode's own message when it printed one (e.g.
+/// `Configuration is invalid at …`). Setting `cancel` stops the server while it starts
+/// ([`ClientError::Cancelled`]).
+pub fn with_temporary_server<T>(
+    cfg: &ClientConfig,
+    cwd: &Path,
+    env: &ChildEnv,
+    startup: Duration,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+    purpose: &str,
+    f: impl FnOnce(&HttpClient) -> Result<T, ClientError>,
+) -> Result<T, ClientError> {
+    let password = random_password()?;
     let mut cmd = Command::new(&cfg.opencode_bin);
     cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
-        .current_dir(&cwd)
-        .env("PWD", &cwd)
+        .current_dir(cwd);
+    for k in &env.remove {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.set.iter().map(|(k, v)| (k, v)))
+        .env("PWD", cwd)
         .env("OPENCODE_SERVER_PASSWORD", &password)
         .env("OPENCODE_SERVER_USERNAME", "opencode")
-        .env_remove("OPENCODE_PID")
-        .env_remove("OPENCODE_RUN_ID")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -427,38 +476,69 @@ pub fn rename_with_ephemeral_server(
     let stdout = server.0.child.stdout.take().expect("stdout is piped");
     let stderr = server.0.child.stderr.take().expect("stderr is piped");
     let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
+    // What the server printed besides its URL, to explain an early exit (bounded).
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let keep = |said: &std::sync::Arc<std::sync::Mutex<Vec<String>>>, line: &str| {
+        let line = strip_ansi(line);
+        if !line.trim().is_empty()
+            && let Ok(mut v) = said.lock()
+            && v.len() < 40
+        {
+            v.push(line.chars().take(400).collect());
+        }
+    };
+    let said_out = said.clone();
+    let out_thread = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if let Some(pos) = line.find("http://") {
                 let _ = tx.send(line[pos..].trim().to_string());
+            } else {
+                keep(&said_out, &line);
             }
         }
     });
-    // The last stderr line, sent when stderr closes, to explain an early exit.
-    let (err_tx, err_rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let mut last = String::new();
+    let said_err = said.clone();
+    let err_thread = std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if !line.trim().is_empty() {
-                last = line.chars().take(300).collect();
-            }
+            keep(&said_err, &line);
         }
-        let _ = err_tx.send(last);
     });
-    let url = match rx.recv_timeout(cfg.api_timeout) {
+    let deadline = Instant::now() + startup;
+    let received = loop {
+        let slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(100));
+        match rx.recv_timeout(slice) {
+            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                    return Err(ClientError::Cancelled);
+                }
+            }
+            other => break other,
+        }
+    };
+    let url = match received {
         Ok(url) => url,
         Err(mpsc::RecvTimeoutError::Timeout) => {
             return Err(ClientError::ServiceTimeout {
-                url: "a temporary `opencode serve` started for the rename".into(),
-                timeout_ms: cfg.api_timeout.as_millis() as u64,
+                url: purpose.to_owned(),
+                timeout_ms: startup.as_millis() as u64,
             });
         }
         Err(mpsc::RecvTimeoutError::Disconnected) => {
-            let why = err_rx
-                .recv_timeout(Duration::from_secs(2))
-                .unwrap_or_default();
+            // stdout closed: the server is ending; let both readers finish (bounded).
+            server.0.wait_exit(Duration::from_secs(5));
+            let _ = out_thread.join();
+            if server.0.has_exited() {
+                let _ = err_thread.join();
+            }
+            let lines = said.lock().map(|v| v.clone()).unwrap_or_default();
+            if let Some(message) = opencode_error(&lines) {
+                return Err(ClientError::OpencodeRefused { message });
+            }
+            let why = lines.last().cloned().unwrap_or_default();
             return Err(ClientError::TempServer {
                 detail: format!(
                     "`{} serve` ended before it listened{}",
@@ -478,14 +558,47 @@ pub fn rename_with_ephemeral_server(
         cfg.api_timeout,
         cfg.max_reply_bytes,
     )?;
-    let path = format!(
-        "/session/{}{}",
-        encode_component(id),
-        query(&[("directory", Some(directory.to_string()))])
-    );
-    http.patch_json(&path, &json!({ "title": title }))?;
+    let out = f(&http);
     drop(server);
-    Ok(())
+    out
+}
+
+/// opencode's own error message among the lines a failed start printed: from the line holding
+/// `Error:` on, joined into one line (its `--- Errors ---` block included).
+fn opencode_error(lines: &[String]) -> Option<String> {
+    let at = lines.iter().position(|l| l.contains("Error:"))?;
+    let text = lines[at..]
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.starts_with("---") && !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text
+        .split_once("Error:")
+        .map(|(_, rest)| rest.trim())
+        .unwrap_or(&text);
+    Some(text.chars().take(600).collect())
+}
+
+/// Removes ANSI escape sequences (`ESC [ … letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for d in chars.by_ref() {
+                    if d.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// The temporary server; stopped and reaped when dropped.
@@ -572,6 +685,30 @@ mod tests {
         );
         let e = cfg(&[("OPENCODE_BRIDGE_SCAN_DEADLINE_MS", "0")]).unwrap_err();
         assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn opencode_errors_are_read_from_what_a_failed_start_printed() {
+        let lines: Vec<String> = [
+            "Warning: OPENCODE_SERVER_PASSWORD is not set; server is unsecured.",
+            &strip_ansi("\u{1b}[91m\u{1b}[1mError: \u{1b}[0mConfiguration is invalid at /c/opencode.json: bad file reference"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            opencode_error(&lines).unwrap(),
+            "Configuration is invalid at /c/opencode.json: bad file reference"
+        );
+        let json: Vec<String> = ["Error: Config file at /p/opencode.json is not valid JSON(C):", "--- Errors ---", "CloseBraceExpected at line 2, column 1", "--- End ---"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            opencode_error(&json).unwrap(),
+            "Config file at /p/opencode.json is not valid JSON(C): CloseBraceExpected at line 2, column 1"
+        );
+        assert_eq!(opencode_error(&["listening".to_string()]), None);
     }
 
     #[test]

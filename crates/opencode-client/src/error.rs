@@ -47,9 +47,15 @@ pub enum ClientError {
     )]
     ApiCommand { detail: String },
     #[error(
-        "renaming through a temporary `opencode serve` failed ({detail}): check that `opencode serve` starts, or set OPENCODE_BRIDGE_SERVER_URL to a running server"
+        "a temporary `opencode serve` failed ({detail}): check that `opencode serve` starts in that directory (for a rename, OPENCODE_BRIDGE_SERVER_URL can name a running server instead)"
     )]
     TempServer { detail: String },
+    /// opencode would not start here and said why (a configuration it refuses to load).
+    #[error("opencode refuses to start here: {message}")]
+    OpencodeRefused { message: String },
+    /// The caller gave up (the bridge is stopping).
+    #[error("stopped: the bridge is shutting down")]
+    Cancelled,
     #[error("{operation} is not possible with the {backend} backend: {hint}")]
     Unsupported {
         operation: &'static str,

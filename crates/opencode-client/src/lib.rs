@@ -11,6 +11,7 @@
 //! Architecture invariant: nothing here writes to opencode's store, and nothing reads the
 //! account or credential tables.
 
+pub mod agents;
 pub mod api;
 pub mod backend;
 mod child;

@@ -1,0 +1,100 @@
+//! The agents opencode itself knows for a directory, with its plugins loaded: asked from a
+//! temporary `opencode serve` started there with the environment a run gets (`GET /agent` and
+//! `GET /config`). opencode is the source of truth for the roster; the bridge's own reading of
+//! agent files is only the fallback when it cannot be asked.
+
+use crate::backend::{ChildEnv, ClientConfig, with_temporary_server};
+use crate::error::ClientError;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+/// What opencode reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentReport {
+    /// `GET /agent`: `[{name, description?, mode, native, hidden?, permission: [rules], …}]`.
+    pub agents: Value,
+    /// The plugins its configuration loads (`GET /config` `plugin`), `file://` specs as paths.
+    pub plugins: Vec<String>,
+    /// How it was asked, for messages.
+    pub via: String,
+}
+
+/// How long a cold ask may take: opencode installs a configuration's plugins on first use
+/// (observed: 57 s for one local plugin on a 2-core machine), later asks take 2–10 s.
+pub const ASK_STARTUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Asks opencode for the agents of `directory` (see the module docs). `env` is the run's
+/// environment (the bridge's `worker` in `OPENCODE_CONFIG_CONTENT`, the variables a run drops);
+/// setting `cancel` gives up (and stops the server) while it starts.
+///
+/// # Errors
+/// [`ClientError::OpencodeRefused`] with opencode's message when it will not load its
+/// configuration there; other errors when it cannot be started or asked.
+pub fn ask_agents(
+    cfg: &ClientConfig,
+    directory: &Path,
+    env: &ChildEnv,
+    startup: Duration,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<AgentReport, ClientError> {
+    with_temporary_server(
+        cfg,
+        directory,
+        env,
+        startup,
+        cancel,
+        "a temporary `opencode serve` asked for its agents",
+        |http| {
+            let agents = http.get_json("/agent")?.body;
+            if !agents.is_array() {
+                return Err(ClientError::TempServer {
+                    detail: "GET /agent did not answer a list".into(),
+                });
+            }
+            // The plugin list is extra: a server that cannot say it still gave the agents.
+            let plugins = http
+                .get_json("/config")
+                .map(|c| plugins_of(&c.body))
+                .unwrap_or_default();
+            Ok(AgentReport {
+                agents,
+                plugins,
+                via: format!(
+                    "opencode itself (GET /agent on a temporary `opencode serve` in {})",
+                    directory.display()
+                ),
+            })
+        },
+    )
+}
+
+/// The configured plugins, `file:///x/y.js` shown as `/x/y.js`.
+fn plugins_of(config: &Value) -> Vec<String> {
+    config
+        .get("plugin")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(|p| p.strip_prefix("file://").unwrap_or(p).to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn plugins_are_listed_as_configured() {
+        let cfg = json!({"plugin": ["oh-my-opencode-slim@1.2.0", "file:///p/.opencode/plugin/a.js", 3]});
+        assert_eq!(
+            plugins_of(&cfg),
+            ["oh-my-opencode-slim@1.2.0", "/p/.opencode/plugin/a.js"]
+        );
+        assert!(plugins_of(&json!({})).is_empty());
+    }
+}
