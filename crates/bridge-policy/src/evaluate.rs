@@ -226,11 +226,13 @@ pub fn evaluate(
             "Not delegated: the prompt is empty; describe the task (files, expected result, how to check it).".to_owned(),
         ));
     }
-    if let Some(finding) = secrets::scan(request.prompt) {
+    let allow = secrets::Allowlist::load(env, request.cwd);
+    if let Some(finding) = secrets::scan_allowing(request.prompt, &allow) {
         return Err(Refusal {
             kind: RefusalKind::Secret,
             message: format!(
-                "Not delegated: {finding}. Remove it and refer to it by name instead (for example an environment variable the agent's tools can read), then retry."
+                "Not delegated: {finding}. Remove it and refer to it by name instead (for example an environment variable the agent's tools can read), then retry. If it is not a secret, add the exact value (or re:PATTERN) as one line of .claude/{} in the project.",
+                secrets::ALLOWLIST_FILE
             ),
             secret: Some(finding),
         });

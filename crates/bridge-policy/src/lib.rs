@@ -47,4 +47,4 @@ pub use roster::{
     merge_config, read_only_permissions, worker_agent_config,
 };
 pub use tier::{ACCEPTED_TIERS, DELEGATE, KEEP, TIER_RULES, Tier};
-pub use view::{AgentView, ModeSummary, PolicyView};
+pub use view::{AgentView, AllowlistView, ModeSummary, PolicyView};

@@ -9,6 +9,9 @@
 //!   leading label such as `Task:`; later lines are used only when the first one has fewer than 3
 //!   words. An explicit title replaces the whole `LANE/agent: task` and is kept as is, except that
 //!   line breaks and other control characters become spaces.
+//! - Secrets never reach a title: before the words are taken (and in an explicit title), every
+//!   value the secret guard matches and every long random-looking token is replaced by
+//!   `[secret]` ([`crate::secrets::redact`]).
 //!
 //! ```
 //! use bridge_policy::naming::{check_title, session_title};
@@ -23,6 +26,8 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use regex::Regex;
+
+use crate::secrets;
 
 /// Fewest words in a task.
 pub const MIN_TASK_WORDS: usize = 3;
@@ -39,7 +44,7 @@ pub fn session_title(
     explicit: Option<&str>,
 ) -> String {
     if let Some(title) = explicit.map(clean_explicit).filter(|t| !t.is_empty()) {
-        return title;
+        return secrets::redact(&title);
     }
     format!("{}/{}: {}", lane_name(lane, cwd), agent, task_words(prompt))
 }
@@ -84,6 +89,8 @@ pub fn lane_name(lane: Option<&str>, cwd: &Path) -> String {
 /// assert_eq!(task_words("Fix\nthe build"), "Fix the build");
 /// ```
 pub fn task_words(prompt: &str) -> String {
+    // secrets never reach a title: the guard's matches and long random tokens become [secret]
+    let prompt = secrets::redact(prompt);
     let mut words: Vec<String> = Vec::new();
     let mut in_fence = false;
     for line in prompt.lines() {

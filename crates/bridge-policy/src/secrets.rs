@@ -206,6 +206,44 @@ pub fn secret_spans(text: &str) -> Vec<Range<usize>> {
     spans
 }
 
+/// `text` with every secret-looking value ([`secret_spans`]) and every long random-looking
+/// token (20+ characters of letters and digits that switch classes like random text, whatever
+/// stands near them) replaced by `[secret]`: the text session titles are built from.
+///
+/// ```
+/// use bridge_policy::secrets::redact;
+/// let r = redact("call it with ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi please");
+/// assert_eq!(r, "call it with [secret] please");
+/// assert_eq!(redact("q9XzL2mT7vB4nK8sW3pR6yH1"), "[secret]");
+/// assert_eq!(redact("fix parse_configuration_file"), "fix parse_configuration_file");
+/// ```
+pub fn redact(text: &str) -> String {
+    static LOOSE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/=_~.-]{20,}").expect("loose token pattern"));
+    let mut spans = secret_spans(text);
+    for m in LOOSE.find_iter(text) {
+        let t = m.as_str().trim_matches(['.', '-', '=']);
+        let digits = t.chars().filter(char::is_ascii_digit).count();
+        if digits >= 2 && t.chars().any(|c| c.is_ascii_alphabetic()) && looks_random(t) {
+            spans.push(m.range());
+        }
+    }
+    spans.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for span in spans {
+        if span.start < at {
+            at = at.max(span.end);
+            continue;
+        }
+        out.push_str(&text[at..span.start]);
+        out.push_str("[secret]");
+        at = span.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset]
         .iter()
@@ -293,7 +331,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         })
         .chain([KIND_WEAK, KIND_NEAR, KIND_NEAR_PASSWORD].map(|kind| Rule {
             kind,
-            regex: Regex::new("$^").expect("never matches"),
+            regex: Regex::new(r"[^\s\S]").expect("never matches"),
             check: Check::Varied(0),
         }))
         .collect()
@@ -312,7 +350,9 @@ fn hits(text: &str) -> Vec<Hit> {
     let weak = rule_of(KIND_WEAK);
     for (index, rule) in RULES.iter().enumerate() {
         let mut pos = 0;
-        while let Some(caps) = rule.regex.captures_at(text, pos) {
+        while pos <= text.len()
+            && let Some(caps) = rule.regex.captures_at(text, pos)
+        {
             let Some(whole) = caps.get(0) else { break };
             // the next search: after this match, or (a rejected name) right after the name,
             // so that `vendorkeyClient(token="…")` still finds `token=`
@@ -345,7 +385,10 @@ fn hits(text: &str) -> Vec<Hit> {
                     let pre = caps.name("pre").map_or("", |m| m.as_str());
                     let retry = name_match.map_or(whole.end(), |m| m.end());
                     let Some((m, quoted)) = named_value(&caps) else {
-                        pos = retry.max(whole.start() + 1);
+                        pos = whole.end().max(whole.start() + 1);
+                        while pos < text.len() && !text.is_char_boundary(pos) {
+                            pos += 1;
+                        }
                         continue;
                     };
                     // `name, value` only for a quoted name: ("X-Api-Key", "…")
@@ -357,7 +400,7 @@ fn hits(text: &str) -> Vec<Hit> {
                         .is_some_and(|c| c == ':' || c == '/');
                     if strength == Strength::None || inside || (comma && caps.name("q").is_none()) {
                         pos = retry.max(whole.start() + 1);
-                        while !text.is_char_boundary(pos) {
+                        while pos < text.len() && !text.is_char_boundary(pos) {
                             pos += 1;
                         }
                         continue;
@@ -373,7 +416,7 @@ fn hits(text: &str) -> Vec<Hit> {
                     }
                 }
             };
-            while !text.is_char_boundary(pos) {
+            while pos < text.len() && !text.is_char_boundary(pos) {
                 pos += 1;
             }
             if ok {

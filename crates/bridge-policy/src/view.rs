@@ -10,6 +10,7 @@ use crate::evaluate::{AllowedAgent, allowed_agents, default_agent};
 use crate::instructions::VERIFICATION_RULES;
 use crate::mode::{Mode, ModeDecision, detect_mode};
 use crate::roster::{Access, AgentMode, Roster, RosterOrigin};
+use crate::secrets::Allowlist;
 use crate::tier::{DELEGATE, KEEP, TIER_RULES};
 
 /// One roster agent as shown to the caller.
@@ -75,6 +76,20 @@ pub struct PolicyView {
     pub roster_load_error: Option<String>,
     /// The plugins opencode's configuration loads (when opencode was asked).
     pub plugins: Vec<String>,
+    /// The secret-guard allowlist in force, if any.
+    pub secret_allowlist: Option<AllowlistView>,
+}
+
+/// The secret-guard allowlist file in force: where it is and how many entries it has (never
+/// the values).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllowlistView {
+    /// The file.
+    pub path: String,
+    /// Usable entries (exact values and patterns).
+    pub entries: usize,
+    /// Lines skipped (e.g. a pattern that does not compile).
+    pub problems: Vec<String>,
 }
 
 impl PolicyView {
@@ -98,7 +113,14 @@ impl PolicyView {
     ) -> Result<PolicyView, PolicyError> {
         let decision = detect_mode(env, cwd, mode_arg)?;
         let roster = Roster::load(env, cwd);
-        Ok(PolicyView::from_parts(env, decision, &roster))
+        let mut view = PolicyView::from_parts(env, decision, &roster);
+        let allow = Allowlist::load(env, cwd);
+        view.secret_allowlist = allow.path().map(|p| AllowlistView {
+            path: p.display().to_string(),
+            entries: allow.len(),
+            problems: allow.problems().to_vec(),
+        });
+        Ok(view)
     }
 
     /// Assembles the view from a decision and a roster already at hand.
@@ -153,6 +175,7 @@ impl PolicyView {
             },
             roster_load_error: roster.load_error().map(str::to_owned),
             plugins: roster.plugins().to_vec(),
+            secret_allowlist: None,
             decision,
         }
     }

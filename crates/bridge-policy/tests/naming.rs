@@ -175,3 +175,44 @@ fn checker_explains_what_is_wrong() {
     );
     assert!(check_title(&t).is_empty(), "{t}");
 }
+
+#[test]
+fn titles_never_carry_a_secret() {
+    let cwd = Path::new("/w/api");
+    let cases = [
+        // a vendor token the guard knows
+        "Use ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi to list the repos",
+        // a password given to a name
+        "password=Zq8#rT2!vLp9 is wrong, fix the login",
+        // a random token no rule would refuse on its own (no secret word near it)
+        "call q9XzL2mT7vB4nK8sW3pR6yH1 from the deploy job",
+    ];
+    for prompt in cases {
+        let t = session_title(None, cwd, "worker", prompt, None);
+        for secret in ["ghp_4Fq9", "Zq8#rT2", "q9XzL2mT7"] {
+            assert!(!t.contains(secret), "{prompt:?} gave {t:?}");
+        }
+        assert!(t.contains("[secret]"), "{t}");
+    }
+    // explicit titles too
+    let t = session_title(
+        None,
+        cwd,
+        "worker",
+        "x",
+        Some("DOCS/worker: rotate AKIAZ7Q4M2KD8XW3PL6T now"),
+    );
+    assert_eq!(t, "DOCS/worker: rotate [secret] now");
+    // ordinary words stay
+    let t = session_title(
+        None,
+        cwd,
+        "worker",
+        "Rename parse_configuration_file to load_config",
+        None,
+    );
+    assert_eq!(
+        t,
+        "API/worker: Rename parse_configuration_file to load_config"
+    );
+}

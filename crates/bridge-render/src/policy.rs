@@ -101,6 +101,15 @@ pub fn policy(view: &PolicyView) -> String {
     for w in &view.roster_warnings {
         out.push_str(&format!("  warning: {w}\n"));
     }
+    if let Some(allow) = &view.secret_allowlist {
+        out.push_str(&format!(
+            "\nsecret allowlist: {} ({} entries)\n",
+            allow.path, allow.entries
+        ));
+        for p in &allow.problems {
+            out.push_str(&format!("  warning: {p}\n"));
+        }
+    }
     out
 }
 
@@ -151,7 +160,8 @@ pub const WELL_KNOWN_AGENTS: [&str; 6] = [
 /// agents they added, which well-known agents are present, then one row per agent.
 pub fn roster_summary(roster: &Roster) -> Vec<String> {
     let all: Vec<_> = roster.agents().collect();
-    let count = |f: &dyn Fn(&&bridge_policy::AgentInfo) -> bool| all.iter().filter(|a| f(a)).count();
+    let count =
+        |f: &dyn Fn(&&bridge_policy::AgentInfo) -> bool| all.iter().filter(|a| f(a)).count();
     let mut out = vec![format!(
         "{} agents: {} primary, {} subagent, {} all; {} read-only, {} editing; {} hidden (not offered)",
         all.len(),
@@ -187,8 +197,16 @@ pub fn roster_summary(roster: &Roster) -> Vec<String> {
         .partition(|n| roster.get(n).is_some_and(|a| !a.hidden));
     out.push(format!(
         "well-known roster agents present: {}; missing: {}",
-        if present.is_empty() { "none".to_owned() } else { present.join(", ") },
-        if missing.is_empty() { "none".to_owned() } else { missing.join(", ") },
+        if present.is_empty() {
+            "none".to_owned()
+        } else {
+            present.join(", ")
+        },
+        if missing.is_empty() {
+            "none".to_owned()
+        } else {
+            missing.join(", ")
+        },
     ));
     let rows: Vec<Vec<String>> = all
         .iter()
@@ -197,7 +215,11 @@ pub fn roster_summary(roster: &Roster) -> Vec<String> {
                 format!("  {}", a.name),
                 a.opencode_mode.as_str().to_owned(),
                 a.access.as_str().to_owned(),
-                if a.hidden { "hidden".to_owned() } else { String::new() },
+                if a.hidden {
+                    "hidden".to_owned()
+                } else {
+                    String::new()
+                },
                 a.source.to_string(),
                 a.access_note.clone(),
             ]

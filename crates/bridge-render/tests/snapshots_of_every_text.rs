@@ -206,7 +206,11 @@ fn policy_and_instructions() {
     let env = FakeEnv::new()
         .with_home("/home/u")
         .with_dir("/home/u/proj/.git")
-        .with_file("/home/u/proj/.claude/sensitive", "");
+        .with_file("/home/u/proj/.claude/sensitive", "")
+        .with_file(
+            "/home/u/proj/.claude/opencode-bridge-secrets.allow",
+            "# fixtures\nAKIAZ7Q4M2KD8XW3PL6T\nre:sk_test_[A-Za-z0-9]+\nre:[\n",
+        );
     let view = PolicyView::build(&env, Path::new("/home/u/proj"), None).unwrap();
     insta::assert_snapshot!("policy_sensitive", policy(&view));
     insta::assert_snapshot!("instructions_sensitive", instructions(&view));
