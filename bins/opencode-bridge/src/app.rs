@@ -3,6 +3,7 @@
 //! functions, so a person sees exactly what the model sees.
 
 use crate::config::Settings;
+use crate::roster::RosterSource;
 use crate::tools::{
     Call, OutputArgs, REPLY_CAP_CHARS, SESSIONS_DEFAULT_LIMIT, SessionsArgs, StartArgs,
 };
@@ -16,7 +17,6 @@ use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
 use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec};
-use crate::roster::RosterSource;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -85,7 +85,7 @@ impl App {
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
         let client = ClientConfig::from_env();
-        let roster = Arc::new(roster_source(&cfg, client.as_ref().ok()));
+        let roster = Arc::new(roster_source(&cfg, client.as_ref()));
         App {
             settings,
             client,
@@ -607,13 +607,16 @@ fn cap_reply(text: &str) -> String {
 /// Runs blocking work (store scans, HTTP calls) off the async thread.
 /// The roster source for runs configured by `cfg`: opencode is started as a run would be (the
 /// same binary, base environment, dropped variables and `worker` definition).
-fn roster_source(cfg: &SupervisorConfig, client: Option<&ClientConfig>) -> RosterSource {
+fn roster_source(
+    cfg: &SupervisorConfig,
+    client: Result<&ClientConfig, &ClientError>,
+) -> RosterSource {
     use run_supervisor::command::{DROPPED_ENV, config_content, resolve_binary};
-    let client = client.and_then(|c| {
-        let bin = resolve_binary(cfg.opencode_bin.as_deref()).ok()?;
+    let client = client.map_err(|e| e.to_string()).and_then(|c| {
+        let bin = resolve_binary(cfg.opencode_bin.as_deref())?;
         let mut c = c.clone();
         c.opencode_bin = bin;
-        Some(c)
+        Ok(c)
     });
     let existing = cfg
         .env
@@ -639,7 +642,7 @@ fn roster_source(cfg: &SupervisorConfig, client: Option<&ClientConfig>) -> Roste
             client
         }
         // The runs would refuse too; the file reader shows the roster meanwhile.
-        Err(_) => None,
+        Err(e) => Err(e),
     };
     let env = opencode_client::backend::ChildEnv {
         set,

@@ -50,21 +50,28 @@ pub struct RosterSource {
     stopping: AtomicBool,
     /// Asks in flight.
     asking: AtomicUsize,
+    /// One ask at a time: two `opencode serve` starting at once on a fresh data dir race in
+    /// opencode's store migration (observed: `Failed query: CREATE TABLE workspace`).
+    one_ask: Mutex<()>,
 }
 
 impl RosterSource {
-    /// `client`: how to start opencode (`None` when its configuration is unusable); `env`: the
+    /// `client`: how to start opencode (or why it cannot be started); `env`: the
     /// environment a run gets; `cache_dir`: where answers are kept on disk.
     pub fn new(
-        client: Option<ClientConfig>,
+        client: Result<ClientConfig, String>,
         env: ChildEnv,
         cache_dir: Option<PathBuf>,
     ) -> RosterSource {
-        let files_only = match std::env::var(ENV_ROSTER).ok().as_deref().map(str::trim) {
-            Some("files") => Some(format!("{ENV_ROSTER}=files")),
-            _ if client.is_none() => Some("opencode's client settings are unusable".to_owned()),
+        let files_only = match (
+            std::env::var(ENV_ROSTER).ok().as_deref().map(str::trim),
+            &client,
+        ) {
+            (Some("files"), _) => Some(format!("{ENV_ROSTER}=files")),
+            (_, Err(why)) => Some(why.clone()),
             _ => None,
         };
+        let client = client.ok();
         RosterSource {
             client,
             env,
@@ -73,6 +80,7 @@ impl RosterSource {
             files_only,
             stopping: AtomicBool::new(false),
             asking: AtomicUsize::new(0),
+            one_ask: Mutex::new(()),
         }
     }
 
@@ -114,6 +122,11 @@ impl RosterSource {
         let asked = match self.cached(key) {
             Some(a) => a,
             None => {
+                let _one = self.one_ask.lock().unwrap_or_else(|e| e.into_inner());
+                // The ask we waited for may have been this one.
+                if let Some(a) = self.cached(key) {
+                    return from_asked(&a, files);
+                }
                 self.asking.fetch_add(1, Ordering::Relaxed);
                 let result = ask(client, cwd, &self.env, &self.stopping);
                 self.asking.fetch_sub(1, Ordering::Relaxed);
@@ -200,7 +213,10 @@ fn ask(
             via,
         }),
         Err(ClientError::OpencodeRefused { message }) => Ok(Asked::Refused { message }),
-        Err(e) => Err(format!("opencode could not be asked for its agents: {e}")),
+        Err(ClientError::TempServer { detail }) => {
+            Err(format!("opencode could not be asked: {detail}"))
+        }
+        Err(e) => Err(format!("opencode could not be asked: {e}")),
     }
 }
 

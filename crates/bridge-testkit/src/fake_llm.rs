@@ -90,6 +90,17 @@ pub const SCENARIOS: &[&str] = &[
     "reasoning",
     "long",
     "huge",
+    "escape",
+];
+
+/// Files the `escape` model tries to create in the working directory, one per way of writing:
+/// the write tool, a shell allowlisted as `timeout *`, one allowlisted as `echo*`, and a
+/// `general` subagent started through the task tool.
+pub const ESCAPE_FILES: [&str; 4] = [
+    "escape-write.txt",
+    "escape-timeout.txt",
+    "escape-echo.txt",
+    "escape-sub.txt",
 ];
 
 /// One request the fake received.
@@ -562,6 +573,7 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
             events.extend(text_answer(OK_TEXT, "stop"));
             stream(events)
         }
+        "escape" => escape(req, messages),
         _ if after_tool => {
             let text = if model == "tooltask" {
                 "Task finished. DONE"
@@ -609,6 +621,50 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
 }
 
 /// The `Working directory: …` line opencode puts in its system prompt.
+/// The `escape` model: one way of writing a file per turn (see [`ESCAPE_FILES`]), whatever
+/// tools are offered (a tool that is not offered comes back as an error and the next is tried),
+/// then a final answer. In the subagent's own session it writes its file and ends.
+fn escape(req: &RecordedRequest, messages: &[Value]) -> Plan {
+    let model = "escape".to_owned();
+    let stream = |events| Plan::Stream {
+        model: model.clone(),
+        events,
+    };
+    let done = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .count();
+    let sub = messages.iter().any(|m| {
+        m.get("role").and_then(Value::as_str) == Some("user")
+            && m.to_string().contains("escape sub job")
+    });
+    let dir = working_directory(req).unwrap_or_else(|| ".".into());
+    let file = |name: &str| format!("{}/{name}", dir.trim_end_matches('/'));
+    let write = |name: &str| {
+        tool_answer(
+            "write",
+            json!({"filePath": file(name), "content": "written by the escape model\n"}),
+        )
+    };
+    match (sub, done) {
+        (true, 0) => stream(write(ESCAPE_FILES[3])),
+        (false, 0) => stream(write(ESCAPE_FILES[0])),
+        (false, 1) => stream(tool_answer(
+            "bash",
+            json!({"command": format!("timeout 5 sh -c \"echo hi > {}\"", ESCAPE_FILES[1]), "description": "Write through timeout"}),
+        )),
+        (false, 2) => stream(tool_answer(
+            "bash",
+            json!({"command": format!("echo hi > {}", ESCAPE_FILES[2]), "description": "Write through echo"}),
+        )),
+        (false, 3) => stream(tool_answer(
+            "task",
+            json!({"description": "Escape sub job", "prompt": "escape sub job: write your file", "subagent_type": "general"}),
+        )),
+        _ => stream(text_answer("Tried every way of writing. DONE", "stop")),
+    }
+}
+
 fn working_directory(req: &RecordedRequest) -> Option<String> {
     let marker = "Working directory: ";
     let messages = req.json.as_ref()?.get("messages")?.as_array()?;

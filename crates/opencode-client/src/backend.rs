@@ -535,10 +535,15 @@ pub fn with_temporary_server<T>(
                 let _ = err_thread.join();
             }
             let lines = said.lock().map(|v| v.clone()).unwrap_or_default();
-            if let Some(message) = opencode_error(&lines) {
-                return Err(ClientError::OpencodeRefused { message });
+            let error = opencode_error(&lines);
+            // Only a configuration problem is opencode refusing to work here; anything else
+            // (a store migration racing another start, a crash) is a failed start.
+            if let Some(message) = error.as_ref().filter(|m| is_config_error(m)) {
+                return Err(ClientError::OpencodeRefused {
+                    message: message.clone(),
+                });
             }
-            let why = lines.last().cloned().unwrap_or_default();
+            let why = error.or_else(|| lines.last().cloned()).unwrap_or_default();
             return Err(ClientError::TempServer {
                 detail: format!(
                     "`{} serve` ended before it listened{}",
@@ -578,6 +583,13 @@ fn opencode_error(lines: &[String]) -> Option<String> {
         .map(|(_, rest)| rest.trim())
         .unwrap_or(&text);
     Some(text.chars().take(600).collect())
+}
+
+/// Whether opencode's error is about its configuration (`Configuration is invalid at …`, a
+/// config file that is not valid JSON(C), a bad `{file:}` or `{env:}` reference).
+fn is_config_error(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("config") || m.contains("file reference") || m.contains("jsonc")
 }
 
 /// Removes ANSI escape sequences (`ESC [ … letter`).
@@ -700,15 +712,26 @@ mod tests {
             opencode_error(&lines).unwrap(),
             "Configuration is invalid at /c/opencode.json: bad file reference"
         );
-        let json: Vec<String> = ["Error: Config file at /p/opencode.json is not valid JSON(C):", "--- Errors ---", "CloseBraceExpected at line 2, column 1", "--- End ---"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let json: Vec<String> = [
+            "Error: Config file at /p/opencode.json is not valid JSON(C):",
+            "--- Errors ---",
+            "CloseBraceExpected at line 2, column 1",
+            "--- End ---",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(
             opencode_error(&json).unwrap(),
             "Config file at /p/opencode.json is not valid JSON(C): CloseBraceExpected at line 2, column 1"
         );
         assert_eq!(opencode_error(&["listening".to_string()]), None);
+        assert!(!is_config_error(
+            "Unexpected error Failed query: CREATE TABLE `workspace` ( `id` text PRIMARY KEY"
+        ));
+        assert!(is_config_error(
+            "Configuration is invalid at /c/opencode.json: bad file reference"
+        ));
     }
 
     #[test]
