@@ -446,3 +446,101 @@ fn live_worker_is_a_primary_agent_without_any_roster() {
         "worker missing from {listed:?}"
     );
 }
+
+#[test]
+fn a_markdown_agent_without_a_mode_keeps_the_mode_an_earlier_layer_gave_it() {
+    let env = FakeEnv::new()
+        .with_home("/h")
+        .with_file(
+            "/h/.config/opencode/opencode.json",
+            r#"{"agent": {"oracle": {"mode": "subagent", "model": "x/y"}}}"#,
+        )
+        .with_file(
+            "/h/.config/opencode/agents/oracle.md",
+            "---\ndescription: Second opinion\n---\nYou review.\n",
+        )
+        .with_file(
+            "/h/.config/opencode/agents/fresh.md",
+            "---\ndescription: New\n---\n",
+        );
+    let roster = Roster::load(&env, Path::new("/h/p"));
+    assert_eq!(
+        roster.get("oracle").unwrap().opencode_mode,
+        AgentMode::Subagent
+    );
+    assert_eq!(roster.get("fresh").unwrap().opencode_mode, AgentMode::All);
+}
+
+#[test]
+fn a_frontmatter_with_a_repeated_key_is_broken_as_opencode_reads_it() {
+    let env = FakeEnv::new().with_home("/h").with_file(
+        "/h/.config/opencode/agents/twice.md",
+        "---\nmode: subagent\npermission:\n  edit: deny\n  bash: deny\npermission:\n  edit: allow\n---\n",
+    );
+    let roster = Roster::load(&env, Path::new("/h/p"));
+    let twice = roster.get("twice").unwrap();
+    assert_eq!(
+        (twice.opencode_mode, twice.access),
+        (AgentMode::All, Access::Editing)
+    );
+    assert!(
+        roster
+            .warnings()
+            .iter()
+            .any(|w| w.contains("duplicate key `permission`")),
+        "{:?}",
+        roster.warnings()
+    );
+}
+
+#[test]
+fn opencode_s_answer_replaces_the_file_reading() {
+    let files = Roster::load(&fixture_env(), Path::new("/h/proj"));
+    let rules = |extra: serde_json::Value| {
+        let mut r = vec![serde_json::json!({"permission": "*", "pattern": "*", "action": "allow"})];
+        r.extend(extra.as_array().unwrap().iter().cloned());
+        serde_json::Value::Array(r)
+    };
+    let listed = serde_json::json!([
+        {"name": "build", "mode": "subagent", "native": true, "hidden": true, "permission": rules(serde_json::json!([]))},
+        {"name": "explorer", "mode": "subagent", "native": false, "permission": rules(serde_json::json!([
+            {"permission": "edit", "pattern": "*", "action": "deny"},
+            {"permission": "bash", "pattern": "*", "action": "deny"},
+            {"permission": "bash", "pattern": "rg *", "action": "allow"}]))},
+        {"name": "designer", "mode": "subagent", "native": false, "permission": rules(serde_json::json!([
+            {"permission": "edit", "pattern": "*", "action": "ask"}]))},
+        {"name": "orchestrator", "mode": "primary", "native": false, "permission": rules(serde_json::json!([
+            {"permission": "edit", "pattern": "*", "action": "ask"},
+            {"permission": "bash", "pattern": "*", "action": "ask"}]))},
+        {"name": "worker", "mode": "primary", "native": false, "permission": rules(serde_json::json!([]))}
+    ]);
+    let r = Roster::from_opencode(&listed, &files, vec!["oh-my-opencode-slim".into()], "test");
+    // Only what opencode lists: the fixture's librarian, oracle, ... are gone.
+    assert_eq!(
+        r.names(),
+        ["build", "designer", "explorer", "orchestrator", "worker"]
+    );
+    // A plugin can hide a built-in; it is then never offered.
+    assert!(r.get("build").unwrap().hidden);
+    assert!(r.offered().all(|a| a.name != "build"));
+    let explorer = r.get("explorer").unwrap();
+    assert_eq!(
+        (explorer.access, explorer.shell),
+        (Access::ReadOnly, Shell::Restricted)
+    );
+    assert!(
+        explorer.access_note.contains("rg *"),
+        "{}",
+        explorer.access_note
+    );
+    assert_eq!(
+        explorer.source,
+        AgentSource::File("/h/.config/opencode/agents/explorer.md".into())
+    );
+    // edit: ask with a free shell edits under --auto; with the shell asking too it cannot.
+    assert_eq!(r.get("designer").unwrap().access, Access::Editing);
+    assert_eq!(r.get("orchestrator").unwrap().access, Access::ReadOnly);
+    assert_eq!(r.get("orchestrator").unwrap().source, AgentSource::Plugin);
+    assert_eq!(r.get("worker").unwrap().source, AgentSource::Bridge);
+    assert_eq!(r.plugins(), ["oh-my-opencode-slim"]);
+}
