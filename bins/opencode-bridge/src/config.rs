@@ -92,6 +92,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "the task registry: every task, its outcome and output, across restarts",
     },
     EnvVar {
+        name: "OPENCODE_BRIDGE_ROSTER",
+        default: "opencode",
+        meaning: "`files`: read the agent files instead of asking opencode for its roster",
+    },
+    EnvVar {
         name: "OPENCODE_BRIDGE_PRUNE_DAYS",
         default: "7",
         meaning: "finished tasks older than this many days leave the registry",
