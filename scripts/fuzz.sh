@@ -19,7 +19,7 @@ secs="${1:-20}"
 if [ "$#" -gt 0 ]; then shift; fi
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(event_lines store_rows service_json tool_args)
+  targets=(event_lines store_rows service_json tool_args secret_scan)
 fi
 
 export RUSTC_BOOTSTRAP=1

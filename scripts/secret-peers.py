@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Runs established secret scanners over the secret guard's evaluation prompts, offline, and
+prints their recall and false-positive rate next to ours (docs/POLICY.md, "Secret guard").
+
+  scripts/secret-peers.py [--corpus fixtures/secrets/eval] [--tools DIR]
+
+Each prompt of <corpus>/secrets.txt and <corpus>/ordinary.txt is written to its own file
+(⏎ turned back into line breaks); a scanner "flags" a prompt when it reports at least one
+finding in that prompt's file. Peers:
+
+  secretlint (npm) with @secretlint/secretlint-rule-preset-recommend, `--format json`;
+  detect-secrets (PyPI) `scan --all-files` with its default plugins and filters.
+
+Install them once (not part of the test suite; only the package registries are needed):
+
+  npm install --prefix DIR secretlint @secretlint/secretlint-rule-preset-recommend
+  python3 -m venv DIR/venv && DIR/venv/bin/pip install detect-secrets
+
+DIR defaults to $SECRET_PEERS_DIR, else /work/peer-tools. A peer that is not installed is
+skipped. Our own figures come from `cargo test -p bridge-policy --test secret_guard`.
+"""
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+NL = "\u23ce"
+
+
+def load(path):
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.rstrip("\n")
+            if not line:
+                continue
+            label, prompt = line.split("\t", 1)
+            rows.append((label.split("/", 1)[0], prompt.replace(NL, "\n")))
+    return rows
+
+
+def write_prompts(work, secrets, ordinary):
+    names = {}
+    for tag, rows in (("s", secrets), ("o", ordinary)):
+        for i, (family, prompt) in enumerate(rows):
+            name = f"{tag}{i:05d}.txt"
+            with open(os.path.join(work, name), "w", encoding="utf-8") as fh:
+                fh.write(prompt + "\n")
+            names[name] = (tag, family)
+    return names
+
+
+def run_secretlint(tools, work):
+    exe = os.path.join(tools, "node_modules", ".bin", "secretlint")
+    if not os.path.exists(exe):
+        exe = shutil.which("secretlint")
+    if not exe:
+        return None
+    with open(os.path.join(work, ".secretlintrc.json"), "w") as fh:
+        json.dump({"rules": [{"id": "@secretlint/secretlint-rule-preset-recommend"}]}, fh)
+    env = dict(os.environ, NODE_PATH=os.path.join(tools, "node_modules"))
+    proc = subprocess.run(
+        [exe, "--format", "json", "--secretlintrc", os.path.join(work, ".secretlintrc.json"),
+         "--no-color", os.path.join(work, "*.txt")],
+        cwd=tools, capture_output=True, text=True, env=env)
+    try:
+        results = json.loads(proc.stdout or "[]")
+    except json.JSONDecodeError:
+        sys.exit(f"secretlint: unreadable output: {proc.stdout[:200]} {proc.stderr[:400]}")
+    return {os.path.basename(r["filePath"]) for r in results if r.get("messages")}
+
+
+def run_detect_secrets(tools, work):
+    exe = os.path.join(tools, "venv", "bin", "detect-secrets")
+    if not os.path.exists(exe):
+        exe = shutil.which("detect-secrets")
+    if not exe:
+        return None
+    proc = subprocess.run([exe, "scan", "--all-files", "."], cwd=work,
+                          capture_output=True, text=True)
+    data = json.loads(proc.stdout)
+    return {os.path.basename(f) for f, found in data.get("results", {}).items() if found}
+
+
+def report(tool, flagged, names):
+    per = collections.defaultdict(lambda: [0, 0])
+    for name, (tag, family) in names.items():
+        key = (tag, family)
+        per[key][0] += 1
+        per[key][1] += name in flagged
+    s_total = sum(v[0] for k, v in per.items() if k[0] == "s")
+    s_hit = sum(v[1] for k, v in per.items() if k[0] == "s")
+    o_total = sum(v[0] for k, v in per.items() if k[0] == "o")
+    o_hit = sum(v[1] for k, v in per.items() if k[0] == "o")
+    print(f"{tool}: recall {s_hit * 100 / s_total:.2f}% ({s_hit}/{s_total}), "
+          f"false positives {o_hit * 100 / o_total:.2f}% ({o_hit}/{o_total})")
+    for (tag, family), (n, hit) in sorted(per.items()):
+        what = "recall" if tag == "s" else "false positives"
+        print(f"  {what} {family}: {hit * 100 / n:.2f}% ({hit}/{n})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--corpus", default="fixtures/secrets/eval")
+    ap.add_argument("--tools", default=os.environ.get("SECRET_PEERS_DIR", "/work/peer-tools"))
+    args = ap.parse_args()
+    secrets = load(os.path.join(args.corpus, "secrets.txt"))
+    ordinary = load(os.path.join(args.corpus, "ordinary.txt"))
+    with tempfile.TemporaryDirectory(prefix="secret-peers-") as work:
+        names = write_prompts(work, secrets, ordinary)
+        for tool, runner in (("secretlint (recommended preset)", run_secretlint),
+                             ("detect-secrets (defaults)", run_detect_secrets)):
+            flagged = runner(args.tools, work)
+            if flagged is None:
+                print(f"{tool}: not installed, skipped")
+                continue
+            report(tool, flagged, names)
+
+
+if __name__ == "__main__":
+    main()
