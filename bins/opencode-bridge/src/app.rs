@@ -261,6 +261,21 @@ impl App {
     /// caller asked for progress: then it reports the run's start and waits up to 10 s for
     /// its session id.
     pub async fn start(&self, args: StartArgs, progress: &Progress) -> Result<String, String> {
+        let wait_s = args.wait_s;
+        let (id, started) = self.start_task(args, progress).await?;
+        match wait_s {
+            Some(wait_s) => Ok(self.sync_wait(id, wait_s, started).await),
+            None => Ok(started),
+        }
+    }
+
+    /// Starts the task (policy first, then the supervisor) and returns its id with the start
+    /// text; `wait_s` is not looked at (the MCP tasks path answers with a task instead).
+    pub async fn start_task(
+        &self,
+        args: StartArgs,
+        progress: &Progress,
+    ) -> Result<(TaskId, String), String> {
         // A follow-up: the session must exist; its agent, directory and model are the defaults.
         let session = match &args.session {
             Some(id) => Some(self.session_for_follow_up(id).await?),
@@ -351,10 +366,7 @@ impl App {
             label: args.label.as_deref(),
             continues: args.session.as_deref(),
         });
-        match args.wait_s {
-            Some(wait_s) => Ok(self.sync_wait(id, wait_s, started).await),
-            None => Ok(started),
-        }
+        Ok((id, started))
     }
 
     /// A sync run: waits up to `wait_s` seconds; a finished task answers with its result, an
