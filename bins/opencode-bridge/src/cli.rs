@@ -79,12 +79,20 @@ pub enum Command {
     Processes,
     /// Check the installation: opencode, backend, store, server, roster, mode.
     Doctor,
+    /// Scan a file (or stdin: `-` or nothing) with the secret guard: one `FILE:LINE: KIND` line
+    /// per finding, never the value; exit 0 when clean, 1 on findings, 2 when unreadable.
+    /// Honours the project allowlist of the current directory.
+    CheckSecrets {
+        /// The file to scan; `-` or nothing reads stdin.
+        file: Option<String>,
+    },
 }
 
 /// Runs a subcommand; returns the process exit code.
 pub async fn run(app: &App, command: Command) -> i32 {
     let (tool, args) = match command {
         Command::Serve => unreachable!("handled by main"),
+        Command::CheckSecrets { file } => return crate::check_secrets::run(file.as_deref()),
         Command::Doctor => {
             let (text, ok) = doctor(app).await;
             print!("{text}");

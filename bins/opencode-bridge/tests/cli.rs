@@ -63,6 +63,7 @@ fn help_everywhere() {
         "policy",
         "processes",
         "doctor",
+        "check-secrets",
     ] {
         let mut args: Vec<&str> = sub.split_whitespace().collect();
         args.push("--help");
@@ -184,4 +185,69 @@ fn doctor_reports_every_check() {
     );
     assert_eq!(broken.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&broken.stdout).contains("FAIL  opencode"));
+}
+
+#[test]
+fn check_secrets_reports_kind_and_line_never_the_value() {
+    let world = World::new();
+    let token = "ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi";
+    let key = "AKIAZ7Q4M2KD8XW3PL6T";
+    let file = world.path("prompt.txt");
+    std::fs::write(
+        &file,
+        format!("fine\nGITHUB_TOKEN={token}\nok\naws {key}\n"),
+    )
+    .unwrap();
+    let file = file.to_string_lossy().into_owned();
+
+    let out = run(&world, &[], &["check-secrets", &file]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text,
+        format!("{file}:2: GitHub token\n{file}:4: AWS access key ID\n")
+    );
+    assert!(!text.contains(token) && !String::from_utf8_lossy(&out.stderr).contains(token));
+
+    // stdin, clean
+    let mut child = Command::new(common::binary())
+        .env_clear()
+        .envs(world.env())
+        .current_dir(world.root())
+        .args(["check-secrets", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"password = os.environ['DB_PASSWORD']\n")
+        .unwrap();
+    let clean = child.wait_with_output().unwrap();
+    assert_eq!(clean.status.code(), Some(0));
+    assert!(clean.stdout.is_empty());
+
+    // the project allowlist of the current directory lets one value through, not the other
+    std::fs::create_dir_all(world.root().join(".git")).unwrap();
+    std::fs::create_dir_all(world.root().join(".claude")).unwrap();
+    std::fs::write(
+        world.root().join(".claude/opencode-bridge-secrets.allow"),
+        format!("# fixture\n{key}\n"),
+    )
+    .unwrap();
+    let out = run(&world, &[], &["check-secrets", &file]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{file}:2: GitHub token\n")
+    );
+
+    // unreadable file: exit 2
+    let missing = world.path("missing.txt").to_string_lossy().into_owned();
+    let out = run(&world, &[], &["check-secrets", &missing]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
 }
