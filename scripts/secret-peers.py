@@ -112,13 +112,14 @@ def main():
     ordinary = load(os.path.join(args.corpus, "ordinary.txt"))
     with tempfile.TemporaryDirectory(prefix="secret-peers-") as work:
         names = write_prompts(work, secrets, ordinary)
-        for tool, runner in (("secretlint (recommended preset)", run_secretlint),
-                             ("detect-secrets (defaults)", run_detect_secrets)):
+        for tool, runner in (("detect-secrets (defaults)", run_detect_secrets),
+                             ("secretlint (recommended preset)", run_secretlint)):
             flagged = runner(args.tools, work)
             if flagged is None:
                 print(f"{tool}: not installed, skipped")
                 continue
             report(tool, flagged, names)
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 //! ```sh
 //! cargo run --release -p bridge-bench              # full run
 //! cargo run --release -p bridge-bench -- --quick   # fewer repetitions, 10 MB floods (CI)
-//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood or scan
+//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood, scan or secrets
 //! ```
 //!
 //! The bridge binary is `OPENCODE_BRIDGE_BENCH_BIN` when set; otherwise `cargo build --release -p
@@ -30,6 +30,7 @@
 
 mod flood;
 mod scan;
+mod secrets;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -46,7 +47,7 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
-    // `--only <part>` runs one part: cold, store, flood or scan.
+    // `--only <part>` runs one part: cold, store, flood, scan or secrets.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -118,6 +119,14 @@ fn main() {
         match scan::process_scan(if quick { 100 } else { 500 }) {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => rows.push(Row::failed("process scan", &e)),
+        }
+    }
+
+    // 5. Secret guard (fixtures/secrets).
+    if part("secrets") {
+        match secrets::secret_guard(if quick { 20 } else { 200 }) {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => rows.push(Row::failed("secret guard", &e)),
         }
     }
 
