@@ -54,10 +54,13 @@ def write_prompts(work, secrets, ordinary):
     return names
 
 
+def find_tool(installed, name):
+    """The peer's executable: under the tools dir, else on PATH, else None."""
+    return installed if os.path.exists(installed) else shutil.which(name)
+
+
 def run_secretlint(tools, work):
-    exe = os.path.join(tools, "node_modules", ".bin", "secretlint")
-    if not os.path.exists(exe):
-        exe = shutil.which("secretlint")
+    exe = find_tool(os.path.join(tools, "node_modules", ".bin", "secretlint"), "secretlint")
     if not exe:
         return None
     with open(os.path.join(work, ".secretlintrc.json"), "w") as fh:
@@ -75,9 +78,7 @@ def run_secretlint(tools, work):
 
 
 def run_detect_secrets(tools, work):
-    exe = os.path.join(tools, "venv", "bin", "detect-secrets")
-    if not os.path.exists(exe):
-        exe = shutil.which("detect-secrets")
+    exe = find_tool(os.path.join(tools, "venv", "bin", "detect-secrets"), "detect-secrets")
     if not exe:
         return None
     proc = subprocess.run([exe, "scan", "--all-files", "."], cwd=work,
