@@ -11,9 +11,10 @@ use crate::app::{App, Progress};
 use crate::tools::{self, ToolDef};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -62,9 +63,14 @@ impl ServerHandler for Bridge {
     fn get_info(&self) -> ServerConfig {
         let mut implementation = Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION"));
         implementation.title = Some("opencode bridge".into());
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(implementation)
-            .with_instructions(self.instructions.as_str())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(implementation)
+        .with_instructions(self.instructions.as_str())
     }
 
     async fn list_tools(
@@ -73,6 +79,22 @@ impl ServerHandler for Bridge {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.get_task_impl(&request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        crate::mcp_tasks::cancel(&self.app, &request.task_id).await
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -101,6 +123,18 @@ impl ServerHandler for Bridge {
             Err(message) => return Ok(error_result(message)),
         };
         tracing::debug!(tool = name, "tool call");
+        // A client that declared the tasks extension gets a task for a start: the run goes on in
+        // the background and the client polls tasks/get (Claude Code hands the result to the
+        // model when it ends). A refusal stays a plain tool error.
+        let tasks_declared = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if tasks_declared && let tools::Call::Start(args) = call {
+            return Ok(match self.app.start_task(args, &Progress::none()).await {
+                Ok((id, text)) => crate::mcp_tasks::created(&self.app, id, &text).into(),
+                Err(message) => error_result(message),
+            });
+        }
         let token = request
             .meta
             .as_ref()
@@ -177,6 +211,12 @@ async fn notify(
     let param = ProgressNotificationParam::new(token, f64::from(step)).with_message(message);
     if let Err(e) = context.peer.notify_progress(param).await {
         tracing::debug!("progress notification not sent: {e}");
+    }
+}
+
+impl Bridge {
+    async fn get_task_impl(&self, task_id: &str) -> Result<GetTaskResult, McpError> {
+        crate::mcp_tasks::get(&self.app, task_id)
     }
 }
 

@@ -259,3 +259,167 @@ fn batches_and_unknown_methods_get_one_short_error_and_answers_survive_eof() {
     let status = server.wait_exit(Duration::from_secs(10)).expect("exits");
     assert!(status.success(), "{status:?}");
 }
+
+/// `_meta` of a modern-era request from a client that declares the tasks extension, the way
+/// Claude Code sends it on every tools/call.
+fn tasks_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    })
+}
+
+#[test]
+fn a_start_from_a_tasks_client_is_a_task_whose_result_comes_from_tasks_get() {
+    let world = World::new();
+    let fake = bridge_testkit::bins::fake_opencode();
+    let mut server = Server::start(
+        &world,
+        &[("OPENCODE_BIN", fake.to_string_lossy().into_owned())],
+    );
+    let r = server.request(1, "server/discover", json!({"_meta": tasks_meta()}));
+    assert!(
+        r["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "{r}"
+    );
+
+    let r = server.request(
+        2,
+        "tools/call",
+        json!({"_meta": tasks_meta(), "name": "opencode_start",
+               "arguments": {"tier": "easy", "prompt": "Say hello", "cwd": "demo"}}),
+    );
+    let created = &r["result"];
+    assert_eq!(created["resultType"], "task", "{r}");
+    assert_eq!(created["taskId"], "1", "{r}");
+    assert_eq!(created["status"], "working", "{r}");
+    assert_eq!(created["pollIntervalMs"], 1000, "{r}");
+    assert!(created["ttlMs"].as_u64().unwrap() > 2 * 3600 * 1000, "{r}");
+    let note = created["_meta"]["com.anthropic/agent-task"]["modelImmediateResponse"]
+        .as_str()
+        .unwrap();
+    assert!(note.contains("no need to call opencode_status"), "{note}");
+
+    let mut done = Value::Null;
+    for i in 0..100 {
+        let g = server.request(
+            10 + i,
+            "tasks/get",
+            json!({"_meta": tasks_meta(), "taskId": "1"}),
+        );
+        let status = g["result"]["status"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{g}"))
+            .to_owned();
+        if status != "working" {
+            done = g;
+            break;
+        }
+        assert!(
+            g["result"]["statusMessage"]
+                .as_str()
+                .unwrap()
+                .starts_with("task 1 "),
+            "{g}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let result = &done["result"];
+    assert_eq!(result["status"], "completed", "{done}");
+    assert_eq!(result["result"]["isError"], false, "{done}");
+    let text = result["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("task 1  succeeded"), "{text}");
+    assert!(
+        text.contains("agent=worker title=DEMO/worker: Say hello"),
+        "{text}"
+    );
+
+    // A refusal is a plain tool error, not a task.
+    let r = server.request(
+        200,
+        "tools/call",
+        json!({"_meta": tasks_meta(), "name": "opencode_start",
+               "arguments": {"tier": "hard", "prompt": "design it"}}),
+    );
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert!(r["result"].get("taskId").is_none(), "{r}");
+
+    // A client that did not declare the extension gets today's answer.
+    let r = server.request(
+        201,
+        "tools/call",
+        json!({"_meta": modern_meta(), "name": "opencode_start",
+               "arguments": {"tier": "easy", "prompt": "Say hello again", "cwd": "demo"}}),
+    );
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(text.starts_with("started task 2:"), "{text}");
+    let r = server.request(
+        202,
+        "tasks/get",
+        json!({"_meta": tasks_meta(), "taskId": "99"}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+}
+
+#[test]
+fn tasks_cancel_stops_the_run_and_the_task_reads_cancelled() {
+    let world = World::new();
+    let mut server = Server::start(
+        &world,
+        &[
+            (
+                "OPENCODE_BIN",
+                common::fake_opencode(&world).to_string_lossy().into_owned(),
+            ),
+            ("OPENCODE_BRIDGE_KILL_GRACE_MS", "500".into()),
+        ],
+    );
+    let r = server.request(
+        1,
+        "tools/call",
+        json!({"_meta": tasks_meta(), "name": "opencode_start",
+               "arguments": {"tier": "easy", "prompt": "Run for long", "cwd": "demo"}}),
+    );
+    assert_eq!(r["result"]["resultType"], "task", "{r}");
+    let pids = world.path("pids.group");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !pids.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pgid: i32 = std::fs::read_to_string(&pids)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let r = server.request(
+        2,
+        "tasks/cancel",
+        json!({"_meta": tasks_meta(), "taskId": "1"}),
+    );
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    let mut status = String::new();
+    for i in 0..100 {
+        let g = server.request(
+            10 + i,
+            "tasks/get",
+            json!({"_meta": tasks_meta(), "taskId": "1"}),
+        );
+        status = g["result"]["status"].as_str().unwrap_or("").to_owned();
+        if status == "cancelled" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(status, "cancelled");
+    assert!(
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_err(),
+        "the run's process group {pgid} survived tasks/cancel"
+    );
+}

@@ -390,3 +390,40 @@ pub fn processes(procs: &[OpencodeProcess]) -> String {
     }
     out
 }
+
+/// One short live line for a task (MCP tasks' `statusMessage`, shown to the user as progress):
+/// state, elapsed, tool calls, tokens, and the age of the last event or the retry wait.
+pub fn status_line(s: &TaskSnapshot) -> String {
+    let mut parts = vec![format!(
+        "task {} {} {}",
+        s.id,
+        s.state,
+        crate::human::duration_ms(s.elapsed.as_millis() as u64)
+    )];
+    parts.push(format!("agent {}", s.agent));
+    if s.tool_calls > 0 {
+        parts.push(format!("{} tool calls", s.tool_calls));
+    }
+    if s.tokens.input + s.tokens.output > 0 {
+        parts.push(format!(
+            "tokens {}",
+            crate::human::tokens(s.tokens.input, s.tokens.output)
+        ));
+    }
+    if let Some(wait) = s.retry_in {
+        parts.push(format!(
+            "retry {} in {}",
+            s.attempts + 1,
+            crate::human::duration_ms(wait.as_millis() as u64)
+        ));
+    } else if let Some(age) = s.last_event_age.filter(|_| !s.state.is_finished()) {
+        parts.push(format!(
+            "last event {} ago",
+            crate::human::duration_ms(age.as_millis() as u64)
+        ));
+    }
+    if let Some(f) = &s.failure {
+        parts.push(f.kind.to_string());
+    }
+    parts.join(" · ")
+}
