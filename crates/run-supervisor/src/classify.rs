@@ -35,13 +35,16 @@ pub enum FailureKind {
     Timeout,
     /// opencode could not be started.
     Spawn,
+    /// The runner binary rejected a flag the bridge passes (`error: unknown option '…'`): it is
+    /// older than the bridge needs (Claude Code before 2.1.198 lacks `--permission-prompts`).
+    OutdatedRunner,
     /// opencode ended abnormally without a recognisable provider error.
     Exit,
 }
 
 impl FailureKind {
     /// Every kind, in documentation order.
-    pub const ALL: [FailureKind; 13] = [
+    pub const ALL: [FailureKind; 14] = [
         FailureKind::RateLimit,
         FailureKind::Quota,
         FailureKind::ContextLength,
@@ -54,6 +57,7 @@ impl FailureKind {
         FailureKind::Network,
         FailureKind::Timeout,
         FailureKind::Spawn,
+        FailureKind::OutdatedRunner,
         FailureKind::Exit,
     ];
 
@@ -72,6 +76,7 @@ impl FailureKind {
             FailureKind::Network => "network",
             FailureKind::Timeout => "timeout",
             FailureKind::Spawn => "spawn",
+            FailureKind::OutdatedRunner => "outdated_runner",
             FailureKind::Exit => "exit",
         }
     }
@@ -123,6 +128,7 @@ impl FailureKind {
             FailureKind::Spawn => {
                 "opencode could not be started. Install it or set OPENCODE_BIN to its path, and check that the working directory exists."
             }
+            FailureKind::OutdatedRunner => OUTDATED_RUNNER_ADVICE,
             FailureKind::Exit => {
                 "opencode ended abnormally. Look at its stderr below; running the same task with `opencode run --print-logs` shows more."
             }
@@ -289,6 +295,8 @@ const NETWORK_WORDS: &[&str] = &[
     "network",
 ];
 const AUTH_WORDS: &[&str] = &[
+    "not logged in",
+    "please run /login",
     "api key",
     "api_key",
     "unauthorized",
@@ -305,6 +313,20 @@ const MODEL_WORDS: &[&str] = &[
     "providermodelnotfound",
     "no such model",
 ];
+
+/// Advice of [`FailureKind::OutdatedRunner`]: Claude Code 2.1.198 and later need Node 22, and
+/// on Node 20 npm quietly installs 2.1.197, which lacks `--permission-prompts`.
+pub const OUTDATED_RUNNER_ADVICE: &str = "Claude Code is older than the bridge needs (it rejected a flag the bridge passes). Upgrade Claude Code: npm i -g @anthropic-ai/claude-code@2.1.328 on Node 20, or @latest on Node >= 22; `opencode-bridge doctor` checks the version and the flags.";
+
+/// The `error: unknown option '--x'` line a runner prints when it does not know a flag the
+/// bridge passed (commander's wording, used by Claude Code), if `stderr` has one.
+pub fn unknown_option_line(stderr: &str) -> Option<String> {
+    strip_ansi(stderr)
+        .lines()
+        .map(str::trim)
+        .find(|l| l.to_lowercase().contains("unknown option"))
+        .map(|l| one_line(l, 300))
+}
 
 /// Classifies free text (an UnknownError message, a mid-stream error, stderr) by its words.
 fn classify_text(text: &str) -> Option<FailureKind> {
@@ -472,6 +494,15 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
     match exit.code {
         Some(0) | None => {}
         Some(code) => {
+            if summary.events == 0
+                && let Some(line) = unknown_option_line(stderr)
+            {
+                return Some(Failure::with_advice(
+                    FailureKind::OutdatedRunner,
+                    format!("opencode exited with code {code}: {line}"),
+                    "opencode is older than the bridge needs (it rejected a flag the bridge passes). Upgrade it: npm i -g opencode-ai@1.18.33; `opencode-bridge doctor` shows the version and the run flags it has.",
+                ));
+            }
             if summary.errors.is_empty() {
                 let kind = classify_text(&stderr_tail).unwrap_or(FailureKind::Exit);
                 let kind = if kind == FailureKind::Exit || summary.events > 0 {

@@ -141,6 +141,59 @@ pub fn resolve_claude(explicit: Option<&Path>) -> Result<PathBuf, String> {
         .ok_or_else(|| "claude was not found on PATH: install Claude Code (npm i -g @anthropic-ai/claude-code) or set CLAUDE_BIN to its path; a Claude model (sonnet, opus, haiku, claude-…) runs through it".to_owned())
 }
 
+/// Every long flag [`build_launch`] may pass; `doctor` checks that `claude --help` lists each
+/// (Claude Code before 2.1.198 lacks `--permission-prompts`).
+pub const RUNNER_FLAGS: &[&str] = &[
+    "--output-format",
+    "--verbose",
+    "--model",
+    "--effort",
+    "--tools",
+    "--permission-mode",
+    "--allowedTools",
+    "--permission-prompts",
+    "--strict-mcp-config",
+    "--mcp-config",
+    "--resume",
+    "--name",
+];
+
+/// What `claude --version` and `claude --help` say about the binary the runner would use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaudeCheck {
+    /// The first line of `claude --version` (`2.1.328 (Claude Code)`).
+    pub version: String,
+    /// Flags of [`RUNNER_FLAGS`] its help does not list.
+    pub missing_flags: Vec<&'static str>,
+}
+
+/// Runs `program --version` and `program --help` (30 s each at most).
+pub async fn check_claude(program: &Path) -> Result<ClaudeCheck, String> {
+    let version = crate::command::output_text(program, &["--version"], &[]).await?;
+    let help = crate::command::output_text(program, &["--help"], &[]).await?;
+    Ok(ClaudeCheck {
+        version: version
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("(no version printed)")
+            .to_owned(),
+        missing_flags: missing_flags(&help),
+    })
+}
+
+/// The flags of [`RUNNER_FLAGS`] that `help` does not list as whole words.
+pub fn missing_flags(help: &str) -> Vec<&'static str> {
+    let listed: std::collections::HashSet<&str> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .collect();
+    RUNNER_FLAGS
+        .iter()
+        .copied()
+        .filter(|f| !listed.contains(f))
+        .collect()
+}
+
 /// The command line, environment and stdin of one `claude -p` attempt in `cwd`.
 ///
 /// The tool set is fenced by `--tools` (a tool outside it does not exist for the run, whatever
@@ -542,6 +595,12 @@ pub fn classify(
                 EXIT_ADVICE,
             ));
         }
+        if let Some(line) = crate::classify::unknown_option_line(stderr) {
+            return plain(Failure::new(
+                FailureKind::OutdatedRunner,
+                format!("claude rejected a flag the bridge passes: {line}"),
+            ));
+        }
         let what = match exit.code {
             Some(c) if c != 0 => format!("claude exited with code {c} without a result."),
             _ => "claude printed no result event.".to_owned(),
@@ -705,6 +764,77 @@ mod tests {
             ("opus".into(), Some("high".into()))
         );
         assert_eq!(claude_model("sonnet"), ("sonnet".into(), None));
+    }
+
+    #[test]
+    fn every_flag_passed_is_one_doctor_checks() {
+        let mut spec = TaskSpec::new("p", "/tmp", "worker", "t");
+        for (read_only, session) in [(true, None), (false, Some("0d98f55c"))] {
+            spec.read_only = read_only;
+            spec.session = session.map(str::to_owned);
+            let l = build_launch(
+                &spec,
+                Path::new("/tmp"),
+                Path::new("claude"),
+                Some("sonnet#low"),
+                &[],
+            );
+            for a in strs(&l.args).iter().filter(|a| a.starts_with("--")) {
+                assert!(
+                    RUNNER_FLAGS.contains(&a.as_str()),
+                    "{a} is not in RUNNER_FLAGS"
+                );
+            }
+        }
+        let old_help =
+            "Options:\n  -p, --print  x\n  --output-format <f>\n  --permission-prompt-tool <t>\n";
+        let missing = missing_flags(old_help);
+        assert!(missing.contains(&"--permission-prompts"), "{missing:?}");
+        assert!(!missing.contains(&"--output-format"), "{missing:?}");
+        assert!(missing_flags(&RUNNER_FLAGS.join("\n")).is_empty());
+    }
+
+    #[test]
+    fn an_unknown_option_is_an_outdated_runner_and_not_logged_in_is_auth() {
+        let f = classify(
+            &RunSummary::new(1000),
+            &ClaudeStream::default(),
+            "error: unknown option '--permission-prompts'\n",
+            ExitInfo {
+                code: Some(1),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(f.failure.kind, FailureKind::OutdatedRunner);
+        assert!(
+            f.failure.message.contains("--permission-prompts"),
+            "{}",
+            f.failure.message
+        );
+        assert!(
+            f.failure
+                .advice
+                .contains("@anthropic-ai/claude-code@2.1.328"),
+            "{}",
+            f.failure.advice
+        );
+        // What Claude Code 2.1.328 prints without a login (no API call is made).
+        let (s, c) = fold(
+            r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":null,"result":"Not logged in · Please run /login","terminal_reason":"api_error"}"#,
+        );
+        let f = classify(
+            &s,
+            &c,
+            "",
+            ExitInfo {
+                code: Some(1),
+                signal: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(f.failure.kind, FailureKind::Auth, "{}", f.failure.message);
+        assert!(f.failure.advice.contains("log in"), "{}", f.failure.advice);
     }
 
     #[test]

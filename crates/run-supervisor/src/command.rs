@@ -89,35 +89,42 @@ pub const DROPPED_ENV: &[&str] = &[
     "OPENCODE",
 ];
 
+/// Runs `bin args…` (stdin closed, at most 30 s) and returns its stdout then its stderr.
+pub async fn output_text(
+    bin: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+) -> Result<String, String> {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for k in DROPPED_ENV {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let fut = cmd.output();
+    let o = tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .map_err(|_| {
+            format!(
+                "`{} {}` did not answer within 30 s",
+                bin.display(),
+                args.join(" ")
+            )
+        })?
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
+    s.push('\n');
+    s.push_str(&String::from_utf8_lossy(&o.stderr));
+    Ok(s)
+}
+
 /// Runs `bin --version` and `bin run --help` and reads the capabilities.
 pub async fn detect(bin: &Path, env: &[(String, String)]) -> Result<Capabilities, String> {
-    async fn out(bin: &Path, args: &[&str], env: &[(String, String)]) -> Result<String, String> {
-        let mut cmd = tokio::process::Command::new(bin);
-        cmd.args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        for k in DROPPED_ENV {
-            cmd.env_remove(k);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let fut = cmd.output();
-        let o = tokio::time::timeout(Duration::from_secs(30), fut)
-            .await
-            .map_err(|_| {
-                format!(
-                    "`{} {}` did not answer within 30 s",
-                    bin.display(),
-                    args.join(" ")
-                )
-            })?
-            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-        let mut s = String::from_utf8_lossy(&o.stdout).into_owned();
-        s.push('\n');
-        s.push_str(&String::from_utf8_lossy(&o.stderr));
-        Ok(s)
-    }
+    let out = output_text;
     let version = out(bin, &["--version"], env).await?;
     let help = out(bin, &["run", "--help"], env).await?;
     if !help.contains("--format") {

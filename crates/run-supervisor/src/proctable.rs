@@ -279,6 +279,70 @@ fn first_look(dir: &mut PathBuf) -> FirstLook {
     }
 }
 
+/// The table entry of one process from its raw facts.
+fn entry(r: &Raw, up: Option<f64>, tps: f64) -> OpencodeProcess {
+    let ArgsInfo {
+        kind,
+        agent,
+        title,
+        model,
+        dir,
+        session,
+    } = describe_args(&r.args);
+    let elapsed = up
+        .map(|u| (u - r.start_ticks as f64 / tps).max(0.0))
+        .map(Duration::from_secs_f64)
+        .unwrap_or_default();
+    let cwd = match dir {
+        Some(d) => {
+            let p = PathBuf::from(&d);
+            if p.is_absolute() {
+                Some(p)
+            } else {
+                r.cwd.as_ref().map(|c| c.join(p))
+            }
+        }
+        None => r.cwd.clone(),
+    };
+    OpencodeProcess {
+        pid: r.pid,
+        ppid: r.ppid,
+        kind,
+        elapsed,
+        agent,
+        title,
+        model,
+        cwd,
+        session_id: session,
+        task_id: None,
+        cmdline: r.cmdline.clone(),
+    }
+}
+
+/// The entry of a run the bridge started with `program`, whatever the binary is named (the
+/// scan only recognises processes named opencode): its arguments are what follows `program`
+/// on the command line (after an interpreter for a script), else everything after `argv[0]`.
+pub(crate) fn own_run_entry(pid: i32, program: &Path) -> Option<OpencodeProcess> {
+    let p = procfs::process::Process::new(pid).ok()?;
+    let cmdline = p.cmdline().ok().filter(|c| !c.is_empty())?;
+    let st = p.stat().ok().filter(|st| st.state != 'Z')?;
+    let name = program.file_name().and_then(|n| n.to_str());
+    let skip = cmdline
+        .iter()
+        .position(|a| name.is_some_and(|n| base(a) == n))
+        .unwrap_or(0);
+    let raw = Raw {
+        pid,
+        ppid: st.ppid,
+        start_ticks: st.starttime,
+        args: cmdline[skip + 1..].to_vec(),
+        cmdline: cmdline.clone(),
+        cwd: p.cwd().ok(),
+    };
+    let tps = procfs::ticks_per_second().max(1) as f64;
+    Some(entry(&raw, uptime_secs(Path::new("/proc")), tps))
+}
+
 /// Like [`scan`] on a procfs mounted at `proc_root` (tests use a synthetic tree).
 pub fn scan_in(proc_root: &Path) -> Vec<OpencodeProcess> {
     let me = std::process::id() as i32;
@@ -344,42 +408,7 @@ pub fn scan_in(proc_root: &Path) -> Vec<OpencodeProcess> {
         if shadowed {
             continue;
         }
-        let ArgsInfo {
-            kind,
-            agent,
-            title,
-            model,
-            dir,
-            session,
-        } = describe_args(&r.args);
-        let elapsed = up
-            .map(|u| (u - r.start_ticks as f64 / tps).max(0.0))
-            .map(Duration::from_secs_f64)
-            .unwrap_or_default();
-        let cwd = match dir {
-            Some(d) => {
-                let p = PathBuf::from(&d);
-                if p.is_absolute() {
-                    Some(p)
-                } else {
-                    r.cwd.as_ref().map(|c| c.join(p))
-                }
-            }
-            None => r.cwd.clone(),
-        };
-        out.push(OpencodeProcess {
-            pid: r.pid,
-            ppid: r.ppid,
-            kind,
-            elapsed,
-            agent,
-            title,
-            model,
-            cwd,
-            session_id: session,
-            task_id: None,
-            cmdline: r.cmdline.clone(),
-        });
+        out.push(entry(r, up, tps));
     }
     out.sort_by_key(|p| p.pid);
     out

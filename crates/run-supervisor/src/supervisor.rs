@@ -782,7 +782,21 @@ impl Supervisor {
     /// followed by the running `claude -p` processes of its Claude tasks (kind `claude -p`).
     pub fn processes(&self) -> Vec<OpencodeProcess> {
         let mut table = proctable::scan();
+        // Own opencode runs whose binary is not named opencode (OPENCODE_BIN=/x/oc-1.18).
+        let program = crate::command::resolve_binary(self.config().opencode_bin.as_deref()).ok();
         let inner = self.shared.lock();
+        for r in inner.tasks.values() {
+            if r.runner != Runner::Claude
+                && !r.state.is_finished()
+                && let Some(root) = r.root
+                && root.is_alive()
+                && !table.iter().any(|p| p.pid == root.pid)
+                && let Some(program) = &program
+                && let Some(p) = proctable::own_run_entry(root.pid, program)
+            {
+                table.push(p);
+            }
+        }
         for (&id, r) in &inner.tasks {
             if r.runner == Runner::Claude
                 && !r.state.is_finished()
