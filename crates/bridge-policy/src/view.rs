@@ -113,14 +113,7 @@ impl PolicyView {
     ) -> Result<PolicyView, PolicyError> {
         let decision = detect_mode(env, cwd, mode_arg)?;
         let roster = Roster::load(env, cwd);
-        let mut view = PolicyView::from_parts(env, decision, &roster);
-        let allow = Allowlist::load(env, cwd);
-        view.secret_allowlist = allow.path().map(|p| AllowlistView {
-            path: p.display().to_string(),
-            entries: allow.len(),
-            problems: allow.problems().to_vec(),
-        });
-        Ok(view)
+        Ok(PolicyView::from_parts(env, decision, &roster))
     }
 
     /// Assembles the view from a decision and a roster already at hand.
@@ -175,7 +168,15 @@ impl PolicyView {
             },
             roster_load_error: roster.load_error().map(str::to_owned),
             plugins: roster.plugins().to_vec(),
-            secret_allowlist: None,
+            // The project's allowlist file (found from the project root, where it lives).
+            secret_allowlist: decision.project_root.as_deref().and_then(|root| {
+                let allow = Allowlist::load(env, root);
+                allow.path().map(|p| AllowlistView {
+                    path: p.display().to_string(),
+                    entries: allow.len(),
+                    problems: allow.problems().to_vec(),
+                })
+            }),
             decision,
         }
     }
