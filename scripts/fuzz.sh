@@ -4,8 +4,9 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #
 # SECONDS_PER_TARGET defaults to 20; TARGETs default to all of them. Installs cargo-fuzz when
-# it is missing. Only stable Rust is needed: RUSTC_BOOTSTRAP=1 lets it take the -Z flags
-# cargo-fuzz passes. Builds without a sanitizer (the code under test has no unsafe) but with
+# it is missing, into the test cache (FUZZ_TOOLS_DIR, default
+# $OPENCODE_BRIDGE_TEST_CACHE/cargo-tools), never into ~/.cargo/bin. Only stable Rust is
+# needed: RUSTC_BOOTSTRAP=1 lets it take the -Z flags cargo-fuzz passes. Builds without a sanitizer (the code under test has no unsafe) but with
 # debug assertions and overflow checks. The committed seeds (fuzz/corpus/<target>) are only
 # read (with the dictionary fuzz/dict/<target>.dict); new inputs go to fuzz/corpus-work/<target>, crashes to fuzz/artifacts/<target>/ (both
 # git-ignored). Exits non-zero when any target found a crash.
@@ -23,9 +24,11 @@ if [ "${#targets[@]}" -eq 0 ]; then
 fi
 
 export RUSTC_BOOTSTRAP=1
+tools="${FUZZ_TOOLS_DIR:-${OPENCODE_BRIDGE_TEST_CACHE:-$HOME/.cache/opencode-bridge-test}/cargo-tools}"
+export PATH="$tools/bin:$PATH"
 if ! cargo fuzz --version >/dev/null 2>&1; then
-  echo "fuzz: installing cargo-fuzz"
-  cargo install cargo-fuzz --locked
+  echo "fuzz: installing cargo-fuzz into $tools"
+  cargo install cargo-fuzz --locked --root "$tools"
 fi
 
 target_dir="${FUZZ_TARGET_DIR:-$PWD/fuzz/target}"

@@ -129,14 +129,15 @@ impl App {
     /// The MCP server instructions: the active policy for the root in a few lines.
     pub fn instructions(&self) -> String {
         let roster = self.roster.roster_if_cached(&self.settings.root);
-        match bridge_policy::detect_mode(&SystemEnv, &self.settings.root, None) {
+        let text = match bridge_policy::detect_mode(&SystemEnv, &self.settings.root, None) {
             Ok(decision) => {
                 render::instructions(&PolicyView::from_parts(&SystemEnv, decision, &roster))
             }
             Err(e) => format!(
-                "opencode-bridge delegates easy and medium work to opencode agents, but its policy cannot be read: {e}. opencode_start refuses until this is fixed."
+                "opencode-bridge delegates easy and medium work to opencode agents, but its policy cannot be read: {e}. opencode_start refuses until this is fixed.\n"
             ),
-        }
+        };
+        format!("{text}{}\n", self.settings.root_line())
     }
 
     /// Runs one validated call. No reply is longer than [`REPLY_CAP_CHARS`].
@@ -306,6 +307,15 @@ impl App {
         };
         let delegation = evaluate(&request, &env, &roster).map_err(|r| r.message)?;
         let agent = &delegation.agent;
+        if agent.access == Access::Editing
+            && let Some(what) = self.settings.broad_root()
+        {
+            return Err(format!(
+                "refused: editing agent `{}` would work under {} ({what}): the root is the server's working directory because OPENCODE_BRIDGE_ROOT is not set. Set it to your projects tree (claude mcp add … -e OPENCODE_BRIDGE_ROOT=\"$HOME/projects\" …), or use a read-only agent such as explorer.",
+                agent.name,
+                self.settings.root.display()
+            ));
+        }
         let title = match &session {
             Some(s) => s.title.clone(),
             None => bridge_policy::naming::session_title(
@@ -342,7 +352,8 @@ impl App {
         spec.model = args.model.clone();
         spec.timeout = args.timeout_minutes.map(|m| Duration::from_secs(m * 60));
         spec.config_overlay = delegation.config_overlay.clone();
-        spec.session = args.session.clone();
+        // The whole id (the caller may have given a unique prefix).
+        spec.session = session.as_ref().map(|s| s.id.clone());
         spec.label = args.label.clone();
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
         if progress.wanted() {
@@ -354,6 +365,7 @@ impl App {
             .or_else(|| self.supervisor.config().default_model.clone());
         let mode = delegation.mode.reason();
         let cwd_text = cwd.display().to_string();
+        let root_text = self.settings.root.display().to_string();
         let started = render::tasks::started(&render::tasks::Started {
             id,
             agent: &agent.name,
@@ -361,10 +373,11 @@ impl App {
             tier: delegation.tier.as_str(),
             title: &title,
             cwd: &cwd_text,
+            root: &root_text,
             model: model.as_deref(),
             title_warning: title_warning.as_deref(),
             label: args.label.as_deref(),
-            continues: args.session.as_deref(),
+            continues: session.as_ref().map(|s| s.id.as_str()),
         });
         Ok((id, started))
     }
@@ -454,6 +467,7 @@ impl App {
 
     /// The session a follow-up goes to, or why it cannot be used.
     async fn session_for_follow_up(&self, id: &str) -> Result<opencode_client::Session, String> {
+        let id = &self.whole_session_id(id).await?;
         let liveness = self.liveness();
         let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
@@ -493,11 +507,75 @@ impl App {
     /// `opencode_policy`.
     pub async fn policy(&self, cwd: Option<&str>, mode: Option<&str>) -> Result<String, String> {
         let dir = self.resolve_dir(cwd);
+        let warning = if cwd.is_some() && !dir.is_dir() {
+            format!(
+                "warning: {} is not an existing directory; the policy below is what a task there would get, but opencode_start refuses a cwd that does not exist\n",
+                dir.display()
+            )
+        } else {
+            String::new()
+        };
         let decision =
             bridge_policy::detect_mode(&SystemEnv, &dir, mode).map_err(|e| e.to_string())?;
         let roster = self.roster(&dir).await;
         let view = PolicyView::from_parts(&SystemEnv, decision, &roster);
-        Ok(render::policy(&view))
+        Ok(warning + &render::policy(&view))
+    }
+
+    /// A session id, or a prefix of exactly one session's id (`ses_3f2a` for
+    /// `ses_3f2a9c…`), made whole. An id that names no session is returned as given (the call
+    /// then says it is unknown); a prefix of several is an error naming some of them.
+    async fn whole_session_id(&self, id: &str) -> Result<String, String> {
+        let liveness = self.liveness();
+        let (source, _why) = self.source()?;
+        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let id = id.trim().to_owned();
+        blocking(move || {
+            let ctx = cfg.scan_context(liveness);
+            match source.get(&id, &ctx) {
+                Ok(s) => return Ok(s.id),
+                Err(ClientError::NotFound { .. }) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            let all = SessionFilter {
+                limit: usize::MAX,
+                ..Default::default()
+            };
+            let list = source.list(&all, &ctx).map_err(|e| e.to_string())?;
+            let hits: Vec<&str> = list
+                .sessions
+                .iter()
+                .map(|s| s.id.as_str())
+                .filter(|s| s.starts_with(&id))
+                .collect();
+            match hits.as_slice() {
+                [one] => Ok(one.to_string()),
+                [] => Ok(id),
+                many => Err(format!(
+                    "session id prefix {id} matches {} sessions ({}…): give more of the id",
+                    many.len(),
+                    many.iter().take(3).copied().collect::<Vec<_>>().join(", ")
+                )),
+            }
+        })
+        .await
+    }
+
+    /// opencode's store when opencode has not run on this machine yet: the store backend would
+    /// be used (no server, no forced backend, no v2 `api` command) and the file does not exist
+    /// or is empty. That is the normal first state, not a failure.
+    pub fn store_not_created_yet(&self) -> Option<PathBuf> {
+        let cfg = self.client.as_ref().ok()?;
+        // A forced backend was asked for on purpose: its faults are errors.
+        if cfg.server_url.is_some() || cfg.backend.is_some() {
+            return None;
+        }
+        match std::fs::metadata(&cfg.db_path) {
+            Ok(m) if m.is_file() && m.len() == 0 => Some(cfg.db_path.clone()),
+            Ok(_) => None,
+            Err(_) => (!opencode_client::backend::has_api_command(&cfg.opencode_bin))
+                .then(|| cfg.db_path.clone()),
+        }
     }
 
     /// The session source, chosen afresh (the store may appear after the server started).
@@ -539,6 +617,9 @@ impl App {
             },
         };
         let described = describe_filter(&args);
+        if let Some(store) = self.store_not_created_yet() {
+            return Ok(render::sessions::no_sessions_yet(&store));
+        }
         let liveness = self.liveness();
         let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
@@ -551,7 +632,8 @@ impl App {
     }
 
     /// `opencode_session_output`.
-    pub async fn session_output(&self, args: OutputArgs) -> Result<String, String> {
+    pub async fn session_output(&self, mut args: OutputArgs) -> Result<String, String> {
+        args.id = self.whole_session_id(&args.id).await?;
         let mode = render::OutputMode::parse(&args.mode).unwrap_or(render::OutputMode::Tail);
         let last = match mode {
             render::OutputMode::Tail => Some(args.messages as usize),
@@ -577,6 +659,7 @@ impl App {
 
     /// `opencode_session_rename`.
     pub async fn rename(&self, id: String, title: String) -> Result<String, String> {
+        let id = self.whole_session_id(&id).await?;
         let problems = bridge_policy::naming::check_title(&title);
         let warning = (!problems.is_empty()).then(|| {
             format!(

@@ -8,6 +8,7 @@ use bridge_policy::{PolicyView, SystemEnv};
 use bridge_render as render;
 use clap::{Parser, Subcommand};
 use serde_json::{Map, Value, json};
+use std::path::Path;
 use std::time::Instant;
 
 /// MCP server that lets Claude Code delegate easy and medium work to opencode agents under an
@@ -144,7 +145,7 @@ pub async fn run(app: &App, command: Command) -> i32 {
             0
         }
         Err(e) => {
-            eprintln!("opencode-bridge: {e}");
+            eprintln!("opencode-bridge: {}", cli_wording(&e));
             1
         }
     }
@@ -192,26 +193,38 @@ pub async fn doctor(app: &App) -> (String, bool) {
                 "opencode",
                 format!("{bin}: {} (run {})", caps.version, flags.join(", ")),
             );
+            let (status, detail) = doctor_model(app, Path::new(&bin)).await;
+            line(status, "model", detail);
         }
         Err(e) => {
             ok = false;
             line("FAIL", "opencode", e);
         }
     }
+    let (status, detail) = doctor_claude(app).await;
+    line(status, "claude", detail);
 
     match app.client_config() {
         Ok(cfg) => {
             let store = &cfg.db_path;
+            let size = std::fs::metadata(store)
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len());
             line(
-                if store.is_file() { "ok" } else { "warn" },
+                if size.is_some_and(|n| n > 0) {
+                    "ok"
+                } else {
+                    "warn"
+                },
                 "store",
                 format!(
                     "{} {}",
                     store.display(),
-                    if store.is_file() {
-                        "exists"
-                    } else {
-                        "does not exist (run opencode once, or set OPENCODE_DB)"
+                    match size {
+                        Some(0) => "is empty (opencode has not written it yet: run opencode once)",
+                        Some(_) => "exists",
+                        None => "does not exist (run opencode once, or set OPENCODE_DB)",
                     }
                 ),
             );
@@ -229,7 +242,20 @@ pub async fn doctor(app: &App) -> (String, bool) {
             line("FAIL", "config", e.clone());
         }
     }
+    let not_yet = app.store_not_created_yet();
     match app.source() {
+        _ if not_yet.is_some() => {
+            line(
+                "warn",
+                "backend",
+                "store: opencode has not run on this machine yet (normal before its first run); sessions appear after it".into(),
+            );
+            line(
+                "warn",
+                "sessions",
+                "0 sessions (opencode has not run yet)".into(),
+            );
+        }
         Ok((source, why)) => {
             line("ok", "backend", why);
             let started = Instant::now();
@@ -273,12 +299,16 @@ pub async fn doctor(app: &App) -> (String, bool) {
     let roster = app.roster(&app.settings.root).await;
     let asked_ms = started.elapsed().as_millis();
     let (ok_roster, origin) = match roster.origin() {
-        bridge_policy::RosterOrigin::Opencode { via } => (true, format!("from {via}, {asked_ms} ms")),
+        bridge_policy::RosterOrigin::Opencode { via } => {
+            (true, format!("from {via}, {asked_ms} ms"))
+        }
         bridge_policy::RosterOrigin::Files { why } => (
             false,
             format!(
                 "read from the agent files by the bridge, not from opencode{}",
-                why.as_deref().map(|w| format!(" ({w})")).unwrap_or_default()
+                why.as_deref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default()
             ),
         ),
     };
@@ -287,7 +317,10 @@ pub async fn doctor(app: &App) -> (String, bool) {
         line(
             "FAIL",
             "opencode config",
-            format!("opencode refuses to load its configuration in {}: {e}. Every delegation is refused until it is fixed.", app.settings.root.display()),
+            format!(
+                "opencode refuses to load its configuration in {}: {e}. Every delegation is refused until it is fixed.",
+                app.settings.root.display()
+            ),
         );
     }
     line(if ok_roster { "ok" } else { "warn" }, "roster", origin);
@@ -324,6 +357,119 @@ pub async fn doctor(app: &App) -> (String, bool) {
     (out, ok)
 }
 
+/// The `model` line: the configured `OPENCODE_BRIDGE_MODEL` must be one `opencode models`
+/// lists (a model opencode does not know fails every task with an `UnknownError`).
+async fn doctor_model(app: &App, opencode: &Path) -> (&'static str, String) {
+    let sup = app.supervisor();
+    let Some(model) = sup.config().default_model.clone() else {
+        return (
+            "ok",
+            "OPENCODE_BRIDGE_MODEL unset: tasks use opencode's default model (`opencode models` lists the others)".into(),
+        );
+    };
+    if run_supervisor::Runner::for_model(Some(&model)) == run_supervisor::Runner::Claude {
+        return ("ok", format!("{model}: a Claude model, run by Claude Code"));
+    }
+    let (id, _variant) = run_supervisor::command::split_model(&model);
+    match run_supervisor::command::output_text(opencode, &["models"], &sup.config().env).await {
+        Ok(listed) if listed.lines().any(|l| l.trim() == id) => {
+            ("ok", format!("{model} (listed by `opencode models`)"))
+        }
+        Ok(_) => (
+            "warn",
+            format!(
+                "OPENCODE_BRIDGE_MODEL={model}: `opencode models` does not list {id}, so every task would fail. Set up the provider (`opencode auth login`), pick an id from `opencode models` (provider/model, optionally #variant) and register the bridge with it"
+            ),
+        ),
+        Err(e) => (
+            "warn",
+            format!("OPENCODE_BRIDGE_MODEL={model}: cannot check it with `opencode models`: {e}"),
+        ),
+    }
+}
+
+/// The `claude` line: Claude Code runs the tasks whose model is a Claude model; it must know
+/// every flag the runner passes (2.1.198 and later; on Node 20 npm installs 2.1.197).
+async fn doctor_claude(app: &App) -> (&'static str, String) {
+    use run_supervisor::claude::{check_claude, resolve_claude};
+    const UPGRADE: &str =
+        "npm i -g @anthropic-ai/claude-code@2.1.328 (Node 20) or @latest (Node >= 22)";
+    let bin = match resolve_claude(app.supervisor().config().claude_bin.as_deref()) {
+        Ok(b) => b,
+        Err(e) => {
+            return (
+                "warn",
+                format!(
+                    "{e}. Only tasks with a Claude model need it; opencode models work without it"
+                ),
+            );
+        }
+    };
+    match check_claude(&bin).await {
+        Ok(c) if c.missing_flags.is_empty() => (
+            "ok",
+            format!(
+                "{}: {} (knows every flag the runner passes)",
+                bin.display(),
+                c.version
+            ),
+        ),
+        Ok(c) => (
+            "warn",
+            format!(
+                "{}: {} lacks {}: tasks with a Claude model (sonnet, opus, haiku) fail with `unknown option`. Upgrade Claude Code: {UPGRADE}",
+                bin.display(),
+                c.version,
+                c.missing_flags.join(", ")
+            ),
+        ),
+        Err(e) => (
+            "warn",
+            format!("{}: {e}. Upgrade Claude Code: {UPGRADE}", bin.display()),
+        ),
+    }
+}
+
+/// A message that names tools, reworded with the subcommands a person at a terminal runs
+/// (`check the id with opencode_sessions` becomes `… with \`opencode-bridge sessions\``).
+fn cli_wording(message: &str) -> String {
+    const SUBCOMMANDS: [(&str, &str); 4] = [
+        ("opencode_session_output", "output"),
+        ("opencode_sessions", "sessions"),
+        ("opencode_policy", "policy"),
+        ("opencode_processes", "processes"),
+    ];
+    let mut out = String::new();
+    let mut rest = message;
+    'scan: while !rest.is_empty() {
+        for (tool, sub) in SUBCOMMANDS {
+            if let Some(after) = rest.strip_prefix(tool)
+                && !after.starts_with(|c: char| c.is_alphanumeric() || c == '_')
+            {
+                rest = after;
+                let id = rest.strip_prefix(" id=").map(|r| {
+                    let end = r
+                        .find(|c: char| c.is_whitespace() || ",;)".contains(c))
+                        .unwrap_or(r.len());
+                    (&r[..end], &r[end..])
+                });
+                match id {
+                    Some((id, after)) if !id.is_empty() => {
+                        out.push_str(&format!("`opencode-bridge {sub} {id}`"));
+                        rest = after;
+                    }
+                    _ => out.push_str(&format!("`opencode-bridge {sub}`")),
+                }
+                continue 'scan;
+            }
+        }
+        let ch = rest.chars().next().expect("not empty");
+        out.push(ch);
+        rest = &rest[ch.len_utf8()..];
+    }
+    out
+}
+
 /// A validation message about a tool argument, reworded for the command line
 /// (`argument \`title_prefix\`` becomes `option \`--title-prefix\``).
 fn as_cli_option(message: &str) -> String {
@@ -350,6 +496,18 @@ fn as_cli_option(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_names_become_subcommands() {
+        assert_eq!(
+            cli_wording("no opencode session ses_x: check the id with opencode_sessions"),
+            "no opencode session ses_x: check the id with `opencode-bridge sessions`"
+        );
+        assert_eq!(
+            cli_wording("opencode_session_output id=ses_1 shows it"),
+            "`opencode-bridge output ses_1` shows it"
+        );
+    }
 
     #[test]
     fn cli_wording_of_validation_errors() {

@@ -148,6 +148,10 @@ pub const ENV_VARS: &[EnvVar] = &[
 pub struct Settings {
     /// The tree delegated tasks may use as their working directory (canonical when it exists).
     pub root: PathBuf,
+    /// Whether `OPENCODE_BRIDGE_ROOT` set the root (else it is the server's working directory).
+    pub root_explicit: bool,
+    /// `HOME`, canonical, to recognise a root that is the home directory.
+    pub home: Option<PathBuf>,
 }
 
 impl Settings {
@@ -155,12 +159,53 @@ impl Settings {
     /// default with a warning on stderr.
     pub fn from_env() -> Settings {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-        let root = std::env::var_os("OPENCODE_BRIDGE_ROOT")
+        let explicit = std::env::var_os("OPENCODE_BRIDGE_ROOT")
             .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or(cwd);
-        let root = absolute(&root);
-        Settings { root }
+            .map(PathBuf::from);
+        let root_explicit = explicit.is_some();
+        let root = absolute(&explicit.unwrap_or(cwd));
+        let home = std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .map(|h| absolute(Path::new(&h)));
+        Settings {
+            root,
+            root_explicit,
+            home,
+        }
+    }
+
+    /// Why the root is too broad for editing agents: it was not set explicitly and is `/` or
+    /// the home directory (a server started there by accident). `None` when it is fine.
+    pub fn broad_root(&self) -> Option<&'static str> {
+        if self.root_explicit {
+            return None;
+        }
+        if self.root == Path::new("/") {
+            Some("the filesystem root")
+        } else if self.home.as_deref() == Some(self.root.as_path()) {
+            Some("the home directory")
+        } else {
+            None
+        }
+    }
+
+    /// The one line that names the root and where it came from.
+    pub fn root_line(&self) -> String {
+        let from = if self.root_explicit {
+            "OPENCODE_BRIDGE_ROOT"
+        } else {
+            "the server's working directory; OPENCODE_BRIDGE_ROOT is not set"
+        };
+        let mut line = format!(
+            "Delegation root: {} (from {from}); tasks may only work inside it.",
+            self.root.display()
+        );
+        if let Some(what) = self.broad_root() {
+            line.push_str(&format!(
+                " It is {what}: editing agents are refused until OPENCODE_BRIDGE_ROOT names the projects tree."
+            ));
+        }
+        line
     }
 }
 

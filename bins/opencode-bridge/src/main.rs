@@ -40,6 +40,12 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         None | Some(cli::Command::Serve) => {
+            use std::io::IsTerminal as _;
+            if cli.command.is_none() && std::io::stdin().is_terminal() {
+                eprintln!(
+                    "opencode-bridge: serving MCP on stdin/stdout for Claude Code (waiting for JSON-RPC; Ctrl-D ends). At a terminal try `opencode-bridge doctor` or `opencode-bridge --help`."
+                );
+            }
             let app = Arc::new(app::App::new(config::Settings::from_env(), true));
             let outcome = runtime.block_on(server::serve(app));
             // Every task is stopped by now; a blocking read still waiting on a hung service

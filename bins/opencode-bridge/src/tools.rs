@@ -479,7 +479,13 @@ impl Args<'_> {
                 } else {
                     format!("accepted arguments: {}", known.join(", "))
                 };
-                return Err(format!("unknown argument {}; {accepted}", shown_name(key)));
+                let hint = closest(key, &known)
+                    .map(|k| format!("; did you mean `{k}`?"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "unknown argument {}{hint}; {accepted}",
+                    shown_name(key)
+                ));
             }
         }
         Ok(())
@@ -559,10 +565,18 @@ impl Args<'_> {
         Ok(s)
     }
 
+    /// One of `accepted`, in any letter case (`EASY` is `easy`); the value returned is the
+    /// accepted spelling.
     fn opt_enum(&self, field: &str, accepted: &[&str]) -> Result<Option<String>, String> {
+        let matching = |s: &str| {
+            accepted
+                .iter()
+                .find(|a| a.eq_ignore_ascii_case(s.trim()))
+                .map(|a| a.to_string())
+        };
         match self.get(field) {
             None => Ok(None),
-            Some(Value::String(s)) if accepted.contains(&s.as_str()) => Ok(Some(s.clone())),
+            Some(Value::String(s)) if matching(s).is_some() => Ok(matching(s)),
             Some(v) => Err(format!(
                 "bad argument `{field}`: {} is not accepted; use one of {}",
                 shown(v),
@@ -629,6 +643,39 @@ impl Args<'_> {
     }
 }
 
+/// The known name `name` most likely misspells: the same in another letter case or with `-`
+/// for `_`, or at most two edits away (one for names of up to four letters).
+fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+    let wanted = norm(name);
+    if wanted.chars().count() > 64 {
+        return None;
+    }
+    let limit = if wanted.chars().count() <= 4 { 1 } else { 2 };
+    known
+        .iter()
+        .map(|k| (edit_distance(&wanted, &norm(k)), *k))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 /// Whether a model string has the `provider/model[#variant]` shape or names a Claude model
 /// (which runs through `claude -p`).
 pub fn valid_model(model: &str) -> bool {
@@ -677,6 +724,30 @@ mod tests {
 
     fn call(tool: &str, args: Value) -> Result<Call, String> {
         parse_call(tool, args.as_object())
+    }
+
+    #[test]
+    fn misspelled_names_get_a_suggestion_and_enums_ignore_case() {
+        let e = call("opencode_start", json!({"tier": "easy", "promt": "x"})).unwrap_err();
+        assert!(
+            e.starts_with("unknown argument `promt`; did you mean `prompt`?"),
+            "{e}"
+        );
+        let e = call("opencode_sessions", json!({"title-prefix": "X/"})).unwrap_err();
+        assert!(e.contains("did you mean `title_prefix`?"), "{e}");
+        let e = call("opencode_sessions", json!({"zzzzzz": 1})).unwrap_err();
+        assert!(!e.contains("did you mean"), "{e}");
+        match call(
+            "opencode_start",
+            json!({"tier": "Easy", "prompt": "x", "mode": "SENSITIVE"}),
+        ) {
+            Ok(Call::Start(a)) => {
+                assert_eq!(a.tier, "easy");
+                assert_eq!(a.mode.as_deref(), Some("sensitive"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(call("opencode_start", json!({"tier": "eesy", "prompt": "x"})).is_err());
     }
 
     #[test]

@@ -120,7 +120,15 @@ fn errors_go_to_stderr_with_exit_code_1() {
         String::from_utf8_lossy(&out.stderr).trim(),
         "opencode-bridge: bad option `--limit`: 0 is not accepted; use a whole number from 1 to 500"
     );
-    let missing = run(&world, &[], &["sessions"]);
+    // A store asked for explicitly (OPENCODE_BRIDGE_BACKEND=store) that is missing is an error.
+    let env = [
+        ("OPENCODE_BRIDGE_BACKEND", "store".to_string()),
+        (
+            "OPENCODE_DB",
+            world.path("nowhere.db").to_string_lossy().into_owned(),
+        ),
+    ];
+    let missing = run(&world, &env, &["sessions"]);
     assert_eq!(missing.status.code(), Some(1));
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("opencode store not found at"), "{err}");

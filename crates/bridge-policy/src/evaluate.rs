@@ -11,7 +11,7 @@ use crate::instructions::run_instructions;
 use crate::mode::{Mode, ModeDecision, detect_mode};
 use crate::roster::{Access, AgentInfo, Roster, WORKER, config_overlay};
 use crate::secrets;
-use crate::tier::{ACCEPTED_TIERS, DELEGATE, KEEP, Tier};
+use crate::tier::{ACCEPTED_TIERS, Tier};
 
 /// Env var naming the default agent in blueprint and insensitive modes.
 pub const ENV_DEFAULT_AGENT: &str = "OPENCODE_BRIDGE_AGENT";
@@ -327,12 +327,10 @@ pub fn evaluate(
     })
 }
 
-fn tier_help() -> String {
-    format!(
-        "Delegate (easy/medium): {}. Keep (hard): {}. If a silent mistake would change a result, do not delegate; if unsure, treat the job as one tier harder.",
-        DELEGATE.join("; "),
-        KEEP.join("; ")
-    )
+/// The pointer every tier refusal ends with: the lists themselves are long (and a project may
+/// replace them), so they live in `opencode_policy`, not in each refusal.
+fn tier_help() -> &'static str {
+    "opencode_policy has the full rules."
 }
 
 fn check_tier(tier: Option<&str>) -> Result<Tier, Refusal> {

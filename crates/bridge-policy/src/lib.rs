@@ -46,5 +46,5 @@ pub use roster::{
     Access, AgentInfo, AgentMode, AgentSource, Roster, RosterOrigin, Shell, WORKER, config_overlay,
     merge_config, read_only_permissions, worker_agent_config,
 };
-pub use tier::{ACCEPTED_TIERS, DELEGATE, KEEP, TIER_RULES, Tier};
+pub use tier::{ACCEPTED_TIERS, DELEGATE, KEEP, TIER_RULES, TIERS_FILE, Tier, TierLists};
 pub use view::{AgentView, AllowlistView, ModeSummary, PolicyView};

@@ -1,8 +1,11 @@
 //! Tiers: how hard a job is, and therefore whether it may be delegated.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+
+use crate::env::Environment;
 
 /// The difficulty the caller assigns to a job. Only easy and medium jobs are delegated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -102,3 +105,108 @@ pub const TIER_RULES: &[&str] = &[
     "if a silent mistake would change a result, do not delegate",
     "if unsure, treat the job as one tier harder",
 ];
+
+/// The file under a project's `.claude/` that replaces the delegate and keep lists.
+pub const TIERS_FILE: &str = "opencode-bridge-tiers.json";
+
+/// The delegate and keep lists in force for a directory: the defaults ([`DELEGATE`], [`KEEP`]),
+/// or a project's own from `.claude/opencode-bridge-tiers.json` in the directory or an
+/// ancestor up to the project root: `{"delegate": ["…"], "keep": ["…"]}`. A list the file gives
+/// replaces that default; one it leaves out keeps the default. A file that cannot be parsed is
+/// reported in `problems` and the defaults apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TierLists {
+    pub delegate: Vec<String>,
+    pub keep: Vec<String>,
+    /// The project file the lists came from, if any.
+    pub path: Option<PathBuf>,
+    pub problems: Vec<String>,
+}
+
+impl Default for TierLists {
+    fn default() -> Self {
+        TierLists {
+            delegate: DELEGATE.iter().map(|s| s.to_string()).collect(),
+            keep: KEEP.iter().map(|s| s.to_string()).collect(),
+            path: None,
+            problems: Vec::new(),
+        }
+    }
+}
+
+impl TierLists {
+    /// The lists for work in `cwd`, read through `env`.
+    ///
+    /// ```
+    /// use bridge_policy::{FakeEnv, TierLists};
+    /// use std::path::Path;
+    /// let env = FakeEnv::new()
+    ///     .with_dir("/p/.git")
+    ///     .with_file("/p/.claude/opencode-bridge-tiers.json", r#"{"keep": ["schema migrations"]}"#);
+    /// let l = TierLists::load(&env, Path::new("/p/src"));
+    /// assert_eq!(l.keep, vec!["schema migrations"]);
+    /// assert_eq!(l.delegate, TierLists::default().delegate);
+    /// ```
+    pub fn load(env: &dyn Environment, cwd: &Path) -> TierLists {
+        let mut lists = TierLists::default();
+        let Some(root) = crate::mode::project_root(env, cwd) else {
+            return lists;
+        };
+        for dir in cwd.ancestors() {
+            let path = dir.join(".claude").join(TIERS_FILE);
+            if let Some(text) = env.read_to_string(&path) {
+                lists.apply(&text, &path);
+                return lists;
+            }
+            if dir == root {
+                break;
+            }
+        }
+        lists
+    }
+
+    fn apply(&mut self, text: &str, path: &Path) {
+        let shown = path.display();
+        let value: serde_json::Value = match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                self.problems.push(format!(
+                    "{shown} is not valid JSON ({e}); the default lists apply"
+                ));
+                return;
+            }
+        };
+        let Some(obj) = value.as_object() else {
+            self.problems.push(format!(
+                "{shown} must be an object {{\"delegate\": [...], \"keep\": [...]}}; the default lists apply"
+            ));
+            return;
+        };
+        let mut used = false;
+        for (key, target) in [("delegate", &mut self.delegate), ("keep", &mut self.keep)] {
+            let Some(v) = obj.get(key) else { continue };
+            let items: Option<Vec<String>> = v.as_array().and_then(|a| {
+                a.iter()
+                    .map(|i| i.as_str().map(|s| s.trim().to_owned()))
+                    .collect::<Option<Vec<_>>>()
+            });
+            match items.filter(|i| !i.is_empty() && i.iter().all(|s| !s.is_empty())) {
+                Some(items) => {
+                    *target = items;
+                    used = true;
+                }
+                None => self.problems.push(format!(
+                    "{shown}: `{key}` must be a non-empty array of non-empty strings; its default applies"
+                )),
+            }
+        }
+        for key in obj.keys().filter(|k| *k != "delegate" && *k != "keep") {
+            self.problems.push(format!(
+                "{shown}: unknown key `{key}` (only delegate and keep)"
+            ));
+        }
+        if used {
+            self.path = Some(path.to_path_buf());
+        }
+    }
+}

@@ -11,7 +11,7 @@ use crate::instructions::VERIFICATION_RULES;
 use crate::mode::{Mode, ModeDecision, detect_mode};
 use crate::roster::{Access, AgentMode, Roster, RosterOrigin};
 use crate::secrets::Allowlist;
-use crate::tier::{DELEGATE, KEEP, TIER_RULES};
+use crate::tier::{TIER_RULES, TierLists};
 
 /// One roster agent as shown to the caller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -60,10 +60,9 @@ pub struct PolicyView {
     pub refused_agents: Vec<&'static str>,
     /// How tiers decide delegation.
     pub tier_rules: &'static [&'static str],
-    /// Work to delegate (easy/medium).
-    pub delegate: &'static [&'static str],
-    /// Work to keep (hard).
-    pub keep: &'static [&'static str],
+    /// Work to delegate (easy/medium) and to keep (hard): the defaults, or the project's
+    /// (see [`TierLists`]).
+    pub tiers: TierLists,
     /// How to check a delegated result.
     pub verification_rules: &'static [&'static str],
     /// Every agent opencode knows here.
@@ -123,6 +122,12 @@ impl PolicyView {
         roster: &Roster,
     ) -> PolicyView {
         let mode = decision.mode;
+        // The nearest directory with `.claude` (or `.git`) is the project root.
+        let tiers = decision
+            .project_root
+            .as_deref()
+            .map(|r| TierLists::load(env, r))
+            .unwrap_or_default();
         PolicyView {
             reason: decision.reason(),
             mode_summary: mode.summary(),
@@ -141,8 +146,7 @@ impl PolicyView {
                 Vec::new()
             },
             tier_rules: TIER_RULES,
-            delegate: DELEGATE,
-            keep: KEEP,
+            tiers,
             verification_rules: VERIFICATION_RULES,
             roster: roster
                 .agents()

@@ -85,17 +85,19 @@ fn tiers() {
             (Err(r), Err(text)) => {
                 assert_eq!(r.kind, RefusalKind::Tier, "{tier:?}");
                 assert!(r.message.contains(text), "{tier:?}: {}", r.message);
-                // the refusal explains what belongs to each tier
+                // one short line that points at the full rules instead of repeating them
                 assert!(
-                    r.message.contains("unit tests for existing behaviour"),
+                    r.message.ends_with("opencode_policy has the full rules."),
                     "{}",
                     r.message
                 );
                 assert!(
-                    r.message.contains("statistics and every number"),
+                    !r.message.contains('\n') && r.message.len() < 220,
                     "{}",
                     r.message
                 );
+                assert!(!r.message.contains("unit tests for existing behaviour"));
+                assert!(!r.message.contains("statistics and every number"));
             }
             (got, expected) => panic!("{tier:?}: got {got:?}, expected {expected:?}"),
         }
@@ -448,7 +450,12 @@ fn policy_view_has_everything_render_needs() {
             .iter()
             .any(|a| a.name == "explorer" && !a.installed)
     );
-    assert!(!view.tier_rules.is_empty() && !view.delegate.is_empty() && !view.keep.is_empty());
+    assert!(
+        !view.tier_rules.is_empty()
+            && !view.tiers.delegate.is_empty()
+            && !view.tiers.keep.is_empty()
+    );
+    assert_eq!(view.tiers, bridge_policy::TierLists::default());
     assert!(
         view.verification_rules
             .iter()
@@ -463,4 +470,46 @@ fn policy_view_has_everything_render_needs() {
     let value = serde_json::to_value(&view).unwrap();
     assert_eq!(value["decision"]["mode"], "sensitive");
     assert_eq!(value["decision"]["consulted"].as_array().unwrap().len(), 7);
+}
+
+#[test]
+fn a_project_file_replaces_the_delegate_and_keep_lists() {
+    let file = format!("{CWD}/.claude/opencode-bridge-tiers.json");
+    let env = env_in(None).with_file(
+        &file,
+        r#"{"delegate": ["CSS tweaks", "changelog entries"], "keep": ["database migrations"]}"#,
+    );
+    let view = PolicyView::build(&env, Path::new(&format!("{CWD}/src")), None).unwrap();
+    assert_eq!(view.tiers.delegate, ["CSS tweaks", "changelog entries"]);
+    assert_eq!(view.tiers.keep, ["database migrations"]);
+    assert_eq!(view.tiers.path.as_deref(), Some(Path::new(&file)));
+    assert!(view.tiers.problems.is_empty());
+
+    // only one list given: the other keeps its default
+    let env = env_in(None).with_file(&file, r#"{"keep": ["pricing code"], "other": 1}"#);
+    let view = PolicyView::build(&env, Path::new(CWD), None).unwrap();
+    assert_eq!(view.tiers.keep, ["pricing code"]);
+    assert_eq!(
+        view.tiers.delegate,
+        bridge_policy::TierLists::default().delegate
+    );
+    assert!(
+        view.tiers.problems[0].contains("unknown key `other`"),
+        "{:?}",
+        view.tiers.problems
+    );
+
+    // a broken file: the defaults, and a warning naming the file
+    let env = env_in(None).with_file(&file, "{not json");
+    let view = PolicyView::build(&env, Path::new(CWD), None).unwrap();
+    assert_eq!(
+        view.tiers.delegate,
+        bridge_policy::TierLists::default().delegate
+    );
+    assert_eq!(view.tiers.path, None);
+    assert!(
+        view.tiers.problems[0].contains(&file),
+        "{:?}",
+        view.tiers.problems
+    );
 }

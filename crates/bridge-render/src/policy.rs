@@ -48,13 +48,23 @@ pub fn policy(view: &PolicyView) -> String {
     for r in view.tier_rules {
         out.push_str(&format!("  - {r}\n"));
     }
-    out.push_str("delegate (easy/medium):\n");
-    for r in view.delegate {
+    let from = match &view.tiers.path {
+        Some(p) => format!("the project's, from {}", p.display()),
+        None => format!(
+            "the defaults; a project replaces them with .claude/{}",
+            bridge_policy::TIERS_FILE
+        ),
+    };
+    out.push_str(&format!("delegate (easy/medium; {from}):\n"));
+    for r in &view.tiers.delegate {
         out.push_str(&format!("  - {r}\n"));
     }
     out.push_str("keep (hard):\n");
-    for r in view.keep {
+    for r in &view.tiers.keep {
         out.push_str(&format!("  - {r}\n"));
+    }
+    for p in &view.tiers.problems {
+        out.push_str(&format!("  warning: {p}\n"));
     }
     out.push_str("verify every result (it is an untrusted draft):\n");
     for r in view.verification_rules {
@@ -136,13 +146,13 @@ pub fn instructions(view: &PolicyView) -> String {
         agents.join(", "),
         view.default_agent
     ));
-    out.push_str(&format!("Delegate: {}.\n", view.delegate.join("; ")));
+    out.push_str(&format!("Delegate: {}.\n", view.tiers.delegate.join("; ")));
     out.push_str(&format!(
         "Keep: {}. If a silent mistake would change a result, do not delegate; if unsure, treat the job as one tier harder.\n",
-        view.keep.join("; ")
+        view.tiers.keep.join("; ")
     ));
     out.push_str("Verify what comes back (an untrusted draft): check the files exist, rerun the tests, recompute numbers, read the git diff.\n");
-    out.push_str("Flow: opencode_start (tier required) -> opencode_status -> opencode_result. opencode_sessions and opencode_session_output show every opencode session; opencode_policy shows the full rules.\n");
+    out.push_str("Flow: opencode_start (tier required) -> opencode_wait (returns when the task ends; opencode_status shows progress) -> opencode_result. opencode_sessions and opencode_session_output show every opencode session; opencode_policy shows the full rules.\n");
     out
 }
 

@@ -63,10 +63,20 @@ pub fn session_list(list: &SessionList, filter: &str, now_ms: i64) -> String {
         out.push_str(&format!("; PARTIAL: {why}"));
     }
     out.push('\n');
-    let rows: Vec<Vec<String>> = list
-        .sessions
-        .iter()
-        .map(|s| session_row(s, now_ms))
+    let header: Vec<String> = [
+        "ID",
+        "STATE",
+        "AGENT",
+        "AGE",
+        "TOKENS in/out",
+        "DIR",
+        "TITLE",
+    ]
+    .map(String::from)
+    .to_vec();
+    let rows: Vec<Vec<String>> = std::iter::once(header)
+        .filter(|_| !list.sessions.is_empty())
+        .chain(list.sessions.iter().map(|s| session_row(s, now_ms)))
         .collect();
     for line in table(&rows, &[4]) {
         out.push_str(&line);
@@ -76,6 +86,15 @@ pub fn session_list(list: &SessionList, filter: &str, now_ms: i64) -> String {
         out.push_str("(no session matches)\n");
     }
     out
+}
+
+/// `opencode_sessions` before opencode ever ran on this machine: no store yet at `store`
+/// (the normal first state, not a failure).
+pub fn no_sessions_yet(store: &std::path::Path) -> String {
+    format!(
+        "0 sessions (opencode has not run yet: its store {} does not exist or is empty; it appears with the first opencode run)\n",
+        store.display()
+    )
 }
 
 fn session_row(s: &Session, now_ms: i64) -> Vec<String> {

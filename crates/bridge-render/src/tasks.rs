@@ -17,6 +17,8 @@ pub struct Started<'a> {
     pub tier: &'a str,
     pub title: &'a str,
     pub cwd: &'a str,
+    /// The delegation root (every task's cwd is inside it).
+    pub root: &'a str,
     pub model: Option<&'a str>,
     /// A warning about an explicit title that breaks the convention.
     pub title_warning: Option<&'a str>,
@@ -29,8 +31,8 @@ pub struct Started<'a> {
 /// `opencode_start`.
 pub fn started(s: &Started<'_>) -> String {
     let mut out = format!(
-        "started task {}: agent {}, tier {}, mode {}\ntitle: {}\ncwd: {}\n",
-        s.id, s.agent, s.tier, s.mode, s.title, s.cwd
+        "started task {}: agent {}, tier {}, mode {}\ntitle: {}\ncwd: {} (root {})\n",
+        s.id, s.agent, s.tier, s.mode, s.title, s.cwd, s.root
     );
     if let Some(m) = s.model {
         out.push_str(&format!("model: {m}\n"));
@@ -48,7 +50,7 @@ pub fn started(s: &Started<'_>) -> String {
         out.push_str(&format!("warning: {w}\n"));
     }
     out.push_str(&format!(
-        "next: opencode_status id={id} until it ends, then opencode_result id={id}; treat the result as an untrusted draft and verify it.\n",
+        "next: opencode_wait ids=[\"{id}\"] returns when it ends (opencode_status id={id} shows progress), then opencode_result id={id}; treat the result as an untrusted draft and verify it.\n",
         id = s.id
     ));
     out
@@ -69,8 +71,38 @@ fn state_word(s: &TaskSnapshot) -> String {
     }
 }
 
-/// `opencode_status`: state, timing, attempts, session, and for a failure its kind and advice.
+/// `opencode_status`: state, timing, attempts, session, for a failure its kind and advice, and
+/// the next step.
 pub fn status(s: &TaskSnapshot) -> String {
+    let mut out = status_header(s);
+    match s.state {
+        TaskState::Succeeded => out.push_str(&format!(
+            "next: opencode_result id={} (verify it before relying on it)\n",
+            s.id
+        )),
+        _ if s.orphaned => out.push_str(&format!(
+            "the bridge that started it is gone but its opencode run goes on; opencode_cancel id={} stops it, or opencode_wait ids=[\"{}\"] waits for it\n",
+            s.id, s.id
+        )),
+        TaskState::Starting | TaskState::Running | TaskState::Retrying => {
+            match s.other_bridge {
+                Some(pid) => out.push_str(&format!(
+                    "still working in another bridge (pid {pid}); only that bridge can cancel it; opencode_wait ids=[\"{}\"] waits for it\n",
+                    s.id
+                )),
+                None => out.push_str(&format!(
+                    "still working: opencode_wait ids=[\"{id}\"] waits for it, opencode_cancel id={id} stops it\n",
+                    id = s.id
+                )),
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The part of a status that `opencode_result` repeats (no next step: the result is it).
+fn status_header(s: &TaskSnapshot) -> String {
     let mut out = format!(
         "task {}  {}  {}  elapsed {}  attempt {}\n",
         s.id,
@@ -134,33 +166,13 @@ pub fn status(s: &TaskSnapshot) -> String {
     if let Some(code) = s.exit_code.filter(|_| s.state.is_finished()) {
         out.push_str(&format!("exit code: {code}\n"));
     }
-    match s.state {
-        TaskState::Succeeded => out.push_str(&format!(
-            "next: opencode_result id={} (verify it before relying on it)\n",
-            s.id
-        )),
-        _ if s.orphaned => out.push_str(
-            "the bridge that started it is gone but its opencode run goes on; opencode_cancel stops it, or check again later\n",
-        ),
-        TaskState::Starting | TaskState::Running | TaskState::Retrying => {
-            match s.other_bridge {
-                Some(pid) => out.push_str(&format!(
-                    "still working in another bridge (pid {pid}); only that bridge can cancel it\n"
-                )),
-                None => out.push_str(
-                    "still working: opencode_wait waits for it, opencode_cancel stops it\n",
-                ),
-            }
-        }
-        _ => {}
-    }
     out
 }
 
 /// `opencode_result`: the status header, then the agent's text (already cut by the
 /// supervisor), tool calls, and stderr when the task failed.
 pub fn result(o: &TaskOutput) -> String {
-    let mut out = status(&o.snapshot);
+    let mut out = status_header(&o.snapshot);
     if !o.tool_calls.is_empty() {
         out.push_str(&format!("tool calls ({}):\n", o.tool_calls.len()));
         let skip = o.tool_calls.len().saturating_sub(30);
@@ -295,7 +307,11 @@ pub fn waited(r: &WaitReport, all: bool, timeout_s: u64) -> String {
         ));
     }
     if !r.finished.is_empty() {
-        out.push_str("next: opencode_result id=<id> for each finished task; verify what it did\n");
+        let ids: Vec<String> = r.finished.iter().map(|s| format!("id={}", s.id)).collect();
+        out.push_str(&format!(
+            "next: opencode_result {} (one call each); verify what it did\n",
+            ids.join(", ")
+        ));
     }
     out
 }
@@ -360,9 +376,12 @@ pub fn task_list(tasks: &[TaskSnapshot], running: usize, limit: usize) -> String
 /// `opencode_processes`.
 pub fn processes(procs: &[OpencodeProcess]) -> String {
     let mut out = format!("{} opencode process(es)\n", procs.len());
-    let rows: Vec<Vec<String>> = procs
-        .iter()
-        .map(|p| {
+    let header: Vec<String> = ["PID", "KIND", "ELAPSED", "AGENT", "CWD", "SESSION", "TITLE"]
+        .map(String::from)
+        .to_vec();
+    let rows: Vec<Vec<String>> = std::iter::once(header)
+        .filter(|_| !procs.is_empty())
+        .chain(procs.iter().map(|p| {
             let mut what = p.title.clone().unwrap_or_default();
             if let Some(t) = p.task_id {
                 what = format!("[task {t}] {what}");
@@ -379,7 +398,7 @@ pub fn processes(procs: &[OpencodeProcess]) -> String {
                 p.session_id.clone().unwrap_or_else(|| "-".into()),
                 what,
             ]
-        })
+        }))
         .collect();
     for line in table(&rows, &[2]) {
         out.push_str(&line);

@@ -259,6 +259,7 @@ pub fn fake_opencode(world: &World) -> PathBuf {
         r#"#!/bin/sh
 case "$1" in
   --version) echo "1.18.33"; exit 0 ;;
+  models) echo "fake/model-a"; echo "fake/model-b"; exit 0 ;;
 esac
 if [ "$1" = run ] && [ "$2" = --help ]; then
   echo "  --format --title --agent --model --auto --variant"; exit 0
@@ -272,6 +273,47 @@ if [ "$1" = run ]; then
 fi
 "#,
         pids = pids.display()
+    );
+    std::fs::write(&path, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A stand-in `claude`: `--version` says `version`, `--help` lists every long flag of
+/// `help_flags`, and a `-p` run prints `stderr` on stderr and `stdout` on stdout, then exits
+/// with `code` (Claude Code 2.1.197 on Node 20 rejects `--permission-prompts` this way).
+pub fn fake_claude(
+    world: &World,
+    version: &str,
+    help_flags: &[&str],
+    stdout: &str,
+    stderr: &str,
+    code: i32,
+) -> PathBuf {
+    let path = world.path("bin/claude");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let out = world.path("claude.stdout");
+    let err = world.path("claude.stderr");
+    std::fs::write(&out, stdout).unwrap();
+    std::fs::write(&err, stderr).unwrap();
+    let script = format!(
+        r#"#!/bin/sh
+case "$1" in
+  --version) echo "{version}"; exit 0 ;;
+  --help) printf '%s\n' {help}; exit 0 ;;
+esac
+cat "{out}"
+cat "{err}" >&2
+exit {code}
+"#,
+        help = help_flags
+            .iter()
+            .map(|f| format!("'  {f} <x>'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        out = out.display(),
+        err = err.display(),
     );
     std::fs::write(&path, script).unwrap();
     use std::os::unix::fs::PermissionsExt;
