@@ -2,29 +2,12 @@
 
 mod common;
 
-use common::{Server, World, fake_opencode, redact};
+use common::{Server, World, fake_opencode, fixture_store, redact};
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-fn fixture_store(world: &World) -> (PathBuf, Value) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/opencode-store");
-    let db = world.path("opencode.db");
-    std::fs::copy(dir.join("opencode.db"), &db).unwrap();
-    let map: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("sessions.json")).unwrap()).unwrap();
-    (db, map)
-}
-
 fn run(world: &World, env: &[(&str, String)], args: &[&str]) -> Output {
-    Command::new(common::binary())
-        .env_clear()
-        .envs(world.env())
-        .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
-        .current_dir(world.root())
-        .args(args)
-        .output()
-        .unwrap()
+    common::run_cli(world, env, args)
 }
 
 fn stdout(o: &Output) -> String {

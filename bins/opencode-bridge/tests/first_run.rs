@@ -6,21 +6,13 @@
 
 mod common;
 
-use common::{World, fake_claude, fake_opencode};
+use common::{World, fake_claude, fake_opencode, fixture_store};
 use run_supervisor::claude::RUNNER_FLAGS;
-use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn run(world: &World, env: &[(&str, String)], args: &[&str]) -> Output {
-    Command::new(common::binary())
-        .env_clear()
-        .envs(world.env())
-        .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
-        .current_dir(world.root())
-        .args(args)
-        .output()
-        .unwrap()
+    common::run_cli(world, env, args)
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -139,15 +131,6 @@ fn a_fresh_machine_is_not_a_failure() {
     let (doctor, _) = text(&run(&world, &env, &["doctor"]));
     assert!(!doctor.contains("upgrade opencode-bridge"), "{doctor}");
     assert!(line(&doctor, "store").contains("is empty"), "{doctor}");
-}
-
-fn fixture_store(world: &World) -> (PathBuf, Value) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/opencode-store");
-    let db = world.path("opencode.db");
-    std::fs::copy(dir.join("opencode.db"), &db).unwrap();
-    let map: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("sessions.json")).unwrap()).unwrap();
-    (db, map)
 }
 
 #[test]

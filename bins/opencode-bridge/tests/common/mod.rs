@@ -320,3 +320,25 @@ exit {code}
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
 }
+
+/// Runs the binary with a subcommand in `world` (its environment plus `env`, cwd the root).
+pub fn run_cli(world: &World, env: &[(&str, String)], args: &[&str]) -> std::process::Output {
+    Command::new(binary())
+        .env_clear()
+        .envs(world.env())
+        .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+        .current_dir(world.root())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A copy of the real opencode 1.18.33 store fixture in `world`, and its map of session ids.
+pub fn fixture_store(world: &World) -> (PathBuf, Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/opencode-store");
+    let db = world.path("opencode.db");
+    std::fs::copy(dir.join("opencode.db"), &db).unwrap();
+    let map: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sessions.json")).unwrap()).unwrap();
+    (db, map)
+}
