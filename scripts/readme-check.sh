@@ -17,8 +17,15 @@ git clone -q "$repo" "$scratch/clone"
 home="$scratch/home"
 mkdir -p "$home"
 # A clean HOME, with the toolchain the machine already has (rustup's homes hold only the
-# compiler and the registry cache) and npm's global prefix inside that HOME.
-env -i \
+# compiler and the registry cache) and npm's global prefix inside that HOME. The machine's
+# network settings (proxy and CA bundle variables, when set) pass through: a fresh machine on
+# the same network has them too.
+net=()
+for v in HTTP_PROXY HTTPS_PROXY NO_PROXY http_proxy https_proxy no_proxy NODE_EXTRA_CA_CERTS \
+  SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE GIT_SSL_CAINFO CARGO_HTTP_CAINFO; do
+  if [ -n "${!v:-}" ]; then net+=("$v=${!v}"); fi
+done
+env -i "${net[@]}" \
   HOME="$home" \
   PATH="$home/.npm-global/bin:$home/.cargo/bin:${CARGO_HOME:-$HOME/.cargo}/bin:/usr/local/bin:/usr/bin:/bin" \
   RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" \
