@@ -334,3 +334,194 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
         eprintln!("--- {:?}\n{}", r.tool, r.text);
     }
 }
+
+/// The bridge's environment for live tests with the real opencode answering through `llm`.
+fn live_bridge_env(sb: &OpencodeSandbox, oc: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = sb
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k != "PWD" && k != "HOME")
+        .collect();
+    env.push(("OPENCODE_BIN".into(), oc.to_string_lossy().into_owned()));
+    env.push((
+        "OPENCODE_BRIDGE_ROOT".into(),
+        sb.project_dir().to_string_lossy().into_owned(),
+    ));
+    env.push(("OPENCODE_BRIDGE_MODEL".into(), "fk/ok".into()));
+    env.push(("OPENCODE_BRIDGE_KILL_GRACE_MS".into(), "1000".into()));
+    env.push(("OPENCODE_BRIDGE_RETRIES".into(), "0".into()));
+    env
+}
+
+/// Claude Code with MCP tasks on in SDK mode: the feature flag forced through the disk cache of
+/// feature values, and background tasks enabled.
+fn enable_background_tasks(world: &mut ClaudeWorld) {
+    std::fs::write(
+        world.home.path().join(".claude.json"),
+        json!({"hasCompletedOnboarding": true, "cachedGrowthBookFeatures": {"tengu_glowing_lark": true}})
+            .to_string(),
+    )
+    .unwrap();
+    world.extra_env.push((
+        "CLAUDE_CODE_GB_DISK_CACHE_WHEN_TELEMETRY_OFF".into(),
+        "1".into(),
+    ));
+    world
+        .extra_env
+        .push(("CLAUDE_AUTO_BACKGROUND_TASKS".into(), "1".into()));
+}
+
+/// Runs one SDK-mode session (`-p --input-format stream-json`): sends `prompt`, keeps stdin open
+/// until `until` holds for the fake endpoint's requests (or `limit` passes), then closes it.
+fn run_sdk_session(
+    world: &ClaudeWorld,
+    fake: &FakeAnthropic,
+    allowed: &[&str],
+    prompt: &str,
+    until: impl Fn(&[serde_json::Value]) -> bool,
+    limit: Duration,
+) -> (Output, bool) {
+    use std::io::Write;
+    let mut cmd = world.command();
+    for (k, v) in fake.claude_env().into_iter().chain(world.extra_env.clone()) {
+        cmd.env(k, v);
+    }
+    let tools: Vec<String> = allowed
+        .iter()
+        .map(|t| format!("mcp__{SERVER}__{t}"))
+        .collect();
+    cmd.args([
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ])
+    .arg("--allowedTools")
+    .arg(tools.join(","))
+    .args(["--max-turns", "50"])
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        json!({"type": "user", "message": {"role": "user", "content": prompt}})
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    let mut reached = false;
+    while std::time::Instant::now() < deadline {
+        if until(&fake.requests()) {
+            reached = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Let the last turn finish before the session ends.
+    std::thread::sleep(Duration::from_secs(2));
+    drop(stdin);
+    (child.wait_with_output().unwrap(), reached)
+}
+
+fn mentions(body: &serde_json::Value, needle: &str) -> bool {
+    body.get("messages")
+        .is_some_and(|m| m.to_string().contains(needle))
+}
+
+/// SDK mode with background tasks: the model starts a delegation, the bridge answers with an MCP
+/// task, Claude Code polls tasks/get by itself, and a later request to the model carries the task
+/// notification with the run's answer; the model never calls status, wait or result.
+#[test]
+fn live_sdk_mode_delegation_runs_as_a_task_and_its_result_reaches_the_model() {
+    let Some(claude) = claude_or_skip() else {
+        return;
+    };
+    let Some(oc) = real_opencode() else {
+        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+        return;
+    };
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let mut world = ClaudeWorld::new(claude);
+    enable_background_tasks(&mut world);
+    let env = live_bridge_env(&sb, &oc);
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    world.register(&env);
+    let script: Vec<Step> = vec![
+        call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "Say hello to the reviewers"}),
+        ),
+        text("Delegated; I will wait for the notification."),
+        text("The delegated task reported back."),
+    ];
+    let fake = FakeAnthropic::start(SERVER, script).unwrap();
+    let (out, reached) = run_sdk_session(
+        &world,
+        &fake,
+        &[
+            "opencode_start",
+            "opencode_status",
+            "opencode_wait",
+            "opencode_result",
+        ],
+        "Delegate the greeting to opencode.",
+        |bodies| {
+            bodies
+                .iter()
+                .any(|b| mentions(b, "task-notification") && mentions(b, OK_TEXT))
+        },
+        Duration::from_secs(180),
+    );
+    let bodies = fake.requests();
+    if let Ok(path) = std::env::var("OPENCODE_BRIDGE_TEST_DUMP") {
+        let _ = std::fs::write(
+            path,
+            serde_json::to_string_pretty(&bodies).unwrap_or_default(),
+        );
+    }
+    let dump = || {
+        format!(
+            "{}\nresults: {:#?}\nlast request: {}",
+            show(&out),
+            fake.tool_results(),
+            bodies
+                .last()
+                .map(|b| b["messages"].to_string())
+                .unwrap_or_default()
+                .chars()
+                .rev()
+                .take(3000)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>()
+        )
+    };
+    assert!(
+        reached,
+        "no request carried the task notification with the run's answer\n{}",
+        dump()
+    );
+    // The start came back as a background task, not as the start text.
+    let starts = fake.results_of("opencode_start");
+    assert_eq!(starts.len(), 1, "{}", dump());
+    assert!(
+        starts[0].text.contains("started server-side task 1"),
+        "{}",
+        dump()
+    );
+    // Only the start was called: no status, wait or result.
+    let called: Vec<Option<String>> = fake.tool_results().into_iter().map(|r| r.tool).collect();
+    assert_eq!(
+        called,
+        vec![Some("opencode_start".to_owned())],
+        "{}",
+        dump()
+    );
+}
