@@ -22,8 +22,10 @@
 //! assert!(scan("set OPENAI_API_KEY=sk-xxx and read it with os.environ['OPENAI_API_KEY']").is_none());
 //! ```
 
+mod prefilter;
 mod vendor;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -179,11 +181,12 @@ pub fn scan_allowing(text: &str, allow: &Allowlist) -> Option<SecretFinding> {
 /// ```
 pub fn findings(text: &str, allow: &Allowlist) -> Vec<SecretFinding> {
     let mut best: Vec<(usize, usize)> = Vec::new(); // (line, rule)
+    let lines = prefilter::Lines::new(text);
     for hit in hits(text) {
         if !allow.is_empty() && allow.allows(&text[hit.value.clone()]) {
             continue;
         }
-        let line = line_of(text, hit.offset);
+        let line = lines.index(hit.offset) + 1;
         match best.iter_mut().find(|(l, _)| *l == line) {
             Some(entry) => entry.1 = entry.1.min(hit.rule),
             None => best.push((line, hit.rule)),
@@ -244,14 +247,6 @@ pub fn redact(text: &str) -> String {
     out
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
 /// One validated candidate: which rule, where the finding starts, and the value's span.
 struct Hit {
     rule: usize,
@@ -284,7 +279,33 @@ struct Rule {
     kind: &'static str,
     regex: Regex,
     check: Check,
+    /// Literals one of which every match contains (see `prefilter.rs`); `None`: always run.
+    literals: Option<Vec<Vec<u8>>>,
+    /// Its matches never span a line break (and it has no `$`): it may run line by line.
+    one_line: bool,
+    /// For a one-line rule without literals: the pattern without its `\b` assertions (a
+    /// superset the regex engine scans fast even where Unicode word boundaries make the rule
+    /// itself slow), to find the lines worth running the rule on.
+    probe: Option<Regex>,
 }
+
+/// How a rule is prefiltered: by literals from its own pattern, by an anchor pattern's literals
+/// (a word inside the match), and whether it may run line by line.
+#[derive(Clone, Copy)]
+enum Scope {
+    /// Literals from the pattern; the whole text.
+    Text,
+    /// Literals from the anchor; the whole text (its matches may span lines).
+    TextAnchor(&'static str),
+    /// Literals from the anchor; only the lines that hold one.
+    LinesAnchor(&'static str),
+    /// No literals: only the lines where the pattern without `\b` matches.
+    LinesProbe,
+}
+
+/// Vendor formats that run only on the lines where their `\b`-less pattern matches: one-line
+/// shapes without a literal, whose Unicode word boundaries keep the fast engines off.
+const PROBED: &[&str] = &["Mailgun signing key", "Asana token"];
 
 /// The kind of a strongly secret-named value (password, secret, token, API key …).
 const KIND_STRONG: &str = "password/API key/token assignment";
@@ -297,44 +318,84 @@ const KIND_NEAR_PASSWORD: &str = "password next to a password word";
 
 /// The name characters of an assignment: must hold a secret-ish word somewhere.
 const NAME: &str = r"[A-Za-z0-9_.-]*(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)[A-Za-z0-9_.-]*";
+/// The secret words of [`NAME`]: one of them is in every name it matches.
+const NAME_WORDS: &str = r"(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)";
 /// A value: double, single or back-quoted, or bare up to a delimiter.
 const VALUE: &str =
     r#"(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|`(?P<bq>[^`\n]*)`|(?P<bare>[^\s"'`,;()\[\]{}<>]+))"#;
 
 static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
-    let mut list: Vec<(&'static str, String, Check)> = vendor::VENDOR
+    let mut list: Vec<(&'static str, String, Check, Scope)> = vendor::VENDOR
         .iter()
-        .map(|(k, p, c)| (*k, (*p).to_owned(), *c))
+        .map(|(k, p, c)| {
+            let scope = if PROBED.contains(k) {
+                Scope::LinesProbe
+            } else {
+                Scope::Text
+            };
+            (*k, (*p).to_owned(), *c, scope)
+        })
         .collect();
-    let contextual: Vec<(&'static str, String, Check)> = vec![
-        ("JSON Web Token", r"\b(?:eyJ|ewog)[A-Za-z0-9_-]{8,}={0,2}\.(?:eyJ|ewo)[A-Za-z0-9_-]{8,}={0,2}\.[A-Za-z0-9_-]{16,}".into(), Check::Jwt),
-        ("Authorization header", r"(?i)\b(?:authorization|proxy-authorization)\s*[:=]\s*[\x22'`]?\s*(?:bearer|basic|token|digest)\s+([A-Za-z0-9._~+/=-]{12,})".into(), Check::Auth),
-        ("Authorization header", r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{20,}=*)".into(), Check::Auth),
-        ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s/'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection),
-        ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)["']?(?P<user>[^\s:"']{1,64}):(?P<pass>[^\s"']{3,128})"#.into(), Check::Connection),
-        ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection),
-        (KIND_STRONG, format!(r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{NAME})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*{VALUE}"#), Check::Named),
-        (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named),
-        (KIND_STRONG, r#"<(?P<name>[A-Za-z_][\w.:-]{0,60})(?:\s[^<>\n]*)?>(?P<dq>[^<\n]{1,300})</"#.into(), Check::Named),
-        (KIND_STRONG, r#"\b(?:key|name)[ \t]*=[ \t]*"(?P<name>[^"\n]{1,80})"[ \t]+value[ \t]*=[ \t]*"(?P<dq>[^"\n]*)""#.into(), Check::Named),
-        (KIND_STRONG, r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})=(?P<bare>[^&\s#"'<>]{8,})"#.into(), Check::Named),
-        (KIND_STRONG, r#"(?i)(?:^|[\s(])--?(?P<name>password|passwd|pass|token|api-key|apikey|secret|client-secret|auth-token|access-token)[= ]"#.to_owned() + VALUE, Check::Named),
-        (KIND_STRONG, r#"(?i)\b(?P<name>password|passwd|passphrase)[ \t]+(?P<bare>[^\s"']{8,})"#.into(), Check::Named),
+    let contextual: Vec<(&'static str, String, Check, Scope)> = vec![
+        ("JSON Web Token", r"\b(?:eyJ|ewog)[A-Za-z0-9_-]{8,}={0,2}\.(?:eyJ|ewo)[A-Za-z0-9_-]{8,}={0,2}\.[A-Za-z0-9_-]{16,}".into(), Check::Jwt, Scope::Text),
+        ("Authorization header", r"(?i)\b(?:authorization|proxy-authorization)\s*[:=]\s*[\x22'`]?\s*(?:bearer|basic|token|digest)\s+([A-Za-z0-9._~+/=-]{12,})".into(), Check::Auth, Scope::Text),
+        ("Authorization header", r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{20,}=*)".into(), Check::Auth, Scope::Text),
+        ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s/'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection, Scope::Text),
+        ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)["']?(?P<user>[^\s:"']{1,64}):(?P<pass>[^\s"']{3,128})"#.into(), Check::Connection, Scope::TextAnchor("(?:-u|--user)")),
+        ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection, Scope::Text),
+        (KIND_STRONG, format!(r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{NAME})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*{VALUE}"#), Check::Named, Scope::TextAnchor(NAME_WORDS)),
+        (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named, Scope::LinesAnchor("(?i:key|token|secret|password)")),
+        (KIND_STRONG, r#"<(?P<name>[A-Za-z_][\w.:-]{0,60})(?:\s[^<>\n]*)?>(?P<dq>[^<\n]{1,300})</"#.into(), Check::Named, Scope::Text),
+        (KIND_STRONG, r#"\b(?:key|name)[ \t]*=[ \t]*"(?P<name>[^"\n]{1,80})"[ \t]+value[ \t]*=[ \t]*"(?P<dq>[^"\n]*)""#.into(), Check::Named, Scope::Text),
+        (KIND_STRONG, r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})=(?P<bare>[^&\s#"'<>]{8,})"#.into(), Check::Named, Scope::Text),
+        (KIND_STRONG, r#"(?i)(?:^|[\s(])--?(?P<name>password|passwd|pass|token|api-key|apikey|secret|client-secret|auth-token|access-token)[= ]"#.to_owned() + VALUE, Check::Named, Scope::TextAnchor("(?i:pass|token|api-key|apikey|secret)")),
+        (KIND_STRONG, r#"(?i)\b(?P<name>password|passwd|passphrase)[ \t]+(?P<bare>[^\s"']{8,})"#.into(), Check::Named, Scope::Text),
     ];
     list.extend(contextual);
     list.into_iter()
-        .map(|(kind, pattern, check)| Rule {
-            kind,
-            regex: Regex::new(&pattern)
-                .unwrap_or_else(|e| panic!("secret pattern for {kind}: {e}")),
-            check,
+        .map(|(kind, pattern, check, scope)| {
+            let (literals, one_line, probe) = match scope {
+                Scope::Text => (prefilter::required_literals(&pattern), false, None),
+                Scope::TextAnchor(anchor) => (prefilter::required_literals(anchor), false, None),
+                Scope::LinesAnchor(anchor) => (prefilter::required_literals(anchor), true, None),
+                Scope::LinesProbe => {
+                    let probe = Regex::new(&pattern.replace(r"\b", ""))
+                        .unwrap_or_else(|e| panic!("secret probe for {kind}: {e}"));
+                    (None, true, Some(probe))
+                }
+            };
+            Rule {
+                kind,
+                regex: Regex::new(&pattern)
+                    .unwrap_or_else(|e| panic!("secret pattern for {kind}: {e}")),
+                check,
+                literals,
+                one_line,
+                probe,
+            }
         })
         .chain([KIND_WEAK, KIND_NEAR, KIND_NEAR_PASSWORD].map(|kind| Rule {
             kind,
             regex: Regex::new(r"[^\s\S]").expect("never matches"),
             check: Check::Varied(0),
+            literals: Some(Vec::new()),
+            one_line: false,
+            probe: None,
         }))
         .collect()
+});
+
+/// The secret words of the near-word rule's [`WORD`]: one of them is in every word it matches.
+const WORD_WORDS: &str = r"(?i:pass|pwd|secret|token|key|cred|auth|bearer|sig)";
+
+/// The prefilter of [`RULES`], plus one entry after them: the lines holding a [`WORD`].
+static PREFILTER: LazyLock<prefilter::Prefilter> = LazyLock::new(|| {
+    let mut rules: Vec<(Option<Vec<Vec<u8>>>, bool)> = RULES
+        .iter()
+        .map(|r| (r.literals.clone(), r.one_line && r.probe.is_none()))
+        .collect();
+    rules.push((prefilter::required_literals(WORD_WORDS), true));
+    prefilter::Prefilter::new(&rules)
 });
 
 /// The index in [`RULES`] of a kind that has no regex of its own.
@@ -348,10 +409,50 @@ fn rule_of(kind: &str) -> usize {
 fn hits(text: &str) -> Vec<Hit> {
     let mut out = Vec::new();
     let weak = rule_of(KIND_WEAK);
+    let lines = prefilter::Lines::new(text);
+    let candidates = PREFILTER.candidates(text, &lines);
     for (index, rule) in RULES.iter().enumerate() {
-        let mut pos = 0;
-        while pos <= text.len()
-            && let Some(caps) = rule.regex.captures_at(text, pos)
+        if !PREFILTER.may_match(&candidates, index) {
+            continue;
+        }
+        if let Some(probe) = &rule.probe {
+            let mut last = None;
+            for m in probe.find_iter(text) {
+                let line = lines.index(m.start());
+                if last != Some(line) {
+                    last = Some(line);
+                    run_rule(text, lines.range(line), index, rule, weak, &mut out);
+                }
+            }
+        } else if let Some(on) = PREFILTER.lines(&candidates, index) {
+            for &line in on {
+                run_rule(text, lines.range(line), index, rule, weak, &mut out);
+            }
+        } else {
+            run_rule(text, 0..text.len(), index, rule, weak, &mut out);
+        }
+    }
+    let word_lines = PREFILTER.lines(&candidates, RULES.len()).unwrap_or(&[]);
+    near_word_hits(text, &lines, word_lines, &mut out);
+    out
+}
+
+/// Runs rule `index` over `within` of `text`: the whole text, or one line of a rule whose
+/// matches stay on one line (the regex still sees the text before, for `\b` and `^`; the line
+/// ends at a line break or the text's end, which reads as the same boundary).
+fn run_rule(
+    text: &str,
+    within: Range<usize>,
+    index: usize,
+    rule: &Rule,
+    weak: usize,
+    out: &mut Vec<Hit>,
+) {
+    let hay = &text[..within.end];
+    let mut pos = within.start;
+    {
+        while pos <= hay.len()
+            && let Some(caps) = rule.regex.captures_at(hay, pos)
         {
             let Some(whole) = caps.get(0) else { break };
             // the next search: after this match, or (a rejected name) right after the name,
@@ -433,8 +534,6 @@ fn hits(text: &str) -> Vec<Hit> {
             }
         }
     }
-    near_word_hits(text, &mut out);
-    out
 }
 
 /// The value of a `Named` match and whether it was quoted.
@@ -952,13 +1051,17 @@ static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"[A-Za-z0-9+/_\-.~%!#$&*?^@]{8,300}={0,2}").expect("token pattern")
 });
 
-/// The strongest secret word on a line.
-fn line_word(line: &str) -> Strength {
+/// The strongest secret word on a line; `seen` remembers the strength of words already read
+/// (the same names recur through a prompt).
+fn line_word<'t>(line: &'t str, seen: &mut HashMap<(&'t str, &'t str), Strength>) -> Strength {
     let mut best = Strength::None;
     for caps in WORD.captures_iter(line) {
         let w = caps.name("w").map_or("", |m| m.as_str());
         let pre = caps.name("pre").map_or("", |m| m.as_str());
-        best = best.max_with(named_strength(pre, w));
+        let s = *seen
+            .entry((pre, w))
+            .or_insert_with(|| named_strength(pre, w));
+        best = best.max_with(s);
         if best == Strength::Strong {
             break;
         }
@@ -966,15 +1069,27 @@ fn line_word(line: &str) -> Strength {
     best
 }
 
-fn near_word_hits(text: &str, out: &mut Vec<Hit>) {
+/// Random tokens on a line with a secret word or right after one. `word_lines` are the lines
+/// that hold one of [`WORD_WORDS`] (the others cannot have a secret word).
+fn near_word_hits(text: &str, lines: &prefilter::Lines, word_lines: &[usize], out: &mut Vec<Hit>) {
     let near = rule_of(KIND_NEAR);
     let near_pw = rule_of(KIND_NEAR_PASSWORD);
-    let mut offset = 0;
     let mut prev_word = Strength::None;
-    for line in text.split_inclusive('\n') {
-        let start = offset;
-        offset += line.len();
-        let word = line_word(line);
+    let mut next = word_lines.iter().peekable();
+    let mut seen = HashMap::new();
+    for index in 0..lines.count() {
+        let range = lines.range(index);
+        if range.is_empty() && range.start == text.len() {
+            break; // `split_inclusive` gives no empty last line
+        }
+        let start = range.start;
+        // the line with its line break, as `split_inclusive` gives it
+        let line = &text[start..(range.end + 1).min(text.len())];
+        let word = if next.next_if_eq(&&index).is_some() {
+            line_word(line, &mut seen)
+        } else {
+            Strength::None
+        };
         let context = word.max_with(prev_word);
         prev_word = word;
         if context == Strength::None || HASHY.is_match(line) {
