@@ -12,7 +12,7 @@ use crate::tools::{self, ToolDef};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    ErrorCode, GetTaskParams, GetTaskResult, Implementation, ListToolsResult, MetaObject,
     PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
@@ -43,20 +43,82 @@ impl Bridge {
     }
 }
 
+/// Tools whose schemas Claude Code keeps in the prompt even with tool search on
+/// (`anthropic/alwaysLoad`): what every delegation needs — start it, wait for it (the cheapest
+/// way without MCP tasks: one call instead of polling status), read its result, and the rules
+/// before delegating. The rest (status, cancel, list, sessions, session output, rename,
+/// processes) are for inspection and load through tool search on their hint.
+const ALWAYS_LOADED: [&str; 4] = [
+    "opencode_start",
+    "opencode_wait",
+    "opencode_result",
+    "opencode_policy",
+];
+
+/// Tools whose replies can be as long as the bridge's own cap, above Claude Code's default
+/// result cap (`anthropic/maxResultSizeChars`).
+const LONG_REPLIES: [&str; 3] = [
+    "opencode_result",
+    "opencode_session_output",
+    "opencode_sessions",
+];
+
+/// What tool search matches a deferred tool on (`anthropic/searchHint`).
+fn search_hint(name: &str) -> &'static str {
+    match name {
+        "opencode_status" => {
+            "opencode delegated task status progress running tokens session id failure kind"
+        }
+        "opencode_cancel" => "stop cancel kill delegated opencode task run process group",
+        "opencode_list" => "list delegated opencode tasks history label finished running",
+        "opencode_sessions" => {
+            "opencode sessions list every session state agent directory title search tokens"
+        }
+        "opencode_session_output" => {
+            "opencode session transcript output messages what a session did"
+        }
+        "opencode_session_rename" => "rename opencode session title LANE/agent convention",
+        "opencode_processes" => "running opencode processes pid tui serve run claude -p",
+        _ => "delegate opencode agent task",
+    }
+}
+
 fn to_tool(def: ToolDef) -> Tool {
     let schema = match def.schema {
         serde_json::Value::Object(map) => map,
         _ => unreachable!("tool schemas are objects"),
     };
+    // Truthful hints: a start runs an agent that may overwrite files (editing agents) and that
+    // reaches model providers and the web; cancel and rename do the same thing when repeated.
+    let starts_agents = def.name == "opencode_start";
     let mut annotations = ToolAnnotations::with_title(def.title)
         .read_only(def.read_only)
-        .open_world(false);
+        .open_world(starts_agents);
     if !def.read_only {
-        annotations = annotations.destructive(def.destructive);
+        annotations = annotations
+            .destructive(def.destructive || starts_agents)
+            .idempotent(matches!(
+                def.name,
+                "opencode_cancel" | "opencode_session_rename"
+            ));
+    }
+    let mut meta = MetaObject::default();
+    if ALWAYS_LOADED.contains(&def.name) {
+        meta.0.insert("anthropic/alwaysLoad".into(), true.into());
+    } else {
+        meta.0
+            .insert("anthropic/searchHint".into(), search_hint(def.name).into());
+    }
+    if LONG_REPLIES.contains(&def.name) {
+        meta.0.insert(
+            "anthropic/maxResultSizeChars".into(),
+            tools::REPLY_CAP_CHARS.into(),
+        );
     }
     Tool::new(def.name, def.description, Arc::new(schema))
         .with_title(def.title)
         .with_annotations(annotations)
+        .with_meta(meta)
 }
 
 impl ServerHandler for Bridge {

@@ -378,7 +378,7 @@ fn run_sdk_session(
     fake: &FakeAnthropic,
     allowed: &[&str],
     prompt: &str,
-    until: impl Fn(&[serde_json::Value]) -> bool,
+    until: impl Fn(&FakeAnthropic) -> bool,
     limit: Duration,
 ) -> (Output, bool) {
     use std::io::Write;
@@ -416,7 +416,7 @@ fn run_sdk_session(
     let deadline = std::time::Instant::now() + limit;
     let mut reached = false;
     while std::time::Instant::now() < deadline {
-        if until(&fake.requests()) {
+        if until(fake) {
             reached = true;
             break;
         }
@@ -471,8 +471,8 @@ fn live_sdk_mode_delegation_runs_as_a_task_and_its_result_reaches_the_model() {
             "opencode_result",
         ],
         "Delegate the greeting to opencode.",
-        |bodies| {
-            bodies
+        |fake| {
+            fake.requests()
                 .iter()
                 .any(|b| mentions(b, "task-notification") && mentions(b, OK_TEXT))
         },
@@ -524,4 +524,178 @@ fn live_sdk_mode_delegation_runs_as_a_task_and_its_result_reaches_the_model() {
         "{}",
         dump()
     );
+}
+
+/// The task id Claude Code gave the background call (`use TaskStop with task_id "…"`).
+fn claude_task_id(seen: &Seen) -> String {
+    let re = regex::Regex::new(r#"TaskStop with task_id "([^"]+)""#).unwrap();
+    seen.results
+        .iter()
+        .find_map(|r| re.captures(&r.text).map(|c| c[1].to_string()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn notification_in(bodies: &[serde_json::Value], status: &str) -> Option<String> {
+    let tag = format!("<status>{status}</status>");
+    bodies.iter().rev().find_map(|b| {
+        let text = b.get("messages")?.to_string();
+        let at = text.find("<task-notification>")?;
+        let note = &text[at..];
+        note.contains(&tag)
+            .then(|| note.chars().take(4000).collect())
+    })
+}
+
+/// A run that fails (the fake LLM answers 401) reaches the model as a failed task with its kind;
+/// TaskStop from the model cancels a running delegation (tasks/cancel) and leaves no process.
+#[test]
+fn live_sdk_mode_a_failed_run_is_a_failed_task_and_task_stop_cancels_the_run() {
+    let Some(claude) = claude_or_skip() else {
+        return;
+    };
+    let Some(oc) = real_opencode() else {
+        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+        return;
+    };
+    let llm = FakeLlm::start().unwrap();
+    llm.set_slow_secs(300);
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let mut world = ClaudeWorld::new(claude);
+    enable_background_tasks(&mut world);
+    let env = live_bridge_env(&sb, &oc);
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    world.register(&env);
+    let script: Vec<Step> = vec![
+        call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "Say hello", "model": "fk/e401"}),
+        ),
+        text("Waiting for the first delegation."),
+        // The failed task's notification turn: start a slow one, then stop it.
+        call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "Stream slowly", "model": "fk/slow"}),
+        ),
+        Box::new(|seen: &Seen| {
+            // Give the run time to start its process before stopping it.
+            std::thread::sleep(Duration::from_secs(8));
+            bridge_testkit::fake_anthropic::Action::Call {
+                name: "=TaskStop".into(),
+                input: json!({"task_id": claude_task_id_of_last(seen)}),
+            }
+        }),
+        text("Stopped it."),
+        text("Done."),
+    ];
+    let fake = FakeAnthropic::start(SERVER, script).unwrap();
+    let (out, reached) = run_sdk_session(
+        &world,
+        &fake,
+        &["opencode_start"],
+        "Delegate twice.",
+        |fake| {
+            notification_in(&fake.requests(), "failed").is_some()
+                && fake
+                    .tool_results()
+                    .iter()
+                    .any(|r| r.tool.as_deref() == Some("=TaskStop"))
+        },
+        Duration::from_secs(240),
+    );
+    let bodies = fake.requests();
+    if let Ok(path) = std::env::var("OPENCODE_BRIDGE_TEST_DUMP") {
+        let _ = std::fs::write(
+            path,
+            serde_json::to_string_pretty(&bodies).unwrap_or_default(),
+        );
+    }
+    let dump = || format!("{}\nresults: {:#?}", show(&out), fake.tool_results());
+    assert!(reached, "{}", dump());
+    let failed = notification_in(&bodies, "failed").unwrap();
+    // Claude Code folds the spacing of the result; the kind and its advice are there.
+    assert!(
+        failed.contains("task 1 failed") && failed.contains("failure: auth"),
+        "{failed}"
+    );
+    // The stopped run: no process of it is left, and its task reads cancelled.
+    std::thread::sleep(Duration::from_secs(3));
+    let procs = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .unwrap();
+    let ps = String::from_utf8_lossy(&procs.stdout);
+    let project = sb.project_dir().to_string_lossy().into_owned();
+    assert!(
+        !ps.lines()
+            .any(|l| l.contains("opencode run") && l.contains("fk/slow")),
+        "the stopped run is still alive:\n{ps}"
+    );
+    let _ = project;
+    // The bridge recorded the stopped task as cancelled (its registry, under the sandbox's state).
+    let record = sb.root().join("state/opencode-bridge/tasks/2/task.json");
+    let task: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&record).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", record.display(), dump()));
+    assert_eq!(task["state"], "cancelled", "{task}");
+    let stop = fake
+        .tool_results()
+        .into_iter()
+        .find(|r| r.tool.as_deref() == Some("=TaskStop"))
+        .unwrap_or_else(|| panic!("no TaskStop result\n{}", dump()));
+    assert!(!stop.is_error, "{stop:?}");
+}
+
+/// The task id of the newest background call.
+fn claude_task_id_of_last(seen: &Seen) -> String {
+    let last = Seen {
+        results: seen.results.iter().rev().take(1).cloned().collect(),
+    };
+    claude_task_id(&last)
+}
+
+/// With tool search on (Claude Code's default), the first model request carries the full
+/// schema of each always-loaded tool, and the others wait behind tool search.
+#[test]
+fn live_tool_search_keeps_the_always_loaded_tools_in_the_first_request() {
+    let Some(claude) = claude_or_skip() else {
+        return;
+    };
+    let mut world = ClaudeWorld::new(claude);
+    world.register(&root_env(&world));
+    world
+        .extra_env
+        .push(("ENABLE_TOOL_SEARCH".into(), "true".into()));
+    let fake = FakeAnthropic::start(SERVER, vec![text("nothing to do")]).unwrap();
+    let out = world.run_prompt(&fake, &["opencode_start"]);
+    assert!(out.status.success(), "{}", show(&out));
+    let bodies = fake.requests();
+    let first = bodies
+        .iter()
+        .find(|b| {
+            b.get("tools")
+                .is_some_and(|t| t.to_string().contains("mcp__"))
+        })
+        .unwrap_or_else(|| panic!("no main-loop request: {bodies:#?}"));
+    let tools = first["tools"].as_array().unwrap();
+    let schema_of = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == format!("mcp__{SERVER}__{name}"))
+            .map(|t| t["input_schema"].clone())
+    };
+    for name in [
+        "opencode_start",
+        "opencode_wait",
+        "opencode_result",
+        "opencode_policy",
+    ] {
+        let schema = schema_of(name).unwrap_or_else(|| panic!("{name} not loaded: {tools:#?}"));
+        assert!(schema["properties"].is_object(), "{name}: {schema}");
+    }
+    assert!(
+        schema_of("opencode_start").unwrap()["properties"]["tier"]["enum"].is_array(),
+        "the full schema of opencode_start"
+    );
+    // Deferred ones are not sent with a schema.
+    assert!(schema_of("opencode_session_rename").is_none(), "{tools:#?}");
 }

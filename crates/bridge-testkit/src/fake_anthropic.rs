@@ -60,7 +60,8 @@ impl Seen {
 /// One scripted turn: a function of what was seen so far.
 pub type Step = Box<dyn Fn(&Seen) -> Action + Send + Sync>;
 
-/// A step that calls `tool` (short name, prefixed with `mcp__<server>__` by [`FakeAnthropic`])
+/// A step that calls `tool` (short name, prefixed with `mcp__<server>__` by [`FakeAnthropic`];
+/// `=Name` calls a Claude Code built-in such as `=TaskStop`)
 /// with fixed input.
 pub fn call(tool: &str, input: Value) -> Step {
     let tool = tool.to_string();
@@ -237,7 +238,7 @@ fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
                         id
                     };
                     (
-                        json!({"type": "tool_use", "id": id, "name": format!("{}{name}", shared.prefix), "input": input}),
+                        json!({"type": "tool_use", "id": id, "name": wire_name(&shared.prefix, &name), "input": input}),
                         "tool_use",
                     )
                 }
@@ -272,6 +273,15 @@ fn handle(stream: TcpStream, shared: &Shared) -> io::Result<()> {
 }
 
 /// Whether a request offers one of our MCP tools (the main loop) or is a side request.
+/// The tool name as sent: `=Name` is a Claude Code built-in (`=TaskStop`), sent as is; any other
+/// name is one of the server's tools and gets the `mcp__<server>__` prefix.
+fn wire_name(prefix: &str, name: &str) -> String {
+    match name.strip_prefix('=') {
+        Some(builtin) => builtin.to_owned(),
+        None => format!("{prefix}{name}"),
+    }
+}
+
 fn is_main_loop(body: &Value, prefix: &str) -> bool {
     body.get("tools")
         .and_then(Value::as_array)

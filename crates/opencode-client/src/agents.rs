@@ -90,7 +90,8 @@ mod tests {
 
     #[test]
     fn plugins_are_listed_as_configured() {
-        let cfg = json!({"plugin": ["oh-my-opencode-slim@1.2.0", "file:///p/.opencode/plugin/a.js", 3]});
+        let cfg =
+            json!({"plugin": ["oh-my-opencode-slim@1.2.0", "file:///p/.opencode/plugin/a.js", 3]});
         assert_eq!(
             plugins_of(&cfg),
             ["oh-my-opencode-slim@1.2.0", "/p/.opencode/plugin/a.js"]
