@@ -68,7 +68,9 @@ fn main() -> anyhow::Result<()> {
 /// Logs go to stderr only (stdout carries MCP); `RUST_LOG` filters them, default `warn`.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // rmcp logs every error response at WARN; an unknown tool or a cancelled call is the
+        // client's ordinary business, answered to it, so rmcp's own service log starts at ERROR.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp::service=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

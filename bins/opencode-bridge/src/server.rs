@@ -137,9 +137,20 @@ impl ServerHandler for Bridge {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        // One page: no cursor was ever handed out, so any cursor is invalid.
+        if let Some(cursor) = request.and_then(|r| r.cursor) {
+            return Err(McpError::new(
+                ErrorCode::INVALID_PARAMS,
+                format!(
+                    "unknown cursor `{}`: tools/list has a single page; call it without a cursor",
+                    crate::stdio_guard::clip(&cursor)
+                ),
+                None,
+            ));
+        }
         Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
     }
 

@@ -193,7 +193,11 @@ fn judge(line: &[u8]) -> Verdict {
         Ok(ClientJsonRpcMessage::Request(request)) => match &request.request {
             ClientRequest::CustomRequest(custom) => {
                 let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
-                Verdict::Answer(wrong_method_or_params(&id, &custom.method, None))
+                Verdict::Answer(wrong_method_or_params(
+                    &id,
+                    &custom.method,
+                    custom.params.as_ref(),
+                ))
             }
             _ => Verdict::Forward,
         },
@@ -277,6 +281,13 @@ fn wrong_method_or_params(id: &Value, method: &str, params: Option<&Value>) -> S
     let message = match params {
         Some(p) if !p.is_object() => {
             format!("Invalid params: `params` of `{method}` must be an object")
+        }
+        Some(p)
+            if method == "tools/call"
+                && p.get("name").is_some_and(Value::is_string)
+                && p.get("arguments").is_some_and(|a| !a.is_object() && !a.is_null()) =>
+        {
+            "Invalid params: tools/call `arguments` must be an object of the tool's arguments by name (e.g. {\"id\": \"1\"})".to_owned()
         }
         _ if method == "tools/call" => format!(
             "Invalid params: tools/call needs `name`, a string naming one of the tools ({})",

@@ -423,3 +423,39 @@ fn tasks_cancel_stops_the_run_and_the_task_reads_cancelled() {
         "the run's process group {pgid} survived tasks/cancel"
     );
 }
+
+#[test]
+fn non_object_arguments_and_unknown_cursors_are_named_and_client_mistakes_log_nothing() {
+    let world = World::new();
+    // The default log filter, as a user runs it (the test world asks for debug logs).
+    let mut server = Server::start(&world, &[("RUST_LOG", String::new())]);
+    server.initialize();
+    let r = server.request(
+        1,
+        "tools/call",
+        json!({"name": "opencode_list", "arguments": "x"}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`arguments` must be an object"),
+        "{message}"
+    );
+    assert!(!message.contains("needs `name`"), "{message}");
+
+    let r = server.request(2, "tools/list", json!({"cursor": "bogus"}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown cursor"),
+        "{r}"
+    );
+    let r = server.request(3, "tools/call", json!({"name": "nope", "arguments": {}}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    server.close_stdin();
+    server.wait_exit(Duration::from_secs(10));
+    let stderr = server.stderr();
+    assert!(!stderr.contains("WARN rmcp"), "{stderr}");
+}
