@@ -230,3 +230,35 @@ fn sigterm_stops_running_tasks_then_exits() {
     assert!(!group_alive(pgid), "process group {pgid} survived SIGTERM");
     assert!(server.stderr().contains("SIGTERM"), "{}", server.stderr());
 }
+
+/// Claude Code ends its stdio servers with SIGINT and sends no tasks/cancel: the bridge stops
+/// the runs it started (their whole process groups) and records them cancelled, so a later
+/// bridge on the same state directory reports them as such instead of as lost.
+#[test]
+fn sigint_from_an_exiting_client_cancels_running_tasks_and_records_it() {
+    let world = World::new();
+    let mut server = Server::start(&world, &start_env(&world));
+    server.initialize();
+    let (text, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the README in five lines"}),
+    );
+    assert!(!is_error, "{text}");
+    let pgid = wait_for_pid(&world.path("pids.group"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = server
+        .wait_exit(Duration::from_secs(20))
+        .expect("the server exits on SIGINT");
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(!group_alive(pgid), "process group {pgid} survived SIGINT");
+    // A new bridge on the same state directory reads the task as cancelled.
+    let mut later = Server::start(&world, &start_env(&world));
+    later.initialize();
+    let (status, _) = later.call_text(3, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  cancelled"), "{status}");
+}
