@@ -206,8 +206,9 @@ fn unknown_mode_value_in_the_environment_refuses() {
     );
 }
 
-#[test]
-fn sigterm_stops_running_tasks_then_exits() {
+/// Starts a task, sends the server `signal`, and checks that it exits cleanly having stopped the
+/// run's process group. Returns the world for more checks.
+fn signal_stops_the_running_task(signal: nix::sys::signal::Signal) -> (World, String) {
     let world = World::new();
     let mut server = Server::start(&world, &start_env(&world));
     server.initialize();
@@ -218,17 +219,20 @@ fn sigterm_stops_running_tasks_then_exits() {
     );
     assert!(!is_error, "{text}");
     let pgid = wait_for_pid(&world.path("pids.group"));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(server.child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(server.child.id() as i32), signal).unwrap();
     let status = server
         .wait_exit(Duration::from_secs(20))
-        .expect("the server exits on SIGTERM");
+        .unwrap_or_else(|| panic!("the server exits on {signal}"));
     assert!(status.success(), "{status:?}\n{}", server.stderr());
-    assert!(!group_alive(pgid), "process group {pgid} survived SIGTERM");
-    assert!(server.stderr().contains("SIGTERM"), "{}", server.stderr());
+    assert!(!group_alive(pgid), "process group {pgid} survived {signal}");
+    let stderr = server.stderr();
+    (world, stderr)
+}
+
+#[test]
+fn sigterm_stops_running_tasks_then_exits() {
+    let (_world, stderr) = signal_stops_the_running_task(nix::sys::signal::Signal::SIGTERM);
+    assert!(stderr.contains("SIGTERM"), "{stderr}");
 }
 
 /// Claude Code ends its stdio servers with SIGINT and sends no tasks/cancel: the bridge stops
@@ -236,27 +240,7 @@ fn sigterm_stops_running_tasks_then_exits() {
 /// bridge on the same state directory reports them as such instead of as lost.
 #[test]
 fn sigint_from_an_exiting_client_cancels_running_tasks_and_records_it() {
-    let world = World::new();
-    let mut server = Server::start(&world, &start_env(&world));
-    server.initialize();
-    let (text, is_error) = server.call_text(
-        2,
-        "opencode_start",
-        json!({"tier": "easy", "prompt": "Summarise the README in five lines"}),
-    );
-    assert!(!is_error, "{text}");
-    let pgid = wait_for_pid(&world.path("pids.group"));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(server.child.id() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let status = server
-        .wait_exit(Duration::from_secs(20))
-        .expect("the server exits on SIGINT");
-    assert!(status.success(), "{status:?}\n{}", server.stderr());
-    assert!(!group_alive(pgid), "process group {pgid} survived SIGINT");
-    // A new bridge on the same state directory reads the task as cancelled.
+    let (world, _) = signal_stops_the_running_task(nix::sys::signal::Signal::SIGINT);
     let mut later = Server::start(&world, &start_env(&world));
     later.initialize();
     let (status, _) = later.call_text(3, "opencode_status", json!({"id": "1"}));
