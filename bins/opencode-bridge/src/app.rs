@@ -17,10 +17,11 @@ use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
 use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec};
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Everything the server holds: settings and the client configuration; the policy is read
 /// afresh on every call (marker files may appear at any time).
@@ -172,6 +173,7 @@ impl App {
             }
             Call::Status { id } => {
                 let id = parse_task_id(&id)?;
+                self.learn_sessions().await;
                 let snap = self
                     .supervisor
                     .status(id)
@@ -181,6 +183,7 @@ impl App {
             }
             Call::Result { id, head, tail } => {
                 let id = parse_task_id(&id)?;
+                self.learn_sessions().await;
                 let out = self
                     .supervisor
                     .result(id, head, tail)
@@ -193,6 +196,7 @@ impl App {
                 render::tasks::cancelled(id, self.supervisor.cancel(id).await)
             }
             Call::List { label } => {
+                self.learn_sessions().await;
                 let mut tasks = self.supervisor.list();
                 if let Some(l) = &label {
                     tasks.retain(|t| t.label.as_deref() == Some(l.as_str()));
@@ -407,7 +411,13 @@ impl App {
     async fn report_start(&self, id: TaskId, progress: &Progress) {
         let deadline = tokio::time::Instant::now() + START_PROGRESS_WAIT;
         let mut spawned = false;
+        let mut polls = 0u32;
         while tokio::time::Instant::now() < deadline {
+            // The store may show the session before the event stream does.
+            if polls.is_multiple_of(10) {
+                self.learn_sessions().await;
+            }
+            polls += 1;
             let Some(s) = self.supervisor.status(id) else {
                 return;
             };
@@ -444,7 +454,7 @@ impl App {
         let Ok(cfg) = self.client.as_ref().map(Clone::clone) else {
             return String::new();
         };
-        let liveness = self.liveness();
+        let liveness = self.liveness().await;
         let session = blocking(move || {
             let ctx = cfg.scan_context(liveness);
             source.get(&sid, &ctx).map_err(|e| e.to_string())
@@ -468,7 +478,7 @@ impl App {
     /// The session a follow-up goes to, or why it cannot be used.
     async fn session_for_follow_up(&self, id: &str) -> Result<opencode_client::Session, String> {
         let id = &self.whole_session_id(id).await?;
-        let liveness = self.liveness();
+        let liveness = self.liveness().await;
         let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         let id = id.to_owned();
@@ -526,7 +536,7 @@ impl App {
     /// `ses_3f2a9c…`), made whole. An id that names no session is returned as given (the call
     /// then says it is unknown); a prefix of several is an error naming some of them.
     async fn whole_session_id(&self, id: &str) -> Result<String, String> {
-        let liveness = self.liveness();
+        let liveness = self.liveness().await;
         let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         let id = id.trim().to_owned();
@@ -585,11 +595,14 @@ impl App {
     }
 
     /// What the bridge knows beyond the store: its unfinished tasks' sessions are busy, its
-    /// finished tasks' sessions have no process any more.
-    fn liveness(&self) -> Liveness {
+    /// finished tasks' sessions (cancelled, failed, lost: their run is gone) have no process any
+    /// more. Session ids the event stream has not named yet are looked up in the store first
+    /// ([`learn_sessions`](Self::learn_sessions)); a follow-up's session is the one it continues.
+    async fn liveness(&self) -> Liveness {
+        self.learn_sessions().await;
         let mut l = Liveness::default();
         for t in self.supervisor.list() {
-            if let Some(sid) = t.session_id {
+            if let Some(sid) = t.session_id.or(t.continues) {
                 if t.state.is_finished() {
                     l.gone.insert(sid);
                 } else {
@@ -598,6 +611,82 @@ impl App {
             }
         }
         l
+    }
+
+    /// Learns the session ids of this bridge's tasks from opencode's store (read-only) before
+    /// their event stream names them: opencode 1.18 prints the session id only with its first
+    /// event, which can come many seconds in, or never for a run cancelled before it. A task's
+    /// session is the one session created since its attempt started with the task's exact title
+    /// (`--title`) in its cwd that no other task claims; with two candidates, or two such tasks
+    /// of the same title and cwd, nothing is learnt (the event stream will tell).
+    async fn learn_sessions(&self) {
+        let wanted = self.supervisor.sessionless();
+        if wanted.is_empty() || self.store_not_created_yet().is_some() {
+            return;
+        }
+        let Ok((source, _why)) = self.source() else {
+            return;
+        };
+        let Ok(cfg) = self.client.as_ref().map(Clone::clone) else {
+            return;
+        };
+        let claimed: HashSet<String> = self
+            .supervisor
+            .list()
+            .into_iter()
+            .filter_map(|t| t.session_id)
+            .collect();
+        let found = blocking(move || {
+            let ctx = cfg.scan_context(Liveness::default());
+            let mut found = Vec::new();
+            for w in &wanted {
+                let twins = wanted
+                    .iter()
+                    .filter(|o| o.title == w.title && o.cwd == w.cwd)
+                    .count();
+                if twins > 1 || w.title.is_empty() {
+                    continue;
+                }
+                let since_ms = w
+                    .attempt_started
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                let minutes = (ctx.now_ms - since_ms).max(0) / 60_000 + 2;
+                let filter = SessionFilter {
+                    title_prefix: Some(w.title.clone()),
+                    directory: Some(w.cwd.display().to_string()),
+                    since_minutes: Some(minutes as u64),
+                    limit: 20,
+                    children: Children::Exclude,
+                    ..Default::default()
+                };
+                let Ok(list) = source.list(&filter, &ctx) else {
+                    continue;
+                };
+                let hits: Vec<_> = list
+                    .sessions
+                    .iter()
+                    .filter(|s| {
+                        s.title == w.title
+                            && Path::new(&s.directory) == w.cwd
+                            && s.created_ms >= since_ms
+                            && !claimed.contains(&s.id)
+                    })
+                    .collect();
+                if let [one] = hits.as_slice() {
+                    let created = UNIX_EPOCH + Duration::from_millis(one.created_ms.max(0) as u64);
+                    found.push((w.id, one.id.clone(), created));
+                }
+            }
+            Ok(found)
+        })
+        .await
+        .unwrap_or_default();
+        for (id, sid, created) in found {
+            if self.supervisor.learn_session(id, &sid, created) {
+                tracing::debug!(task = id, session = %sid, "session id learnt from the store");
+            }
+        }
     }
 
     /// `opencode_sessions`.
@@ -620,7 +709,7 @@ impl App {
         if let Some(store) = self.store_not_created_yet() {
             return Ok(render::sessions::no_sessions_yet(&store));
         }
-        let liveness = self.liveness();
+        let liveness = self.liveness().await;
         let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         blocking(move || {
@@ -639,7 +728,7 @@ impl App {
             render::OutputMode::Tail => Some(args.messages as usize),
             render::OutputMode::Last | render::OutputMode::Full => None,
         };
-        let liveness = self.liveness();
+        let liveness = self.liveness().await;
         let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         blocking(move || {
@@ -667,7 +756,7 @@ impl App {
                 problems.join("; ")
             )
         });
-        let liveness = self.liveness();
+        let liveness = self.liveness().await;
         let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         blocking(move || {

@@ -672,3 +672,57 @@ fn live_a_real_run_outlives_a_killed_bridge_and_is_cancelled_after_restart() {
         "what the session says now: {lost}"
     );
 }
+
+/// The row of `session` in an `opencode_sessions` listing: its state column.
+fn listed_state(listing: &str, session: &str) -> Option<String> {
+    listing
+        .lines()
+        .find(|l| l.starts_with(session))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map(str::to_owned)
+}
+
+/// Issue 16 item 4: the session id is learnt from the store before the run's first event
+/// (opencode 1.18.33 prints it only with that event), and the session of a task the bridge
+/// cancelled reads `interrupted` at once, not `running` until the stale rule.
+#[test]
+fn live_a_cancelled_run_s_session_is_interrupted_at_once_and_known_early() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    live.llm.set_slow_secs(300);
+    let mut server = live.server();
+    let model = std::env::var("LIVE_EARLY_MODEL").unwrap_or_else(|_| "fk/hang".into());
+    let (t, _) = server.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Tell a very long story", "model": model}),
+    );
+    assert!(t.starts_with("started task 1:"), "{t}");
+    let mut n = 10;
+    // The session is in opencode's store (the model has not answered yet).
+    let session = wait_for("the session in the store", Duration::from_secs(60), || {
+        n += 1;
+        let (s, _) = server.call_text(n, "opencode_sessions", json!({}));
+        s.lines()
+            .find(|l| l.starts_with("ses_"))
+            .and_then(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+    });
+    let (status, _) = server.call_text(2, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  running"), "{status}");
+    assert_eq!(session_of(&status), session, "{status}");
+    let (cancel, is_error) = server.call_text(3, "opencode_cancel", json!({"id": "1"}));
+    assert!(
+        !is_error && cancel.starts_with("task 1 cancelled"),
+        "{cancel}"
+    );
+    let (list, _) = server.call_text(4, "opencode_sessions", json!({}));
+    assert_eq!(
+        listed_state(&list, &session).as_deref(),
+        Some("interrupted"),
+        "{list}"
+    );
+    let (status, _) = server.call_text(5, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  cancelled"), "{status}");
+    assert_eq!(session_of(&status), session, "{status}");
+}

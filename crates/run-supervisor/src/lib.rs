@@ -44,8 +44,8 @@ pub use procs::ProcId;
 pub use proctable::{OpencodeProcess, ProcessKind};
 pub use spec::{AgentMode, SupervisorConfig, TaskSpec};
 pub use supervisor::{
-    CancelOutcome, FINISHED_IN_MEMORY, MAX_FINISHED_TASKS, Supervisor, TaskId, TaskOutput,
-    TaskSnapshot, TaskState, WaitReport,
+    CancelOutcome, FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Sessionless,
+    Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
 
 /// Why a task was not started. Each message says what to do.

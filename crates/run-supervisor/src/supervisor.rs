@@ -760,6 +760,59 @@ impl Supervisor {
         }
     }
 
+    /// This supervisor's opencode tasks whose session id is not known yet, with the wall-clock
+    /// start of their current (or last) attempt: a session created since then with the task's
+    /// title in its cwd is the one to [`learn_session`](Self::learn_session). Finished tasks
+    /// are listed for [`LEARN_AFTER_FINISH`] after their end (a cancelled run's session may
+    /// reach the store before its first event reached us); follow-ups are not listed (their
+    /// session is the one they continue).
+    pub fn sessionless(&self) -> Vec<Sessionless> {
+        let now = Instant::now();
+        self.shared
+            .lock()
+            .tasks
+            .iter()
+            .filter(|(_, r)| {
+                r.runner == Runner::Opencode
+                    && r.summary.session_id.is_none()
+                    && r.continues.is_none()
+                    && r.finished
+                        .is_none_or(|f| now.saturating_duration_since(f) < LEARN_AFTER_FINISH)
+            })
+            .filter_map(|(&id, r)| {
+                Some(Sessionless {
+                    id,
+                    title: r.title.clone(),
+                    cwd: r.cwd.clone(),
+                    attempt_started: attempt_wall(r)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Records `session_id` as the session of task `id`, learnt from opencode's store before
+    /// the run's event stream named it (opencode prints the session id only with its first
+    /// event). Taken only while the task has no session id, is an opencode task and the session
+    /// was created (`created`) no earlier than the task's current attempt started. The registry
+    /// gets it at once. True when recorded.
+    pub fn learn_session(&self, id: TaskId, session_id: &str, created: SystemTime) -> bool {
+        let mut inner = self.shared.lock();
+        let Some(r) = inner.tasks.get_mut(&id) else {
+            return false;
+        };
+        let fits = r.runner == Runner::Opencode
+            && r.summary.session_id.is_none()
+            && r.continues.is_none()
+            && attempt_wall(r).is_some_and(|start| created >= start);
+        if !fits {
+            return false;
+        }
+        r.summary.session_id = Some(session_id.to_owned());
+        r.persisted_session = true;
+        persist(&self.shared, id, r, false);
+        true
+    }
+
     /// The runner of a task: opencode or Claude Code (`None`: unknown id).
     pub fn runner(&self, id: TaskId) -> Option<Runner> {
         self.shared.lock().tasks.get(&id).map(|r| r.runner)
@@ -906,6 +959,30 @@ fn snapshot(
         orphaned: false,
         other_bridge: None,
     }
+}
+
+/// How long after its end a task without a session id is still matched against the store.
+pub const LEARN_AFTER_FINISH: Duration = Duration::from_secs(60);
+
+/// A task whose session id is not known yet (see [`Supervisor::sessionless`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sessionless {
+    /// Task id.
+    pub id: TaskId,
+    /// The session title the run was given (`--title`).
+    pub title: String,
+    /// The run's working directory (canonical).
+    pub cwd: PathBuf,
+    /// When its current (or last) attempt started, to the millisecond below.
+    pub attempt_started: SystemTime,
+}
+
+/// The wall-clock start of a record's current attempt, truncated to the millisecond (opencode
+/// stores times in ms), or `None` before the first attempt.
+fn attempt_wall(r: &Record) -> Option<SystemTime> {
+    let at = r.attempt_started?;
+    let wall = r.accepted_wall + at.saturating_duration_since(r.accepted);
+    Some(registry::from_ms(registry::to_ms(wall)))
 }
 
 /// Who is in charge of a task found in the registry.
