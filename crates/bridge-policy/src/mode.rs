@@ -320,6 +320,12 @@ pub fn detect_mode(
             _ => "insensitive",
         };
         let path = dir.map(|d| d.join(file));
+        // One file is consulted once: in the home directory (or with `$CLAUDE_CONFIG_DIR` at
+        // `~/.claude`) the project's insensitive marker is also the home one.
+        let seen = |c: &Consulted| matches!(&c.source, ModeSource::Marker { path: Some(q), .. } if path.as_ref() == Some(q));
+        if path.is_some() && consulted.iter().any(seen) {
+            continue;
+        }
         let reading = match &path {
             None => Reading::Skipped(missing.to_owned()),
             Some(p) if env.exists(p) => Reading::Says(marker.mode()),

@@ -400,3 +400,34 @@ fn mode_names_round_trip() {
         assert!(!mode.summary().is_empty());
     }
 }
+
+#[test]
+fn one_file_is_consulted_once_when_the_project_is_the_home_directory() {
+    // Issue 16 item 10: in the home directory (and with CLAUDE_CONFIG_DIR=~/.claude) the
+    // project's insensitive marker is the home one; `policy` listed it two or three times.
+    let env = FakeEnv::new()
+        .with_home(HOME)
+        .with_file(format!("{HOME}/.claude/sensitive"), "")
+        .with_var("CLAUDE_CONFIG_DIR", "~/.claude");
+    let d = detect_mode(&env, Path::new(HOME), None).unwrap();
+    assert_eq!(d.mode, Mode::Sensitive);
+    let lines: Vec<String> = d
+        .consulted
+        .iter()
+        .map(|c| format!("{}: {}", c.source, c.reading))
+        .collect();
+    let insensitive = format!("marker file {HOME}/.claude/insensitive: absent");
+    assert_eq!(
+        lines.iter().filter(|l| **l == insensitive).count(),
+        1,
+        "{lines:#?}"
+    );
+    assert_eq!(
+        lines[3..],
+        [
+            format!("marker file {HOME}/.claude/sensitive: sensitive"),
+            insensitive.clone(),
+        ],
+        "{lines:#?}"
+    );
+}
