@@ -21,6 +21,7 @@ mod app;
 mod check_secrets;
 mod cli;
 mod config;
+mod mcp_prompts;
 mod mcp_tasks;
 mod roster;
 mod server;

@@ -459,3 +459,51 @@ fn non_object_arguments_and_unknown_cursors_are_named_and_client_mistakes_log_no
     let stderr = server.stderr();
     assert!(!stderr.contains("WARN rmcp"), "{stderr}");
 }
+
+#[test]
+fn prompts_are_listed_and_carry_the_policy_and_what_runs() {
+    let world = World::new();
+    let mut server = Server::start(&world, &[]);
+    let init = server.initialize();
+    assert!(init["capabilities"]["prompts"].is_object(), "{init}");
+    let r = server.request(1, "prompts/list", json!({}));
+    let names: Vec<&str> = r["result"]["prompts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(names, ["delegate", "running"], "{r}");
+
+    let r = server.request(
+        2,
+        "prompts/get",
+        json!({"name": "delegate", "arguments": {"job": "Add a unit test for parse_date in src/date.rs"}}),
+    );
+    let text = r["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(text.contains("Add a unit test for parse_date"), "{text}");
+    assert!(text.contains("opencode_start"), "{text}");
+    // The live policy is in it: mode and roster.
+    assert!(text.contains("mode: blueprint"), "{text}");
+    assert!(text.contains("roster ("), "{text}");
+
+    let r = server.request(
+        3,
+        "prompts/get",
+        json!({"name": "delegate", "arguments": {}}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("`job`"),
+        "{r}"
+    );
+
+    let r = server.request(4, "prompts/get", json!({"name": "running"}));
+    let text = r["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(text.contains("Delegated tasks (opencode_list)"), "{text}");
+    assert!(text.contains("0 delegated task(s)"), "{text}");
+}
