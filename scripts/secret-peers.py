@@ -2,13 +2,14 @@
 """Runs established secret scanners over the secret guard's evaluation prompts, offline, and
 prints their recall and false-positive rate next to ours (docs/POLICY.md, "Secret guard").
 
-  scripts/secret-peers.py [--corpus fixtures/secrets/eval] [--tools DIR]
+  scripts/secret-peers.py [--corpus fixtures/secrets/eval] [--tools DIR] [--only NAME] [--jobs N]
 
 Each prompt of <corpus>/secrets.txt and <corpus>/ordinary.txt is written to its own file
 (⏎ turned back into line breaks); a scanner "flags" a prompt when it reports at least one
 finding in that prompt's file. Peers:
 
-  secretlint (npm) with @secretlint/secretlint-rule-preset-recommend, `--format json`;
+  secretlint (npm) with @secretlint/secretlint-rule-preset-recommend, `--format json`, one
+  process per share of the files (--jobs, default 2), never one per prompt;
   detect-secrets (PyPI) `scan --all-files` with its default plugins and filters.
 
 Install them once (not part of the test suite; only the package registries are needed):
@@ -59,25 +60,45 @@ def find_tool(installed, name):
     return installed if os.path.exists(installed) else shutil.which(name)
 
 
-def run_secretlint(tools, work):
+def run_secretlint(tools, work, jobs):
     exe = find_tool(os.path.join(tools, "node_modules", ".bin", "secretlint"), "secretlint")
     if not exe:
         return None
-    with open(os.path.join(work, ".secretlintrc.json"), "w") as fh:
+    rc = os.path.join(work, ".secretlintrc.json")
+    with open(rc, "w") as fh:
         json.dump({"rules": [{"id": "@secretlint/secretlint-rule-preset-recommend"}]}, fh)
     env = dict(os.environ, NODE_PATH=os.path.join(tools, "node_modules"))
-    proc = subprocess.run(
-        [exe, "--format", "json", "--secretlintrc", os.path.join(work, ".secretlintrc.json"),
-         "--no-color", os.path.join(work, "*.txt")],
-        cwd=tools, capture_output=True, text=True, env=env)
-    try:
-        results = json.loads(proc.stdout or "[]")
-    except json.JSONDecodeError:
-        sys.exit(f"secretlint: unreadable output: {proc.stdout[:200]} {proc.stderr[:400]}")
-    return {os.path.basename(r["filePath"]) for r in results if r.get("messages")}
+    files = sorted(f for f in os.listdir(work) if f.endswith(".txt"))
+    shares = [files[i::jobs] for i in range(jobs)]
+    procs = []
+    for i, share in enumerate(shares):
+        out = open(os.path.join(work, f"secretlint-{i}.json"), "w")
+        procs.append((subprocess.Popen(
+            [exe, "--format", "json", "--secretlintrc", rc, "--no-color",
+             "--output", os.path.join(work, f"secretlint-{i}.out.json")]
+            + [os.path.join(work, f) for f in share],
+            cwd=tools, stdout=out, stderr=subprocess.PIPE, text=True, env=env), out, i))
+    flagged = set()
+    for proc, out, i in procs:
+        _, err = proc.communicate()
+        out.close()
+        results = None
+        for path in (f"secretlint-{i}.out.json", f"secretlint-{i}.json"):
+            try:
+                with open(os.path.join(work, path), encoding="utf-8") as fh:
+                    text = fh.read().strip()
+                # the first JSON value: anything printed after it is not part of the report
+                results, _ = json.JSONDecoder().raw_decode(text)
+                break
+            except (OSError, ValueError):
+                continue
+        if results is None:
+            sys.exit(f"secretlint: unreadable output (exit {proc.returncode}): {err[:400]}")
+        flagged |= {os.path.basename(r["filePath"]) for r in results if r.get("messages")}
+    return flagged
 
 
-def run_detect_secrets(tools, work):
+def run_detect_secrets(tools, work, _jobs):
     exe = find_tool(os.path.join(tools, "venv", "bin", "detect-secrets"), "detect-secrets")
     if not exe:
         return None
@@ -108,6 +129,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default="fixtures/secrets/eval")
     ap.add_argument("--tools", default=os.environ.get("SECRET_PEERS_DIR", "/work/peer-tools"))
+    ap.add_argument("--only", choices=["detect-secrets", "secretlint"])
+    ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
     secrets = load(os.path.join(args.corpus, "secrets.txt"))
     ordinary = load(os.path.join(args.corpus, "ordinary.txt"))
@@ -115,7 +138,9 @@ def main():
         names = write_prompts(work, secrets, ordinary)
         for tool, runner in (("detect-secrets (defaults)", run_detect_secrets),
                              ("secretlint (recommended preset)", run_secretlint)):
-            flagged = runner(args.tools, work)
+            if args.only and not tool.startswith(args.only):
+                continue
+            flagged = runner(args.tools, work, max(1, args.jobs))
             if flagged is None:
                 print(f"{tool}: not installed, skipped")
                 continue
