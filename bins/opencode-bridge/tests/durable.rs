@@ -145,7 +145,7 @@ fn a_bridge_killed_with_sigkill_leaves_an_orphan_that_a_restarted_bridge_cancels
         status.contains("session: ses_fakefakefakefakefake0001"),
         "{status}"
     );
-    assert!(status.contains("opencode_cancel stops it"), "{status}");
+    assert!(status.contains("opencode_cancel id=1 stops it"), "{status}");
     let (result, is_error) = second.call_text(4, "opencode_result", json!({"id": "1"}));
     assert!(!is_error && result.contains("orphaned"), "{result}");
     let (labelled, _) = second.call_text(5, "opencode_list", json!({"label": "night"}));

@@ -543,7 +543,7 @@ pub fn with_temporary_server<T>(
                     message: message.clone(),
                 });
             }
-            let why = error.or_else(|| lines.last().cloned()).unwrap_or_default();
+            let why = lines.last().cloned().unwrap_or_default();
             return Err(ClientError::TempServer {
                 detail: format!(
                     "`{} serve` ended before it listened{}",
