@@ -398,21 +398,7 @@ impl Live {
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
-        let mut env: Vec<(&'static str, String)> = Vec::new();
-        for (k, v) in self.sb.env() {
-            let k: &'static str = match k.as_str() {
-                "XDG_DATA_HOME" => "XDG_DATA_HOME",
-                "XDG_CONFIG_HOME" => "XDG_CONFIG_HOME",
-                "XDG_CACHE_HOME" => "XDG_CACHE_HOME",
-                "OPENCODE_DISABLE_AUTOUPDATE" => "OPENCODE_DISABLE_AUTOUPDATE",
-                "OPENCODE_DISABLE_MODELS_FETCH" => "OPENCODE_DISABLE_MODELS_FETCH",
-                "OPENCODE_DISABLE_LSP_DOWNLOAD" => "OPENCODE_DISABLE_LSP_DOWNLOAD",
-                "OPENCODE_DISABLE_DEFAULT_PLUGINS" => "OPENCODE_DISABLE_DEFAULT_PLUGINS",
-                "OPENCODE_DISABLE_CLAUDE_CODE" => "OPENCODE_DISABLE_CLAUDE_CODE",
-                _ => continue,
-            };
-            env.push((k, v));
-        }
+        let mut env = common::sandbox_env_for_bridge(&self.sb);
         env.push(("OPENCODE_BIN", self.oc.to_string_lossy().into_owned()));
         env.push((
             "OPENCODE_BRIDGE_ROOT",

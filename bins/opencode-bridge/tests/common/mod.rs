@@ -342,3 +342,22 @@ pub fn fixture_store(world: &World) -> (PathBuf, Value) {
         serde_json::from_str(&std::fs::read_to_string(dir.join("sessions.json")).unwrap()).unwrap();
     (db, map)
 }
+
+/// The part of a real-opencode sandbox's environment a bridge under test gets: its XDG dirs
+/// (not HOME or PWD, which the test world sets) and the variables that keep opencode offline.
+pub fn sandbox_env_for_bridge(sb: &bridge_testkit::OpencodeSandbox) -> Vec<(&'static str, String)> {
+    const PASSED: [&str; 8] = [
+        "XDG_DATA_HOME",
+        "XDG_CONFIG_HOME",
+        "XDG_CACHE_HOME",
+        "OPENCODE_DISABLE_AUTOUPDATE",
+        "OPENCODE_DISABLE_MODELS_FETCH",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+        "OPENCODE_DISABLE_CLAUDE_CODE",
+    ];
+    sb.env()
+        .into_iter()
+        .filter_map(|(k, v)| PASSED.iter().find(|p| **p == k).map(|p| (*p, v)))
+        .collect()
+}
