@@ -183,29 +183,47 @@ fn ok_run(out: &mut impl Write, args: &Args, stdin: &str) {
 }
 
 fn spawn_tree() {
-    let mut pids = Vec::new();
+    // Each descendant writes its own pid once it is in its final state (TERM ignored, new
+    // session), and the fake waits for that line before going on, so a test that reads the
+    // pidfile never sees a child that has not yet trapped or left the group: on a loaded
+    // machine a fixed sleep was not enough.
+    let pidfile = std::env::var("FAKE_OPENCODE_PIDFILE").ok();
+    let note = |sh: &str| match &pidfile {
+        Some(p) => format!("{sh}; echo $$ >> '{p}'"),
+        None => sh.to_string(),
+    };
     // Ignored signals stay ignored across exec, so `sleep` ignores SIGTERM too.
-    if let Ok(c) = Command::new("sh")
-        .args(["-c", "trap '' TERM; exec sleep 100000"])
+    let grandchild = Command::new("sh")
+        .args([
+            "-c",
+            &format!("{}; exec sleep 100000", note("trap '' TERM")),
+        ])
         .stdin(Stdio::null())
-        .spawn()
-    {
-        pids.push(c.id());
-    }
-    let setsid = Command::new("setsid")
-        .args(["sleep", "100001"])
+        .spawn();
+    wait_for_pid_lines(pidfile.as_deref(), usize::from(grandchild.is_ok()));
+    let escapee = Command::new("setsid")
+        .args(["sh", "-c", &format!("{}; exec sleep 100001", note(":"))])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn();
-    if let Ok(c) = setsid {
-        pids.push(c.id());
+    wait_for_pid_lines(
+        pidfile.as_deref(),
+        usize::from(grandchild.is_ok()) + usize::from(escapee.is_ok()),
+    );
+}
+
+/// Waits (up to 10 s) until `path` holds `want` lines.
+fn wait_for_pid_lines(path: Option<&str>, want: usize) {
+    let Some(path) = path else { return };
+    for _ in 0..1000 {
+        let have = std::fs::read_to_string(path)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if have >= want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
-    if let Ok(path) = std::env::var("FAKE_OPENCODE_PIDFILE") {
-        let text: String = pids.iter().map(|p| format!("{p}\n")).collect();
-        let _ = std::fs::write(path, text);
-    }
-    // Give the children time to exec (and setsid) before anyone looks at them.
-    std::thread::sleep(Duration::from_millis(150));
 }
 
 fn main() {
