@@ -5,7 +5,7 @@
 //! ```sh
 //! cargo run --release -p bridge-bench              # full run
 //! cargo run --release -p bridge-bench -- --quick   # fewer repetitions, 10 MB floods (CI)
-//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood, scan or secrets
+//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood, latency, scan or secrets
 //! ```
 //!
 //! The bridge binary is `OPENCODE_BRIDGE_BENCH_BIN` when set; otherwise `cargo build --release -p
@@ -24,11 +24,14 @@
 //! - floods: 6 tasks of the fake opencode each writing 50 MB of events at once: the bridge's
 //!   own CPU time (utime + stime) against its reaped children's (cutime + cstime), and its peak
 //!   RSS (`VmHWM`);
+//! - MCP call latency: sequential `opencode_status` calls (p50, p99, max) on an idle server and
+//!   while 6 fake runs each stream 300 MB of events (30 MB with `--quick`);
 //! - process scan: `run_supervisor::proctable::scan()` with about 300 processes on the machine:
 //!   wall time and the scanning thread's CPU time, again with three idle `opencode serve` alive
 //!   when `OPENCODE_BRIDGE_TEST_OPENCODE` is set.
 
 mod flood;
+mod latency;
 mod scan;
 mod secrets;
 
@@ -47,7 +50,7 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
-    // `--only <part>` runs one part: cold, store, flood, scan or secrets.
+    // `--only <part>` runs one part: cold, store, flood, latency, scan or secrets.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -58,7 +61,7 @@ fn main() {
     println!("bridge-bench ({})", if quick { "quick" } else { "full" });
     println!("machine: {}", machine());
 
-    let bridge = if part("cold") || part("store") || part("flood") {
+    let bridge = if part("cold") || part("store") || part("flood") || part("latency") {
         let b = bridge_binary();
         println!("bridge binary: {}", b.display());
         b
@@ -114,7 +117,16 @@ fn main() {
         }
     }
 
-    // 4. Process scan.
+    // 4. MCP call latency, idle and under floods (issue 14).
+    if part("latency") {
+        let (mb, calls) = if quick { (30, 200) } else { (300, 1000) };
+        match latency::latency(&bridge, 6, mb, calls) {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => rows.push(Row::failed("MCP call latency", &e)),
+        }
+    }
+
+    // 4b. Process scan.
     if part("scan") {
         match scan::process_scan(if quick { 100 } else { 500 }) {
             Ok(mut r) => rows.append(&mut r),

@@ -435,7 +435,25 @@ fn parse_generic(trimmed: &str) -> Option<ParsedLine<'static>> {
     Some(ParsedLine { session_id, event })
 }
 
+/// One output line, parsed and detached from its bytes, not yet folded into a summary. Parsing
+/// is the costly part of reading a run's output; a caller can do it without holding whatever
+/// guards the summary, then fold with [`RunSummary::push_read`].
+#[derive(Debug)]
+pub struct ReadLine(Line<'static>);
+
+impl ReadLine {
+    /// Reads a raw output line (without its `\n`), as [`RunSummary::push_line_bytes`] does.
+    pub fn read(line: &[u8]) -> ReadLine {
+        ReadLine(match classify_line(line) {
+            Line::Blank => Line::Blank,
+            Line::Malformed => Line::Malformed,
+            Line::Event(p) => Line::Event(p.into_owned()),
+        })
+    }
+}
+
 /// What one line is.
+#[derive(Debug)]
 enum Line<'a> {
     /// Empty or whitespace only: not counted at all.
     Blank,
@@ -647,6 +665,24 @@ impl RunSummary {
     /// Folds one output line into the summary. Returns true if it was a valid event.
     pub fn push_line(&mut self, line: &str) -> bool {
         self.push_line_bytes(line.as_bytes())
+    }
+
+    /// Folds a line read with [`ReadLine::read`]: the same as [`push_line_bytes`] on its
+    /// bytes.
+    ///
+    /// [`push_line_bytes`]: RunSummary::push_line_bytes
+    pub fn push_read(&mut self, line: ReadLine) -> bool {
+        match line.0 {
+            Line::Blank => false,
+            Line::Malformed => {
+                self.malformed += 1;
+                false
+            }
+            Line::Event(parsed) => {
+                self.push(parsed);
+                true
+            }
+        }
     }
 
     /// Folds one raw output line (without its `\n`) into the summary, parsed as

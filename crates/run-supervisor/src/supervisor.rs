@@ -22,7 +22,7 @@ use crate::changes::{self, ChangedFiles, GitSnapshot};
 use crate::classify::{ExitInfo, Failure, FailureKind, classify};
 use crate::claude::{self, ClaudeStream, Runner};
 use crate::command::{self, Capabilities, LaunchContext};
-use crate::events::{RunSummary, TokenUsage, ToolCall};
+use crate::events::{ReadLine, RunSummary, TokenUsage, ToolCall};
 use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
 use crate::quota;
@@ -273,6 +273,8 @@ struct Shared {
     caps: OnceCell<Result<Capabilities, String>>,
     worker_agent: serde_json::Value,
     registry: Option<Registry>,
+    /// Writes this supervisor's records to `registry` on its own thread.
+    writer: Option<registry::Writer>,
 }
 
 impl Shared {
@@ -282,6 +284,16 @@ impl Shared {
 
     fn with<R>(&self, id: TaskId, f: impl FnOnce(&mut Record) -> R) -> Option<R> {
         self.lock().tasks.get_mut(&id).map(f)
+    }
+}
+
+impl Drop for Shared {
+    /// A supervisor dropped without [`Supervisor::shutdown`] still leaves every record it made
+    /// on disk.
+    fn drop(&mut self) {
+        if let Some(w) = &self.writer {
+            w.flush();
+        }
     }
 }
 
@@ -313,6 +325,7 @@ impl Supervisor {
                 tracing::info!(pruned, "finished tasks pruned from the registry");
             }
         }
+        let writer = registry.clone().map(registry::Writer::new);
         Supervisor {
             shared: Arc::new(Shared {
                 config,
@@ -323,6 +336,7 @@ impl Supervisor {
                 caps: OnceCell::new(),
                 worker_agent: bridge_policy::worker_agent_config(),
                 registry,
+                writer,
             }),
         }
     }
@@ -459,7 +473,7 @@ impl Supervisor {
                 },
             );
             if let Some(r) = inner.tasks.get(&id) {
-                persist(&self.shared, id, r, false);
+                persist(&self.shared, id, r, Save::Record);
             }
             id
         };
@@ -758,6 +772,10 @@ impl Supervisor {
         for w in waits {
             wait_done(w).await;
         }
+        // Every record is on disk before the process may exit.
+        if let Some(writer) = self.shared.writer.clone() {
+            let _ = tokio::task::spawn_blocking(move || writer.flush()).await;
+        }
     }
 
     /// This supervisor's opencode tasks whose session id is not known yet, with the wall-clock
@@ -809,7 +827,7 @@ impl Supervisor {
         }
         r.summary.session_id = Some(session_id.to_owned());
         r.persisted_session = true;
-        persist(&self.shared, id, r, false);
+        persist(&self.shared, id, r, Save::Record);
         true
     }
 
@@ -1035,14 +1053,33 @@ fn stored_snapshot(t: &StoredTask, owner: &Owner) -> TaskSnapshot {
     }
 }
 
-/// Records a task of this supervisor in the registry (its output too with `output`). Called
-/// with the table locked, so writes of one task never overtake each other.
-/// Writes the task (and with `output` its output) to the registry. True when there is a
-/// registry and everything asked for was written.
-fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) -> bool {
-    let Some(reg) = &shared.registry else {
-        return false;
-    };
+/// How much of a task [`persist`] records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Save {
+    /// `task.json` only.
+    Record,
+    /// `task.json` and `output.json`.
+    WithOutput,
+}
+
+/// Hands a task of this supervisor to the registry's writer (its output too with
+/// [`Save::WithOutput`]). Called with the table locked, so the records of one task are queued
+/// in the order they were made; the writing happens on the writer's thread.
+fn persist(shared: &Shared, id: TaskId, r: &Record, save: Save) {
+    if let (Some(writer), Some((t, o))) = (&shared.writer, records(shared, id, r, save, r.state)) {
+        writer.write(t, o);
+    }
+}
+
+/// The registry records of a task as it is now, with `state` (`None`: no registry).
+fn records(
+    shared: &Shared,
+    id: TaskId,
+    r: &Record,
+    save: Save,
+    state: TaskState,
+) -> Option<(StoredTask, Option<StoredOutput>)> {
+    let reg = shared.registry.as_ref()?;
     let version = shared
         .caps
         .get()
@@ -1053,6 +1090,7 @@ fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) -> bool {
             + f.saturating_duration_since(r.accepted).as_millis() as u64
     });
     let t = StoredTask {
+        version: registry::FORMAT_VERSION,
         id,
         owner: reg.me.into(),
         label: r.label.clone(),
@@ -1062,12 +1100,12 @@ fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) -> bool {
         model: r.model.clone(),
         read_only: r.read_only,
         continues: r.continues.clone(),
-        state: r.state.as_str().into(),
+        state: state.as_str().into(),
         attempts: r.attempts,
         accepted_ms: registry::to_ms(r.accepted_wall),
         finished_ms,
         session_id: r.summary.session_id.clone(),
-        run: r.root.filter(|_| !r.state.is_finished()).map(Into::into),
+        run: r.root.filter(|_| !state.is_finished()).map(Into::into),
         failure: r.failure.as_ref().map(Into::into),
         exit_code: r.exit.and_then(|e| e.code),
         tokens: r.summary.tokens.into(),
@@ -1076,10 +1114,11 @@ fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) -> bool {
         opencode_version: version,
         updated_ms: registry::now_ms(),
     };
-    let mut saved = reg.write_task(&t);
-    if output {
+    let mut output = None;
+    if save == Save::WithOutput {
         let stderr_clean = crate::classify::strip_ansi(&r.stderr.tail_string(16_000));
-        let o = StoredOutput {
+        output = Some(StoredOutput {
+            version: registry::FORMAT_VERSION,
             text: r.summary.text.to_string_lossy(),
             final_text: r.summary.final_text.clone(),
             tool_calls: r.summary.tool_calls.iter().map(Into::into).collect(),
@@ -1088,10 +1127,9 @@ fn persist(shared: &Shared, id: TaskId, r: &Record, output: bool) -> bool {
             unknown_events: r.summary.unknown,
             stdout_bytes_dropped: r.summary.text.dropped_bytes(),
             changed_files: r.changes.clone(),
-        };
-        saved &= reg.write_output(id, &o);
+        });
     }
-    saved
+    Some((t, output))
 }
 
 /// Forgets finished tasks, oldest first: beyond `keep` finished tasks in all, and beyond
@@ -1182,20 +1220,37 @@ fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
     inner.quota_until.insert(key, until);
 }
 
-fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure>) {
+/// Ends a task: its last record and output go to the registry first, and only once they are
+/// on disk is it shown finished (and may leave memory), so no caller ever hears of an outcome
+/// that a restarted bridge would not know.
+async fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure>) {
     note_quota_window(shared, id, failure.as_ref());
+    let written = shared
+        .with(id, |r| {
+            r.failure = failure;
+            // A finished task keeps its text; most of stderr is no longer needed.
+            if r.stderr.kept_bytes() > FINISHED_STDERR {
+                let tail = r.stderr.tail_string(FINISHED_STDERR);
+                r.stderr = HeadTail::new(FINISHED_STDERR + 16);
+                r.stderr.push(tail.as_bytes());
+            }
+            r.finished = Some(Instant::now());
+            r.retry_at = None;
+            let records = records(shared, id, r, Save::WithOutput, state);
+            shared
+                .writer
+                .as_ref()
+                .zip(records)
+                .map(|(w, (t, o))| w.write_acked(t, o))
+        })
+        .flatten();
+    let saved = match written {
+        Some(ack) => ack.await.unwrap_or(false),
+        None => false,
+    };
     shared.with(id, |r| {
         r.state = state;
-        r.failure = failure;
-        // A finished task keeps its text; most of stderr is no longer needed.
-        if r.stderr.kept_bytes() > FINISHED_STDERR {
-            let tail = r.stderr.tail_string(FINISHED_STDERR);
-            r.stderr = HeadTail::new(FINISHED_STDERR + 16);
-            r.stderr.push(tail.as_bytes());
-        }
-        r.finished = Some(Instant::now());
-        r.retry_at = None;
-        r.saved = persist(shared, id, r, true);
+        r.saved = saved;
         r.done.send_replace(true);
     });
     forget_finished(&mut shared.lock(), MAX_FINISHED_TASKS);
@@ -1260,7 +1315,7 @@ async fn run_task(
         .flatten();
         shared.with(id, |r| r.changes = changes);
     }
-    finish(&shared, id, state, failure);
+    finish(&shared, id, state, failure).await;
 }
 
 async fn run_task_inner(
@@ -1396,7 +1451,7 @@ async fn run_task_inner(
                     r.state = TaskState::Retrying;
                     r.retry_at = Some(Instant::now() + delay);
                     r.failure = Some(f);
-                    persist(shared, id, r, true);
+                    persist(shared, id, r, Save::WithOutput);
                 });
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
@@ -1536,7 +1591,7 @@ async fn run_attempt(
     let root = ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 });
     shared.with(id, |r| {
         r.root = Some(root);
-        persist(shared, id, r, false);
+        persist(shared, id, r, Save::Record);
     });
 
     if let Some(mut stdin) = child.stdin.take() {
@@ -1547,6 +1602,9 @@ async fn run_attempt(
         });
     }
     let (out_done, out_done_rx) = tokio::sync::watch::channel(false);
+    // Set when the readers took too long to drain: the output follower stops (a task on the
+    // blocking pool cannot be aborted).
+    let abandon = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let out_reader = match (out_file, child.stdout.take()) {
         (_, Some(pipe)) => {
             enlarge_pipe(&pipe);
@@ -1557,12 +1615,10 @@ async fn run_attempt(
                 true,
             )))
         }
-        (Some(file), None) => Some(tokio::spawn(follow_output(
-            Arc::clone(shared),
-            id,
-            file,
-            out_done_rx,
-        ))),
+        (Some(file), None) => {
+            let (shared, abandon) = (Arc::clone(shared), Arc::clone(&abandon));
+            follower(move || follow_output(&shared, id, &file, out_done_rx, &abandon))
+        }
         (None, None) => None,
     };
     let err_reader = child
@@ -1608,10 +1664,19 @@ async fn run_attempt(
                     if session || output {
                         r.persisted_session = r.summary.session_id.is_some();
                         r.persisted_events = r.summary.events;
-                        persist(shared, id, r, output);
+                        persist(shared, id, r, if output { Save::WithOutput } else { Save::Record });
                     }
                 });
-                procs::refresh_known_recent(root, &mut known, Duration::from_millis(150));
+                // A walk of /proc: on the blocking pool, not on the thread that answers calls.
+                let mut k = known.clone();
+                if let Ok(k) = tokio::task::spawn_blocking(move || {
+                    procs::refresh_known_recent(root, &mut k, Duration::from_millis(150));
+                    k
+                })
+                .await
+                {
+                    known = k;
+                }
                 let overflows = shared.with(id, |r| r.summary.overflows).unwrap_or(0);
                 if overflows >= cfg.overflow_limit.max(1) {
                     stop_reason = Some(AttemptEnd::OverflowLoop(overflows));
@@ -1635,6 +1700,7 @@ async fn run_attempt(
             .await
             .is_err()
         {
+            abandon.store(true, std::sync::atomic::Ordering::Relaxed);
             abort.abort();
         }
     }
@@ -1699,6 +1765,9 @@ async fn read_stream(
 ) {
     let mut buf = vec![0u8; if is_stdout { STDOUT_READ } else { STDERR_READ }];
     let mut lines = LineSplitter::new(MAX_LINE);
+    let Some(runner) = shared.with(id, |r| r.runner) else {
+        return;
+    };
     loop {
         let n = match stream.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -1706,7 +1775,7 @@ async fn read_stream(
         };
         let chunk = &buf[..n];
         if is_stdout {
-            if !fold_stdout(&shared, id, &mut lines, chunk) {
+            if !fold_stdout(&shared, id, runner, &mut lines, chunk) {
                 break;
             }
             continue;
@@ -1722,14 +1791,44 @@ async fn read_stream(
     }
 }
 
+/// A stdout line read but not yet folded.
+enum Prepared {
+    TooLong,
+    /// An opencode line, parsed.
+    Opencode(ReadLine),
+    /// A Claude Code line (its parser is stateful: parsed when folded).
+    Claude(String),
+}
+
+fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared {
+    match piece {
+        Piece::TooLong => Prepared::TooLong,
+        Piece::Line(line) => match runner {
+            Runner::Opencode => Prepared::Opencode(ReadLine::read(line)),
+            Runner::Claude => Prepared::Claude(String::from_utf8_lossy(line).into_owned()),
+        },
+    }
+}
+
 /// Folds what a run wrote to stdout: every whole line of `chunk` (the rest waits in `lines`).
-/// False when the task is gone.
-fn fold_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter, chunk: &[u8]) -> bool {
+/// The lines are parsed before the task table is locked, so a flood of events holds the lock
+/// only for the folding. False when the task is gone.
+fn fold_stdout(
+    shared: &Shared,
+    id: TaskId,
+    runner: Runner,
+    lines: &mut LineSplitter,
+    chunk: &[u8],
+) -> bool {
+    let mut read = Vec::new();
+    lines.feed(chunk, |piece| read.push(prepare(runner, piece)));
     let mut inner = shared.lock();
     let Some(r) = inner.tasks.get_mut(&id) else {
         return false;
     };
-    lines.feed(chunk, |piece| fold(shared, id, r, piece));
+    for line in read {
+        fold(shared, id, r, line);
+    }
     true
 }
 
@@ -1739,7 +1838,8 @@ fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
     shared.with(id, |r| {
         let unterminated = lines.pending_bytes() > 0;
         let malformed = r.summary.malformed;
-        lines.finish(|piece| fold(shared, id, r, piece));
+        let runner = r.runner;
+        lines.finish(|piece| fold(shared, id, r, prepare(runner, piece)));
         if unterminated && r.summary.malformed > malformed {
             r.summary.ended_mid_line = true;
         }
@@ -1747,17 +1847,14 @@ fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
 }
 
 /// Folds one stdout line (or an over-long one) into the task record.
-fn fold(shared: &Shared, id: TaskId, r: &mut Record, piece: Piece<'_>) {
-    let line = match piece {
-        Piece::Line(line) => line,
-        Piece::TooLong => {
+fn fold(shared: &Shared, id: TaskId, r: &mut Record, line: Prepared) {
+    let event = match line {
+        Prepared::TooLong => {
             r.summary.malformed += 1;
             return;
         }
-    };
-    let event = match r.runner {
-        Runner::Opencode => r.summary.push_line_bytes(line),
-        Runner::Claude => r.push_out(&String::from_utf8_lossy(line)),
+        Prepared::Opencode(line) => r.summary.push_read(line),
+        Prepared::Claude(line) => r.push_out(&line),
     };
     if event {
         r.last_event = Some(Instant::now());
@@ -1766,8 +1863,33 @@ fn fold(shared: &Shared, id: TaskId, r: &mut Record, piece: Piece<'_>) {
     // before a restarted bridge could.
     if !r.persisted_session && r.summary.session_id.is_some() {
         r.persisted_session = true;
-        persist(shared, id, r, false);
+        persist(shared, id, r, Save::Record);
     }
+}
+
+/// Runs `follow` on a thread of its own; the handle ends when the thread does.
+///
+/// Reading and parsing a flood of events is CPU work. It runs off the runtime's thread, so
+/// that thread stays free to answer calls; a named thread of its own rather than one of the
+/// blocking pool, which the reads that answer calls use. (A lower priority for it was tried
+/// and made the worst call slower: a thread that holds the task table's lock while the
+/// scheduler passes it over keeps every caller waiting.) `None` when no thread can be started:
+/// then the run's output is not read (the run itself is unaffected) and a warning says so.
+fn follower(follow: impl FnOnce() + Send + 'static) -> Option<tokio::task::JoinHandle<()>> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .name("run-output".into())
+        .spawn(move || {
+            follow();
+            let _ = tx.send(());
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start a thread to read a run's output: {e}");
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        let _ = rx.await;
+    }))
 }
 
 /// How often a run's output file is looked at for new bytes while the run lives.
@@ -1794,19 +1916,25 @@ fn output_file() -> Option<std::fs::File> {
 
 /// Reads a run's stdout file as it grows (with `pread`, so the offset the run writes at is
 /// never moved), folding each whole line, until `done` says the run ended; then reads what is
-/// left and stops.
-async fn follow_output(
-    shared: Arc<Shared>,
+/// left and stops. Blocking: runs on a thread of its own (the runtime's blocking pool), and
+/// stops at once, folding nothing more, when `abandon` is set.
+fn follow_output(
+    shared: &Shared,
     id: TaskId,
-    file: std::fs::File,
+    file: &std::fs::File,
     mut done: tokio::sync::watch::Receiver<bool>,
+    abandon: &std::sync::atomic::AtomicBool,
 ) {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; STDOUT_READ];
     let mut lines = LineSplitter::new(MAX_LINE);
     let (mut offset, mut punched) = (0u64, 0u64);
+    let Some(runner) = shared.with(id, |r| r.runner) else {
+        return;
+    };
     loop {
-        let ended = *done.borrow_and_update();
+        // A dropped sender means the attempt is over too.
+        let ended = *done.borrow_and_update() || done.has_changed().is_err();
         loop {
             let n = match file.read_at(&mut buf, offset) {
                 Ok(0) => break,
@@ -1814,28 +1942,30 @@ async fn follow_output(
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     tracing::warn!(task = id, "cannot read the run's output file: {e}");
-                    finish_stdout(&shared, id, &mut lines);
+                    finish_stdout(shared, id, &mut lines);
                     return;
                 }
             };
+            if abandon.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
             offset += n as u64;
-            if !fold_stdout(&shared, id, &mut lines, &buf[..n]) {
+            if !fold_stdout(shared, id, runner, &mut lines, &buf[..n]) {
                 return;
             }
             if offset - punched >= PUNCH_EVERY {
                 punched = offset & !0xfff;
-                punch_hole(&file, punched);
+                punch_hole(file, punched);
             }
         }
         if ended {
             break;
         }
-        tokio::select! {
-            _ = done.changed() => {}
-            _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+        if !done.has_changed().unwrap_or(true) {
+            std::thread::sleep(FOLLOW_EVERY);
         }
     }
-    finish_stdout(&shared, id, &mut lines);
+    finish_stdout(shared, id, &mut lines);
 }
 
 /// Frees the first `len` bytes of `file` on disk, keeping its size (a failure, e.g. on a file

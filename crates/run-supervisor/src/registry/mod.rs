@@ -32,6 +32,9 @@ use crate::events::{TokenUsage, ToolCall};
 use crate::procs::ProcId;
 use crate::supervisor::TaskState;
 
+mod writer;
+pub(crate) use writer::Writer;
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
     to_ms(SystemTime::now())
@@ -138,9 +141,22 @@ impl From<StoredTokens> for TokenUsage {
     }
 }
 
+/// The format version this bridge writes in `task.json` and `output.json`. Files without a
+/// `version` field are version 1 (written before the field existed) and read the same way: the
+/// fields of version 2 are those of version 1 plus `version`. A newer version is read as far as
+/// its known fields go (unknown fields are ignored), so an older bridge still lists the task.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+
+fn version_1() -> u32 {
+    1
+}
+
 /// `tasks/<id>/task.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StoredTask {
+    /// [`FORMAT_VERSION`] when written by this bridge; 1 when the file has none.
+    #[serde(default = "version_1")]
+    pub version: u32,
     pub id: u64,
     /// The bridge process that runs the task.
     pub owner: StoredProc,
@@ -209,6 +225,9 @@ impl From<&StoredToolCall> for ToolCall {
 /// `tasks/<id>/output.json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct StoredOutput {
+    /// [`FORMAT_VERSION`] when written by this bridge; 1 when the file has none.
+    #[serde(default = "version_1")]
+    pub version: u32,
     pub text: String,
     pub final_text: String,
     pub tool_calls: Vec<StoredToolCall>,
@@ -228,7 +247,7 @@ pub struct RegistryError {
 }
 
 /// The registry of one state directory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Registry {
     dir: PathBuf,
     /// This process.
@@ -396,8 +415,14 @@ impl Registry {
 mod tests {
     use super::*;
 
-    fn task(reg: &Registry, id: u64, state: TaskState, finished_ms: Option<u64>) -> StoredTask {
+    pub(super) fn task(
+        reg: &Registry,
+        id: u64,
+        state: TaskState,
+        finished_ms: Option<u64>,
+    ) -> StoredTask {
         StoredTask {
+            version: FORMAT_VERSION,
             id,
             owner: reg.me.into(),
             label: Some("l".into()),
@@ -443,6 +468,29 @@ mod tests {
         std::fs::remove_file(dir.path().join("next-id")).unwrap();
         assert_eq!(a.next_id().unwrap(), 7);
         assert_eq!(a.ids(), [1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn a_record_written_before_the_version_field_reads_as_version_1() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::open(dir.path()).unwrap();
+        let id = reg.next_id().unwrap();
+        let mut old =
+            serde_json::to_value(task(&reg, id, TaskState::Succeeded, Some(now_ms()))).unwrap();
+        old.as_object_mut().unwrap().remove("version");
+        std::fs::write(reg.task_dir(id).join("task.json"), old.to_string()).unwrap();
+        std::fs::write(reg.task_dir(id).join("output.json"), r#"{"text":"t","final_text":"f","tool_calls":[],"stderr_tail":"","malformed_lines":0,"unknown_events":0,"stdout_bytes_dropped":0,"changed_files":null}"#).unwrap();
+        let t = reg.read_task(id).expect("an old record still reads");
+        assert_eq!((t.version, t.state()), (1, TaskState::Succeeded));
+        let o = reg.read_output(id).expect("an old output still reads");
+        assert_eq!((o.version, o.final_text.as_str()), (1, "f"));
+        // What this bridge writes carries the current version.
+        reg.write_task(&task(&reg, id, TaskState::Failed, Some(now_ms())));
+        let text = std::fs::read_to_string(reg.task_dir(id).join("task.json")).unwrap();
+        assert!(
+            text.contains(&format!("\"version\": {FORMAT_VERSION}")),
+            "{text}"
+        );
     }
 
     #[test]
