@@ -699,3 +699,412 @@ fn live_tool_search_keeps_the_always_loaded_tools_in_the_first_request() {
     // Deferred ones are not sent with a schema.
     assert!(schema_of("opencode_session_rename").is_none(), "{tools:#?}");
 }
+
+/// Interactive Claude Code on a pseudo-terminal: the parent keeps the master side, a reader
+/// thread collects everything the UI draws, and keys are written to the master.
+mod tty {
+    use std::io::{Read, Write};
+    use std::process::{Child, Command, Stdio};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    pub struct Tty {
+        child: Child,
+        keys: std::fs::File,
+        out: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Tty {
+        /// Starts `cmd` with its stdin, stdout and stderr on a new 50x200 pseudo-terminal, in a
+        /// process group of its own.
+        pub fn spawn(mut cmd: Command) -> Tty {
+            use std::os::unix::process::CommandExt;
+            let size = nix::pty::Winsize {
+                ws_row: 50,
+                ws_col: 200,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            let pty = nix::pty::openpty(&size, None).expect("openpty");
+            let slave = || Stdio::from(pty.slave.try_clone().unwrap());
+            cmd.stdin(slave())
+                .stdout(slave())
+                .stderr(slave())
+                .process_group(0);
+            let child = cmd.spawn().expect("spawn claude on the pty");
+            drop(cmd);
+            drop(pty.slave);
+            let master = std::fs::File::from(pty.master);
+            let keys = master.try_clone().unwrap();
+            let out = Arc::new(Mutex::new(Vec::new()));
+            let sink = out.clone();
+            std::thread::spawn(move || {
+                let mut master = master;
+                let mut buf = [0u8; 8192];
+                // Ends with EIO once every holder of the slave side is gone.
+                while let Ok(n) = master.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    sink.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+            Tty { child, keys, out }
+        }
+
+        pub fn send(&mut self, keys: &str) {
+            self.keys.write_all(keys.as_bytes()).unwrap();
+            self.keys.flush().unwrap();
+        }
+
+        /// Everything drawn so far, without escape sequences.
+        pub fn text(&self) -> String {
+            plain(&self.out.lock().unwrap())
+        }
+
+        pub fn len(&self) -> usize {
+            self.out.lock().unwrap().len()
+        }
+
+        /// The last `n` characters drawn, for failure messages.
+        pub fn tail(&self, n: usize) -> String {
+            let text = self.text();
+            let skip = text.chars().count().saturating_sub(n);
+            text.chars().skip(skip).collect()
+        }
+
+        /// Waits until `ready` holds for the text drawn since byte `from` (escape sequences
+        /// removed), at most `limit`.
+        pub fn wait_for(&self, from: usize, limit: Duration, ready: impl Fn(&str) -> bool) -> bool {
+            let deadline = Instant::now() + limit;
+            while Instant::now() < deadline {
+                let raw = self.out.lock().unwrap().get(from..).map(|b| b.to_vec());
+                if raw.is_some_and(|b| ready(&plain(&b))) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            false
+        }
+
+        /// Waits until the UI has drawn nothing for `quiet` (at most `limit`).
+        pub fn settle(&self, quiet: Duration, limit: Duration) {
+            let deadline = Instant::now() + limit;
+            let mut last = (self.len(), Instant::now());
+            while Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(200));
+                let now = self.len();
+                if now != last.0 {
+                    last = (now, Instant::now());
+                } else if last.1.elapsed() >= quiet {
+                    return;
+                }
+            }
+        }
+
+        /// Waits for the process to end, at most `limit`.
+        pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+            let deadline = Instant::now() + limit;
+            while Instant::now() < deadline {
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    return Some(status);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            None
+        }
+    }
+
+    /// `raw` terminal output as text: escape sequences (CSI, OSC, DCS and two-byte ones) removed.
+    pub fn plain(raw: &[u8]) -> String {
+        let ansi = regex::Regex::new(
+            r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[PX^_][^\x1b]*\x1b\\|\x1b.",
+        )
+        .unwrap();
+        ansi.replace_all(&String::from_utf8_lossy(raw), "")
+            .into_owned()
+    }
+
+    impl Drop for Tty {
+        /// After a failure: SIGTERM to Claude Code's process group (the bridge in it stops its
+        /// runs on SIGTERM), then SIGKILL for Claude Code if it is still there.
+        fn drop(&mut self) {
+            if self.child.try_wait().ok().flatten().is_none() {
+                let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGTERM);
+                if self.wait_exit(Duration::from_secs(10)).is_none() {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                }
+            }
+        }
+    }
+}
+
+/// Live processes (pid, command line) whose environment carries `needle` (`KEY=value`).
+fn processes_with_env(needle: &str) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // A zombie is dead already, only not yet reaped.
+        if stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z')) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        found.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+    }
+    found
+}
+
+/// Every process carrying `needle` in its environment, sampled twice a second on a thread
+/// until [`Sampler::seen`] (or drop).
+struct Sampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<std::collections::BTreeMap<u32, String>>>,
+}
+
+impl Sampler {
+    fn start(needle: String) -> Sampler {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeMap::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                seen.extend(processes_with_env(&needle));
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            seen
+        });
+        Sampler {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; every (pid, command line) seen.
+    fn seen(mut self) -> std::collections::BTreeMap<u32, String> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Interactive Claude Code (no `-p`) on a pseudo-terminal, with MCP tasks at its default (no
+/// feature flag forced): the model starts a delegation, the bridge answers with an MCP task, the
+/// run finishes in the real opencode, and a later request to the model carries the task
+/// notification with the run's answer, the model never having called status, wait or result.
+/// `/exit` then ends Claude Code, and no process of the session (Claude Code, the bridge,
+/// opencode) is left.
+#[test]
+fn live_interactive_claude_code_delegation_runs_as_a_task_and_leaves_no_process() {
+    let Some(claude) = claude_or_skip() else {
+        return;
+    };
+    let Some(oc) = real_opencode() else {
+        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+        return;
+    };
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = ClaudeWorld::new(claude);
+    let script: Vec<Step> = vec![
+        call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": "Say hello to the reviewers"}),
+        ),
+        text("Delegated; I will wait for the notification."),
+        text("The delegated task reported back."),
+    ];
+    let fake = FakeAnthropic::start(SERVER, script).unwrap();
+    let fake_key = fake
+        .claude_env()
+        .into_iter()
+        .find_map(|(k, v)| (k == "ANTHROPIC_API_KEY").then_some(v))
+        .unwrap();
+    let project = world.root.join("demo");
+    // No dialog may block the UI: onboarding done, a theme chosen, the key approved (Claude
+    // Code remembers the last 20 characters of a key), the folder trusted. Written before
+    // `claude mcp add`, which adds the server to this file.
+    std::fs::write(
+        world.home.path().join(".claude.json"),
+        json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            "customApiKeyResponses": {
+                "approved": [fake_key[fake_key.len().saturating_sub(20)..].to_string()],
+                "rejected": []
+            },
+            "projects": {project.to_string_lossy(): {
+                "hasTrustDialogAccepted": true,
+                "hasCompletedProjectOnboarding": true
+            }}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let env = live_bridge_env(&sb, &oc);
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    world.register(&env);
+    // Every process of the session inherits this HOME: Claude Code passes it to the bridge,
+    // the bridge to opencode.
+    let marker = format!("HOME={}", world.home.path().display());
+    let sampler = Sampler::start(marker.clone());
+    let mut cmd = world.command();
+    for (k, v) in fake.claude_env() {
+        cmd.env(k, v);
+    }
+    cmd.env("TERM", "xterm-256color")
+        .arg("--allowedTools")
+        .arg(format!("mcp__{SERVER}__opencode_start"));
+    let mut tty = tty::Tty::spawn(cmd);
+    let dump = |tty: &tty::Tty, fake: &FakeAnthropic| {
+        format!(
+            "screen (last 4000 characters, escapes removed):\n{}\nresults: {:#?}\nrequests: {}",
+            tty.tail(4000),
+            fake.tool_results(),
+            fake.requests().len()
+        )
+    };
+    // The UI is up once it shows the input prompt and the mode line under it; then let it
+    // finish drawing before typing.
+    let ui_up = |s: &str| {
+        s.contains('❯') && (s.contains("shift+tab to cycle") || s.contains("for shortcuts"))
+    };
+    assert!(
+        tty.wait_for(0, Duration::from_secs(120), ui_up),
+        "the UI never came up\n{}",
+        dump(&tty, &fake)
+    );
+    tty.settle(Duration::from_secs(2), Duration::from_secs(30));
+    // Type like a user: the text, then (once it is echoed in the input box) Enter.
+    let typed = |tty: &mut tty::Tty, keys: &str| {
+        let from = tty.len();
+        tty.send(keys);
+        assert!(
+            tty.wait_for(from, Duration::from_secs(30), |s| squashed(s)
+                .contains(&squashed(keys))),
+            "{keys:?} was never echoed\n{}",
+            dump(tty, &fake)
+        );
+        tty.settle(Duration::from_millis(500), Duration::from_secs(10));
+        tty.send("\r");
+    };
+    typed(&mut tty, "Delegate the greeting to opencode.");
+    let notified = |fake: &FakeAnthropic| {
+        fake.requests()
+            .iter()
+            .any(|b| mentions(b, "task-notification") && mentions(b, OK_TEXT))
+    };
+    // The run takes 20-30 s of real opencode on a loaded 2-core machine; Claude Code polls
+    // tasks/get by itself and starts a turn when the task completes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while std::time::Instant::now() < deadline && !(notified(&fake) && fake.steps_done() >= 3) {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let bodies = fake.requests();
+    if let Ok(path) = std::env::var("OPENCODE_BRIDGE_TEST_DUMP") {
+        let _ = std::fs::write(
+            path,
+            serde_json::to_string_pretty(&bodies).unwrap_or_default(),
+        );
+    }
+    let starts = fake.results_of("opencode_start");
+    assert_eq!(starts.len(), 1, "{}", dump(&tty, &fake));
+    // Claude Code's placeholder for a call answered with a task (the model is told to wait).
+    assert!(
+        starts[0].text.contains("started server-side task 1"),
+        "{}",
+        dump(&tty, &fake)
+    );
+    assert!(
+        notified(&fake),
+        "no request carried the task notification with the run's answer\n{}",
+        dump(&tty, &fake)
+    );
+    let note = notification_in(&bodies, "completed").unwrap_or_default();
+    assert!(note.contains("task 1  succeeded"), "{note}");
+    // Only the start was called: no status, wait or result.
+    let called: Vec<Option<String>> = fake.tool_results().into_iter().map(|r| r.tool).collect();
+    assert_eq!(
+        called,
+        vec![Some("opencode_start".to_owned())],
+        "{}",
+        dump(&tty, &fake)
+    );
+    // The model's answer to the notification is on the screen: the session is idle again.
+    assert!(
+        tty.wait_for(0, Duration::from_secs(60), |s| squashed(s)
+            .contains(&squashed("The delegated task reported back."))),
+        "the answer to the notification was never shown\n{}",
+        dump(&tty, &fake)
+    );
+    tty.settle(Duration::from_secs(2), Duration::from_secs(30));
+    // Exit the way a user does.
+    typed(&mut tty, "/exit");
+    let status = tty.wait_exit(Duration::from_secs(60));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "Claude Code did not exit cleanly on /exit: {status:?}\n{}",
+        dump(&tty, &fake)
+    );
+    // Claude Code ends the bridge with SIGINT; give it time to finish.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut left = processes_with_env(&marker);
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        left = processes_with_env(&marker);
+    }
+    let seen = sampler.seen();
+    // The sampling saw the whole session: Claude Code, the bridge and the opencode run.
+    for part in [
+        claude_path_name(&world),
+        "opencode-bridge".to_owned(),
+        "opencode run".to_owned(),
+    ] {
+        assert!(
+            seen.values().any(|c| c.contains(&part)),
+            "no process like {part:?} was seen: {seen:#?}"
+        );
+    }
+    assert!(
+        left.is_empty(),
+        "processes of the session left after exit: {left:#?}\n{}",
+        dump(&tty, &fake)
+    );
+}
+
+/// `text` without whitespace: the UI draws many spaces as cursor moves, so screen text is
+/// compared squashed.
+fn squashed(text: &str) -> String {
+    text.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// The file name of the Claude Code binary as it appears in a command line.
+fn claude_path_name(world: &ClaudeWorld) -> String {
+    world
+        .claude
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "claude".into())
+}
