@@ -13,8 +13,10 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     ErrorCode, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    Implementation, ListPromptsResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -115,10 +117,14 @@ fn to_tool(def: ToolDef) -> Tool {
             tools::REPLY_CAP_CHARS.into(),
         );
     }
-    Tool::new(def.name, def.description, Arc::new(schema))
+    let tool = Tool::new(def.name, def.description, Arc::new(schema))
         .with_title(def.title)
         .with_annotations(annotations)
-        .with_meta(meta)
+        .with_meta(meta);
+    match crate::structured::output_schema(def.name) {
+        Some(schema) => tool.with_raw_output_schema(schema),
+        None => tool,
+    }
 }
 
 impl ServerHandler for Bridge {
@@ -129,6 +135,7 @@ impl ServerHandler for Bridge {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_prompts()
+                .enable_resources()
                 .enable_tasks()
                 .build(),
         )
@@ -141,17 +148,7 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        // One page: no cursor was ever handed out, so any cursor is invalid.
-        if let Some(cursor) = request.and_then(|r| r.cursor) {
-            return Err(McpError::new(
-                ErrorCode::INVALID_PARAMS,
-                format!(
-                    "unknown cursor `{}`: tools/list has a single page; call it without a cursor",
-                    crate::stdio_guard::clip(&cursor)
-                ),
-                None,
-            ));
-        }
+        no_cursor("tools/list", request)?;
         Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
     }
 
@@ -171,6 +168,35 @@ impl ServerHandler for Bridge {
         crate::mcp_prompts::get(&self.app, &request.name, request.arguments.as_ref())
             .await
             .map(GetPromptResponse::Complete)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        no_cursor("resources/list", request)?;
+        crate::mcp_resources::list(&self.app).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        no_cursor("resources/templates/list", request)?;
+        Ok(crate::mcp_resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let contents = crate::mcp_resources::read(&self.app, &request.uri).await?;
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![contents],
+        )))
     }
 
     async fn get_task(
@@ -253,7 +279,7 @@ impl ServerHandler for Bridge {
         let mut step: u32 = 0;
         // Dropping this future (on cancellation) abandons the work; blocking scans stop at
         // their deadline and their answer is discarded.
-        let work = self.app.call_with(call, progress);
+        let work = self.app.reply(call, progress);
         tokio::pin!(work);
         let outcome = loop {
             tokio::select! {
@@ -284,9 +310,24 @@ impl ServerHandler for Bridge {
         }
         drop(rx);
         Ok(match outcome {
-            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]).into(),
+            Ok(reply) => success_result(reply),
             Err(message) => error_result(message),
         })
+    }
+}
+
+/// Lists have one page: no cursor was ever handed out, so any cursor is invalid.
+fn no_cursor(method: &str, request: Option<PaginatedRequestParams>) -> Result<(), McpError> {
+    match request.and_then(|r| r.cursor) {
+        Some(cursor) => Err(McpError::new(
+            ErrorCode::INVALID_PARAMS,
+            format!(
+                "unknown cursor `{}`: {method} has a single page; call it without a cursor",
+                crate::stdio_guard::clip(&cursor)
+            ),
+            None,
+        )),
+        None => Ok(()),
     }
 }
 
@@ -312,6 +353,19 @@ impl Bridge {
     }
 }
 
+/// A successful reply: its text first (what the model reads), then a `resource_link` to the
+/// session it is about, and the structured result for tools that declare an `outputSchema`.
+fn success_result(reply: crate::app::Reply) -> CallToolResponse {
+    let mut content = vec![ContentBlock::text(reply.text)];
+    if let Some(session) = &reply.session {
+        content.push(crate::mcp_resources::link(session));
+    }
+    let mut result = CallToolResult::success(content);
+    result.structured_content = reply.structured;
+    result.into()
+}
+
+/// A failed call: one text, no structured content (whatever the tool's `outputSchema`).
 fn error_result(message: String) -> CallToolResponse {
     CallToolResult::error(vec![ContentBlock::text(message)]).into()
 }

@@ -507,3 +507,198 @@ fn prompts_are_listed_and_carry_the_policy_and_what_runs() {
     assert!(text.contains("Delegated tasks (opencode_list)"), "{text}");
     assert!(text.contains("0 delegated task(s)"), "{text}");
 }
+
+/// Every structuredContent the server returns, for each tool that declares an outputSchema,
+/// validates against that schema, with real data: tasks run by the fake opencode (succeeded,
+/// failed, running, cancelled, unknown ids), sessions from the real store fixture, the process
+/// table and the policy. Errors stay text-only.
+#[test]
+fn structured_results_validate_against_their_output_schemas() {
+    let world = World::new();
+    let (db, map) = common::fixture_store(&world);
+    let fake = bridge_testkit::bins::fake_opencode();
+    let mut server = Server::start(
+        &world,
+        &[
+            ("OPENCODE_BIN", fake.to_string_lossy().into_owned()),
+            ("OPENCODE_DB", db.to_string_lossy().into_owned()),
+            ("OPENCODE_BRIDGE_KILL_GRACE_MS", "300".into()),
+        ],
+    );
+    server.initialize();
+    let tools = server.request(1, "tools/list", json!({}))["result"]["tools"].clone();
+    let mut validators = std::collections::HashMap::new();
+    for t in tools.as_array().unwrap() {
+        let name = t["name"].as_str().unwrap().to_owned();
+        match t.get("outputSchema") {
+            Some(schema) => {
+                assert_eq!(schema["type"], "object", "{name}: {schema}");
+                let v = jsonschema::validator_for(schema)
+                    .unwrap_or_else(|e| panic!("{name}: not a valid JSON Schema: {e}"));
+                validators.insert(name, v);
+            }
+            None => assert!(
+                matches!(
+                    name.as_str(),
+                    "opencode_start"
+                        | "opencode_cancel"
+                        | "opencode_session_output"
+                        | "opencode_session_rename"
+                ),
+                "{name} has no outputSchema"
+            ),
+        }
+    }
+    assert_eq!(validators.len(), 7, "{:?}", validators.keys());
+
+    let mut checked: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut id = 100;
+    let mut call = |server: &mut Server, tool: &str, args: Value| -> Value {
+        id += 1;
+        let r = server.call(id, tool, args.clone());
+        let result = r["result"].clone();
+        assert_eq!(result["isError"], false, "{tool} {args}: {r}");
+        assert_eq!(result["content"][0]["type"], "text", "{r}");
+        let data = result
+            .get("structuredContent")
+            .unwrap_or_else(|| panic!("{tool} {args}: no structuredContent: {r}"))
+            .clone();
+        let errors: Vec<String> = validators[tool]
+            .iter_errors(&data)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{tool} {args}: {errors:?}\n{data:#}");
+        *checked.entry(tool.to_owned()).or_default() += 1;
+        result
+    };
+
+    // A task that succeeds, one that fails, one that runs until cancelled.
+    for (n, prompt) in [
+        (2, "Say hello"),
+        (3, "scenario: exit:3\nfail please"),
+        (4, "scenario: hang\nrun for long"),
+    ] {
+        let (text, is_error) = server.call_text(
+            n,
+            "opencode_start",
+            json!({"tier": "easy", "prompt": prompt, "cwd": "demo"}),
+        );
+        assert!(!is_error, "{text}");
+    }
+    let waited = call(
+        &mut server,
+        "opencode_wait",
+        json!({"ids": ["1", "2"], "mode": "all", "timeout_s": 30}),
+    );
+    let w = &waited["structuredContent"];
+    assert_eq!(w["satisfied"], true, "{w}");
+    assert_eq!(w["mode"], "all", "{w}");
+    let ok = call(&mut server, "opencode_status", json!({"id": "1"}));
+    let s = &ok["structuredContent"];
+    assert_eq!(s["id"], 1, "{s}");
+    assert_eq!(s["state"], "succeeded", "{s}");
+    assert_eq!(s["agent"], "worker", "{s}");
+    assert_eq!(s["session_id"], "ses_fake0000000000000000000001", "{s}");
+    assert_eq!(s["tokens"]["input"], 8, "{s}");
+    assert!(s["failure"].is_null(), "{s}");
+    // The text is unchanged, the session is linked after it.
+    let text = ok["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("task 1  succeeded"), "{text}");
+    assert_eq!(ok["content"][1]["type"], "resource_link", "{ok}");
+    assert_eq!(
+        ok["content"][1]["uri"], "opencode://session/ses_fake0000000000000000000001",
+        "{ok}"
+    );
+    let failed = call(&mut server, "opencode_status", json!({"id": "2"}));
+    let f = &failed["structuredContent"];
+    assert_eq!(f["state"], "failed", "{f}");
+    assert_eq!(f["exit_code"], 3, "{f}");
+    assert!(f["failure"]["kind"].is_string(), "{f}");
+    let running = call(&mut server, "opencode_status", json!({"id": "3"}));
+    assert!(
+        matches!(
+            running["structuredContent"]["state"].as_str(),
+            Some("starting" | "running")
+        ),
+        "{running}"
+    );
+    let procs = call(&mut server, "opencode_processes", json!({}));
+    assert!(
+        procs["structuredContent"]["processes"].is_array(),
+        "{procs}"
+    );
+    let listed = call(&mut server, "opencode_list", json!({}));
+    let l = &listed["structuredContent"];
+    assert_eq!(l["tasks"].as_array().map(Vec::len), Some(3), "{l}");
+    assert_eq!(l["running"], 1, "{l}");
+    let r = call(&mut server, "opencode_result", json!({"id": "1"}));
+    assert_eq!(r["structuredContent"]["task"]["state"], "succeeded", "{r}");
+    assert!(
+        r["structuredContent"]["output_chars"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    assert_eq!(r["content"][1]["type"], "resource_link", "{r}");
+    call(
+        &mut server,
+        "opencode_result",
+        json!({"id": "2", "tail": 10}),
+    );
+    let (text, _) = server.call_text(50, "opencode_cancel", json!({"id": "3"}));
+    assert!(text.contains("cancel"), "{text}");
+    call(&mut server, "opencode_result", json!({"id": "3"}));
+    let unknown = call(
+        &mut server,
+        "opencode_wait",
+        json!({"ids": ["3", "99"], "timeout_s": 1}),
+    );
+    assert_eq!(
+        unknown["structuredContent"]["unknown"],
+        json!([99]),
+        "{unknown}"
+    );
+    call(
+        &mut server,
+        "opencode_list",
+        json!({"label": "nothing has it"}),
+    );
+
+    // Sessions from the real store, policy in two modes and for a missing directory.
+    let sessions = call(&mut server, "opencode_sessions", json!({"limit": 50}));
+    let listed: Vec<&str> = sessions["structuredContent"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    let e401 = map["sessions"]["e401"]["id"].as_str().unwrap();
+    assert!(listed.contains(&e401), "{listed:?}");
+    let failed = call(&mut server, "opencode_sessions", json!({"state": "failed"}));
+    assert_eq!(
+        failed["structuredContent"]["sessions"][0]["state"], "failed",
+        "{failed}"
+    );
+    call(
+        &mut server,
+        "opencode_sessions",
+        json!({"children": "only"}),
+    );
+    let p = call(&mut server, "opencode_policy", json!({}));
+    assert_eq!(p["structuredContent"]["mode"], "blueprint", "{p}");
+    let p = call(&mut server, "opencode_policy", json!({"mode": "sensitive"}));
+    assert_eq!(p["structuredContent"]["mode"], "sensitive", "{p}");
+    let p = call(
+        &mut server,
+        "opencode_policy",
+        json!({"cwd": "no/such/dir"}),
+    );
+    assert!(p["structuredContent"]["warning"].is_string(), "{p}");
+
+    // A failed call keeps today's shape: one text, isError, no structuredContent.
+    let e = server.call(90, "opencode_status", json!({"id": "42"}));
+    assert_eq!(e["result"]["isError"], true, "{e}");
+    assert!(e["result"].get("structuredContent").is_none(), "{e}");
+    assert_eq!(e["result"]["content"].as_array().map(Vec::len), Some(1));
+
+    let tools_checked: Vec<&String> = checked.keys().collect();
+    assert_eq!(tools_checked.len(), 7, "{checked:?}");
+}
