@@ -702,3 +702,190 @@ fn structured_results_validate_against_their_output_schemas() {
     let tools_checked: Vec<&String> = checked.keys().collect();
     assert_eq!(tools_checked.len(), 7, "{checked:?}");
 }
+
+/// opencode sessions as resources: the template, the newest sessions listed (no subagent
+/// sessions, title as name), a read that is the session's transcript, one-line -32602 errors
+/// for a bad or unknown id, and the capability in both protocol eras.
+#[test]
+fn sessions_are_resources_listed_read_and_refused_with_one_line_errors() {
+    let world = World::new();
+    let (db, map) = common::fixture_store(&world);
+    let mut server = Server::start(
+        &world,
+        &[("OPENCODE_DB", db.to_string_lossy().into_owned())],
+    );
+    let init = server.initialize();
+    assert!(init["capabilities"]["resources"].is_object(), "{init}");
+
+    let t = server.request(1, "resources/templates/list", json!({}));
+    let templates = t["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{t}"));
+    assert_eq!(templates.len(), 1, "{t}");
+    assert_eq!(
+        templates[0]["uriTemplate"], "opencode://session/{id}",
+        "{t}"
+    );
+    assert_eq!(templates[0]["mimeType"], "text/plain", "{t}");
+
+    let l = server.request(2, "resources/list", json!({}));
+    let resources = l["result"]["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{l}"));
+    let sessions = server.call(
+        3,
+        "opencode_sessions",
+        json!({"limit": 50, "children": "exclude"}),
+    );
+    let roots: Vec<Value> = sessions["result"]["structuredContent"]["sessions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!roots.is_empty());
+    assert_eq!(resources.len(), roots.len().min(50), "{l}");
+    for (r, s) in resources.iter().zip(&roots) {
+        let id = s["id"].as_str().unwrap();
+        assert_eq!(r["uri"], format!("opencode://session/{id}"), "{r}");
+        let title = s["title"].as_str().unwrap();
+        assert_eq!(r["name"], if title.is_empty() { id } else { title }, "{r}");
+        assert_eq!(r["mimeType"], "text/plain", "{r}");
+        assert!(r["description"].as_str().unwrap().contains(id), "{r}");
+    }
+
+    let toolbash = map["sessions"]["toolbash"]["id"].as_str().unwrap();
+    let uri = format!("opencode://session/{toolbash}");
+    let r = server.request(4, "resources/read", json!({"uri": uri}));
+    let contents = r["result"]["contents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(contents.len(), 1, "{r}");
+    assert_eq!(contents[0]["uri"], uri, "{r}");
+    assert_eq!(contents[0]["mimeType"], "text/plain", "{r}");
+    let text = contents[0]["text"].as_str().unwrap();
+    // The transcript is what opencode_session_output mode=full shows.
+    let (full, _) = server.call_text(
+        5,
+        "opencode_session_output",
+        json!({"id": toolbash, "mode": "full", "max_chars": 100000}),
+    );
+    assert_eq!(redact(text, &world), redact(&full, &world));
+    assert!(text.contains("-> bash("), "{text}");
+
+    let bad = [
+        (
+            format!("opencode://session/{toolbash}x"),
+            "resource not found: no opencode session has the id",
+        ),
+        (
+            "opencode://session/ses_nosuchsession000000000".to_owned(),
+            "resource not found",
+        ),
+        (
+            "opencode://session/../../etc".to_owned(),
+            "bad resource uri",
+        ),
+        (
+            "file:///etc/passwd".to_owned(),
+            "only has opencode session resources",
+        ),
+        ("opencode://session/".to_owned(), "not a session id"),
+    ];
+    for (i, (uri, says)) in bad.iter().enumerate() {
+        let r = server.request(10 + i as i64, "resources/read", json!({"uri": uri}));
+        assert_eq!(r["error"]["code"], -32602, "{uri}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{uri}: {message}");
+        assert!(!message.contains('\n'), "{message}");
+        assert!(message.contains("resources/list"), "{message}");
+        assert_eq!(r["error"]["data"]["uri"], *uri, "{r}");
+    }
+    let r = server.request(20, "resources/list", json!({"cursor": "abc"}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    // The modern era lists them too (rmcp adds the caching hints).
+    let r = server.request(21, "server/discover", json!({"_meta": modern_meta()}));
+    assert!(r["result"]["capabilities"]["resources"].is_object(), "{r}");
+    let l = server.request(22, "resources/list", json!({"_meta": modern_meta()}));
+    assert_eq!(
+        l["result"]["resources"].as_array().map(Vec::len),
+        Some(resources.len()),
+        "{l}"
+    );
+}
+
+/// Before opencode ever ran (no store), the list is empty and a read is "not found", not a
+/// failure.
+#[test]
+fn no_store_yet_means_no_session_resources() {
+    let world = World::new();
+    let mut server = Server::start(
+        &world,
+        &[(
+            "OPENCODE_DB",
+            world
+                .path("none/opencode.db")
+                .to_string_lossy()
+                .into_owned(),
+        )],
+    );
+    server.initialize();
+    let l = server.request(1, "resources/list", json!({}));
+    assert_eq!(l["result"]["resources"], json!([]), "{l}");
+    let r = server.request(
+        2,
+        "resources/read",
+        json!({"uri": "opencode://session/ses_dd67b5ba3fferNBrHDNM7PmDEB"}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+}
+
+/// A start links the task's session after its text once the session id is known when it
+/// answers (a sync run, or a call with a progress token, which waits for the id); a start
+/// that answers before the id is known has the text only.
+#[test]
+fn a_start_links_its_session_once_known() {
+    let world = World::new();
+    let fake = bridge_testkit::bins::fake_opencode();
+    let mut server = Server::start(
+        &world,
+        &[("OPENCODE_BIN", fake.to_string_lossy().into_owned())],
+    );
+    server.initialize();
+    let link = "opencode://session/ses_fake0000000000000000000001";
+    let r = server.call(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Say hello", "cwd": "demo", "wait_s": 30}),
+    );
+    let content = r["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        content[0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("task 1 finished"),
+        "{r}"
+    );
+    assert_eq!(content[1]["type"], "resource_link", "{r}");
+    assert_eq!(content[1]["uri"], link, "{r}");
+    assert!(r["result"].get("structuredContent").is_none(), "{r}");
+
+    let r = server.request(
+        2,
+        "tools/call",
+        json!({"_meta": {"progressToken": "p1"}, "name": "opencode_start",
+               "arguments": {"tier": "easy", "prompt": "Say hello again", "cwd": "demo"}}),
+    );
+    let content = r["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        content[0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("started task 2:"),
+        "{r}"
+    );
+    assert_eq!(content[1]["uri"], link, "{r}");
+}
