@@ -889,3 +889,90 @@ fn a_start_links_its_session_once_known() {
     );
     assert_eq!(content[1]["uri"], link, "{r}");
 }
+
+/// The Python interpreter of the venv `scripts/test.sh` installs the Python MCP SDK into
+/// (`$OPENCODE_BRIDGE_TEST_CACHE/pymcp`), or `None` outside CI when it is missing.
+fn python_mcp_sdk() -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os(bridge_testkit::sandbox::CACHE_ENV).filter(|v| !v.is_empty());
+    let python = cache.map(|c| std::path::PathBuf::from(c).join("pymcp/bin/python"));
+    match python {
+        Some(p) if p.is_file() => Some(p),
+        other => {
+            let why = match other {
+                Some(p) => format!("{} does not exist", p.display()),
+                None => format!("{} is not set", bridge_testkit::sandbox::CACHE_ENV),
+            };
+            assert!(
+                !bridge_testkit::sandbox::in_ci(),
+                "{why}: the independent-client check needs the Python MCP SDK under CI; run scripts/test.sh, which installs it"
+            );
+            eprintln!("skipped: {why} (scripts/test.sh installs the Python MCP SDK there)");
+            None
+        }
+    }
+}
+
+/// An independent client: the official Python MCP SDK (`mcp`, pinned in scripts/test.sh)
+/// drives the built binary over stdio in both protocol eras, with the fake opencode and the
+/// real store fixture: it lists and reads resources (an unknown id is -32602), lists and gets
+/// the prompts, calls the tools and validates every structuredContent against its tool's
+/// outputSchema with the `jsonschema` package (`tests/python/independent_client.py`).
+#[test]
+fn the_python_mcp_sdk_reads_resources_gets_prompts_and_validates_structured_results() {
+    let Some(python) = python_mcp_sdk() else {
+        return;
+    };
+    let world = World::new();
+    let (db, map) = common::fixture_store(&world);
+    let mut env: serde_json::Map<String, Value> = world
+        .env()
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    env.insert(
+        "OPENCODE_BIN".into(),
+        bridge_testkit::bins::fake_opencode()
+            .to_string_lossy()
+            .into_owned()
+            .into(),
+    );
+    env.insert(
+        "OPENCODE_DB".into(),
+        db.to_string_lossy().into_owned().into(),
+    );
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/independent_client.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .env("BRIDGE_BIN", common::binary())
+        .env("BRIDGE_ENV", Value::Object(env).to_string())
+        .env("BRIDGE_CWD", world.root())
+        .env(
+            "FIXTURE_SESSION",
+            map["sessions"]["toolbash"]["id"].as_str().unwrap(),
+        )
+        .output()
+        .expect("run the Python MCP SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the Python MCP SDK client failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    for line in [
+        "legacy: connected, protocol 2025-11-25",
+        "auto: connected, protocol 2026-07-28",
+        "auto: prompts ['delegate', 'running'] listed and got",
+        "OK",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line:?} missing:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("auto: structuredContent validated"),
+        "{stdout}"
+    );
+}
