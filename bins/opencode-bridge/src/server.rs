@@ -29,19 +29,42 @@ pub const SERVER_NAME: &str = "opencode-bridge";
 #[derive(Debug, Clone)]
 pub struct Bridge {
     app: Arc<App>,
+    /// With the output schemas.
     tools: Arc<Vec<Tool>>,
+    /// The same without output schemas, for clients that get no structured results.
+    plain_tools: Arc<Vec<Tool>>,
     instructions: Arc<String>,
 }
 
 impl Bridge {
     pub fn new(app: Arc<App>) -> Bridge {
-        let tools = tools::definitions().into_iter().map(to_tool).collect();
+        let tools: Vec<Tool> = tools::definitions().into_iter().map(to_tool).collect();
+        let plain_tools = tools
+            .iter()
+            .cloned()
+            .map(|mut t| {
+                t.output_schema = None;
+                t
+            })
+            .collect();
         let instructions = app.instructions();
         Bridge {
             app,
             tools: Arc::new(tools),
+            plain_tools: Arc::new(plain_tools),
             instructions: Arc::new(instructions),
         }
+    }
+
+    /// Whether the client of this request gets output schemas and structured results
+    /// (`OPENCODE_BRIDGE_STRUCTURED`; by default every client but Claude Code, which would show
+    /// the model the JSON instead of the text).
+    fn structured_for(&self, context: &RequestContext<RoleServer>) -> bool {
+        let client = context.client_info();
+        self.app
+            .settings
+            .structured
+            .for_client(client.as_ref().map(|c| c.name.as_str()))
     }
 }
 
@@ -146,10 +169,15 @@ impl ServerHandler for Bridge {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         no_cursor("tools/list", request)?;
-        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+        let tools = if self.structured_for(&context) {
+            &self.tools
+        } else {
+            &self.plain_tools
+        };
+        Ok(ListToolsResult::with_all_items(tools.as_ref().clone()))
     }
 
     async fn list_prompts(
@@ -309,8 +337,14 @@ impl ServerHandler for Bridge {
             }
         }
         drop(rx);
+        let structured = self.structured_for(&context);
         Ok(match outcome {
-            Ok(reply) => success_result(reply),
+            Ok(mut reply) => {
+                if !structured {
+                    reply.structured = None;
+                }
+                success_result(reply)
+            }
             Err(message) => error_result(message),
         })
     }

@@ -976,3 +976,87 @@ fn the_python_mcp_sdk_reads_resources_gets_prompts_and_validates_structured_resu
         "{stdout}"
     );
 }
+
+/// Claude Code (clientInfo `claude-code`) hands the model the JSON of `structuredContent`
+/// instead of the text, so by default it gets neither output schemas nor structured results,
+/// in both eras; `OPENCODE_BRIDGE_STRUCTURED=on` gives them to it, `off` to no client.
+#[test]
+fn claude_code_gets_the_text_and_no_structured_results_unless_asked() {
+    let claude_meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "2.1.328"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let schemas = |r: &Value| -> usize {
+        r["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .filter(|t| t.get("outputSchema").is_some())
+            .count()
+    };
+    let init_as = |server: &mut Server, name: &str| {
+        let r = server.request(
+            0,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": name, "version": "1"}}),
+        );
+        assert!(r["result"].is_object(), "{r}");
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    };
+    for (setting, claude_gets, others_get) in [
+        (None, false, true),
+        (Some("on"), true, true),
+        (Some("off"), false, false),
+    ] {
+        let world = World::new();
+        let env: Vec<(&str, String)> = setting
+            .map(|s| vec![("OPENCODE_BRIDGE_STRUCTURED", s.to_owned())])
+            .unwrap_or_default();
+        // Legacy era: the client named itself in initialize.
+        let mut server = Server::start(&world, &env);
+        init_as(&mut server, "claude-code");
+        let r = server.request(1, "tools/list", json!({}));
+        assert_eq!(schemas(&r) == 7, claude_gets, "{setting:?}");
+        assert_eq!(schemas(&r) == 0, !claude_gets, "{setting:?}");
+        let p = server.call(2, "opencode_policy", json!({}));
+        assert_eq!(
+            p["result"].get("structuredContent").is_some(),
+            claude_gets,
+            "{setting:?} {p}"
+        );
+        let text = p["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("mode: blueprint (from"), "{text}");
+        drop(server);
+
+        let mut server = Server::start(&world, &env);
+        init_as(&mut server, "some-other-client");
+        let r = server.request(1, "tools/list", json!({}));
+        assert_eq!(schemas(&r) == 7, others_get, "{setting:?}");
+        let p = server.call(2, "opencode_policy", json!({}));
+        assert_eq!(
+            p["result"].get("structuredContent").is_some(),
+            others_get,
+            "{setting:?}"
+        );
+        drop(server);
+
+        // Modern era: each request names its client.
+        let mut server = Server::start(&world, &env);
+        let r = server.request(1, "tools/list", json!({"_meta": claude_meta.clone()}));
+        assert_eq!(schemas(&r) == 7, claude_gets, "{setting:?} {r}");
+        let p = server.request(
+            2,
+            "tools/call",
+            json!({"_meta": claude_meta.clone(), "name": "opencode_policy", "arguments": {}}),
+        );
+        assert_eq!(
+            p["result"].get("structuredContent").is_some(),
+            claude_gets,
+            "{setting:?} {p}"
+        );
+        let r = server.request(3, "tools/list", json!({"_meta": modern_meta()}));
+        assert_eq!(schemas(&r) == 7, others_get, "{setting:?}");
+    }
+}
