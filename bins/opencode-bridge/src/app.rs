@@ -655,18 +655,9 @@ impl App {
     /// opencode's store when opencode has not run on this machine yet: the store backend would
     /// be used (no server, no forced backend, no v2 `api` command) and the file does not exist
     /// or is empty. That is the normal first state, not a failure.
+    /// May run `opencode --help` (once per binary): call it off the async thread.
     pub fn store_not_created_yet(&self) -> Option<PathBuf> {
-        let cfg = self.client.as_ref().ok()?;
-        // A forced backend was asked for on purpose: its faults are errors.
-        if cfg.server_url.is_some() || cfg.backend.is_some() {
-            return None;
-        }
-        match std::fs::metadata(&cfg.db_path) {
-            Ok(m) if m.is_file() && m.len() == 0 => Some(cfg.db_path.clone()),
-            Ok(_) => None,
-            Err(_) => (!opencode_client::backend::has_api_command(&cfg.opencode_bin))
-                .then(|| cfg.db_path.clone()),
-        }
+        store_not_created_yet(self.client.as_ref().ok()?)
     }
 
     /// The session source, chosen afresh (the store may appear after the server started).
@@ -842,18 +833,21 @@ impl App {
     }
 
     /// The newest `limit` sessions that are not subagent sessions (MCP `resources/list`);
-    /// none before opencode first ran.
+    /// none before opencode first ran. Everything that may start a process (the `opencode
+    /// --help` probe of a missing store) runs on the blocking pool: Claude Code lists resources
+    /// as it connects, and the server must keep answering its other requests meanwhile.
     pub async fn recent_sessions(
         &self,
         limit: usize,
     ) -> Result<Vec<opencode_client::Session>, String> {
-        if self.store_not_created_yet().is_some() {
-            return Ok(Vec::new());
-        }
-        let liveness = self.liveness().await;
-        let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let liveness = self.liveness().await;
         blocking(move || {
+            if store_not_created_yet(&cfg).is_some() {
+                return Ok(Vec::new());
+            }
+            let (source, _why) =
+                choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
             let ctx = cfg.scan_context(liveness);
             let filter = SessionFilter {
                 limit,
@@ -870,14 +864,15 @@ impl App {
     /// mode=full` shows, cut to [`REPLY_CAP_CHARS`] keeping the end; `Ok(None)` when no session
     /// has this exact id.
     pub async fn session_transcript(&self, id: &str) -> Result<Option<String>, String> {
-        if self.store_not_created_yet().is_some() {
-            return Ok(None);
-        }
-        let liveness = self.liveness().await;
-        let (source, _why) = self.source()?;
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let liveness = self.liveness().await;
         let id = id.to_owned();
         blocking(move || {
+            if store_not_created_yet(&cfg).is_some() {
+                return Ok(None);
+            }
+            let (source, _why) =
+                choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
             let ctx = cfg.scan_context(liveness);
             match source.transcript(&id, None, &ctx) {
                 Ok(t) => Ok(Some(render::transcript(
@@ -914,6 +909,20 @@ impl App {
             Ok(render::renamed(&s, warning.as_deref(), ctx.now_ms))
         })
         .await
+    }
+}
+
+/// [`App::store_not_created_yet`] for a client configuration.
+fn store_not_created_yet(cfg: &ClientConfig) -> Option<PathBuf> {
+    // A forced backend was asked for on purpose: its faults are errors.
+    if cfg.server_url.is_some() || cfg.backend.is_some() {
+        return None;
+    }
+    match std::fs::metadata(&cfg.db_path) {
+        Ok(m) if m.is_file() && m.len() == 0 => Some(cfg.db_path.clone()),
+        Ok(_) => None,
+        Err(_) => (!opencode_client::backend::has_api_command(&cfg.opencode_bin))
+            .then(|| cfg.db_path.clone()),
     }
 }
 

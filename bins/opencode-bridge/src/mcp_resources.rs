@@ -10,6 +10,9 @@ use rmcp::model::{
     ResourceContents, ResourceTemplate,
 };
 use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The scheme and path every session URI starts with.
 pub const PREFIX: &str = "opencode://session/";
@@ -47,13 +50,65 @@ pub fn templates() -> ListResourceTemplatesResult {
     ])
 }
 
-/// `resources/list`: the newest sessions that are not subagent sessions.
-pub async fn list(app: &App) -> Result<ListResourcesResult, McpError> {
+/// How long `resources/list` waits for the session listing. Claude Code lists resources as it
+/// connects and leaves a server's tools out of the first model request when its lists are not
+/// all in by then (seen with 2.1.328: a 4 s first listing, the `opencode --help` probe of a
+/// missing store, cost the session every bridge tool). A slower listing goes on in the
+/// background and the next `resources/list` gets it.
+pub const LIST_DEADLINE: Duration = Duration::from_millis(500);
+
+/// The last complete listing, and whether one is under way.
+#[derive(Debug, Default)]
+pub struct Listing {
+    last: Mutex<Vec<Resource>>,
+    refreshing: AtomicBool,
+}
+
+/// `resources/list`: the newest sessions that are not subagent sessions, or, when listing them
+/// takes longer than [`LIST_DEADLINE`], the last complete listing (empty at first).
+pub async fn list(app: &Arc<App>, listing: &Arc<Listing>) -> Result<ListResourcesResult, McpError> {
+    let last = || {
+        ListResourcesResult::with_all_items(
+            listing
+                .last
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        )
+    };
+    if listing.refreshing.swap(true, Ordering::SeqCst) {
+        return Ok(last());
+    }
+    let (app, shared) = (app.clone(), listing.clone());
+    let task = tokio::spawn(async move {
+        let fresh = fetch(&app).await;
+        if let Ok(resources) = &fresh {
+            *shared.last.lock().unwrap_or_else(|e| e.into_inner()) = resources.clone();
+        }
+        shared.refreshing.store(false, Ordering::SeqCst);
+        fresh
+    });
+    match tokio::time::timeout(LIST_DEADLINE, task).await {
+        Ok(Ok(fresh)) => fresh.map(ListResourcesResult::with_all_items),
+        Ok(Err(e)) => Err(McpError::internal_error(
+            format!("cannot list sessions: {e}"),
+            None,
+        )),
+        Err(_) => {
+            tracing::info!(
+                "resources/list: the session listing is slow; answering with the last one (the next resources/list has the new one)"
+            );
+            Ok(last())
+        }
+    }
+}
+
+async fn fetch(app: &App) -> Result<Vec<Resource>, McpError> {
     let sessions = app
         .recent_sessions(LISTED)
         .await
         .map_err(|e| McpError::internal_error(format!("cannot list sessions: {e}"), None))?;
-    let resources = sessions
+    Ok(sessions
         .iter()
         .map(|s| {
             let name = if s.title.trim().is_empty() {
@@ -71,8 +126,7 @@ pub async fn list(app: &App) -> Result<ListResourcesResult, McpError> {
                 ))
                 .with_mime_type(MIME)
         })
-        .collect();
-    Ok(ListResourcesResult::with_all_items(resources))
+        .collect())
 }
 
 /// `resources/read`.

@@ -34,6 +34,8 @@ pub struct Bridge {
     /// The same without output schemas, for clients that get no structured results.
     plain_tools: Arc<Vec<Tool>>,
     instructions: Arc<String>,
+    /// The last `resources/list` answer (see [`crate::mcp_resources::LIST_DEADLINE`]).
+    listing: Arc<crate::mcp_resources::Listing>,
 }
 
 impl Bridge {
@@ -53,6 +55,7 @@ impl Bridge {
             tools: Arc::new(tools),
             plain_tools: Arc::new(plain_tools),
             instructions: Arc::new(instructions),
+            listing: Arc::default(),
         }
     }
 
@@ -204,7 +207,7 @@ impl ServerHandler for Bridge {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         no_cursor("resources/list", request)?;
-        crate::mcp_resources::list(&self.app).await
+        crate::mcp_resources::list(&self.app, &self.listing).await
     }
 
     async fn list_resource_templates(

@@ -1060,3 +1060,58 @@ fn claude_code_gets_the_text_and_no_structured_results_unless_asked() {
         assert_eq!(schemas(&r) == 7, others_get, "{setting:?}");
     }
 }
+
+/// Claude Code lists resources as it connects and drops a server's tools from the first model
+/// request when its lists are late: a slow session listing (here an `opencode --help` probe
+/// that takes 3 s, made when the store does not exist yet) must not hold up `resources/list`
+/// or anything else.
+#[test]
+fn a_slow_session_listing_does_not_hold_up_resources_list() {
+    let world = World::new();
+    let slow = world.path("bin/opencode");
+    std::fs::create_dir_all(slow.parent().unwrap()).unwrap();
+    std::fs::write(
+        &slow,
+        "#!/bin/sh\ncase \"$1\" in\n  --help) sleep 3; echo 'opencode run'; exit 0 ;;\n  --version) echo 1.18.33; exit 0 ;;\nesac\nexit 0\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut server = Server::start(
+        &world,
+        &[
+            ("OPENCODE_BIN", slow.to_string_lossy().into_owned()),
+            (
+                "OPENCODE_DB",
+                world
+                    .path("none/opencode.db")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+        ],
+    );
+    server.initialize();
+    let started = std::time::Instant::now();
+    let l = server.request(1, "resources/list", json!({}));
+    let t = server.request(2, "tools/list", json!({}));
+    let took = started.elapsed();
+    assert_eq!(l["result"]["resources"], json!([]), "{l}");
+    assert_eq!(
+        t["result"]["tools"].as_array().map(Vec::len),
+        Some(11),
+        "{t}"
+    );
+    assert!(
+        took < Duration::from_millis(2000),
+        "resources/list and tools/list took {took:?}"
+    );
+    // While the slow listing goes on, another list answers at once too.
+    let again = std::time::Instant::now();
+    let l = server.request(3, "resources/list", json!({}));
+    assert_eq!(l["result"]["resources"], json!([]), "{l}");
+    assert!(
+        again.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        again.elapsed()
+    );
+}
