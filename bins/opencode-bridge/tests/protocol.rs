@@ -334,6 +334,12 @@ fn a_start_from_a_tasks_client_is_a_task_whose_result_comes_from_tasks_get() {
         text.contains("agent=worker title=DEMO/worker: Say hello"),
         "{text}"
     );
+    let link = &result["result"]["content"][1];
+    assert_eq!(link["type"], "resource_link", "{done}");
+    assert_eq!(
+        link["uri"], "opencode://session/ses_fake0000000000000000000001",
+        "{done}"
+    );
 
     // A refusal is a plain tool error, not a task.
     let r = server.request(
