@@ -20,6 +20,17 @@ install_npm() { # dir package@version binary-path
 install_npm "$cache/oc" "opencode-ai@$OPENCODE_VERSION" node_modules/opencode-linux-x64/bin/opencode
 install_npm "$cache/cc" "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" node_modules/.bin/claude
 
+# The Python MCP SDK, an independent client for tests/protocol.rs (tests/python/): a venv in the
+# cache, pinned like the npm packages.
+PY_MCP_VERSION=2.3.0
+PY_JSONSCHEMA_VERSION=4.26.0
+if ! "$cache/pymcp/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$PY_MCP_VERSION' or m.version('jsonschema') != '$PY_JSONSCHEMA_VERSION')" 2>/dev/null; then
+  echo "test.sh: installing mcp==$PY_MCP_VERSION (Python MCP SDK) into $cache/pymcp" >&2
+  python3 -m venv "$cache/pymcp"
+  "$cache/pymcp/bin/pip" install --quiet --disable-pip-version-check \
+    "mcp==$PY_MCP_VERSION" "jsonschema==$PY_JSONSCHEMA_VERSION" >&2
+fi
+
 export OPENCODE_BRIDGE_TEST_OPENCODE="$cache/oc/node_modules/opencode-linux-x64/bin/opencode"
 export OPENCODE_BRIDGE_TEST_CLAUDE="$cache/cc/node_modules/.bin/claude"
 export OPENCODE_BRIDGE_TEST_CACHE="$cache"

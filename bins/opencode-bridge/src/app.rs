@@ -4,6 +4,7 @@
 
 use crate::config::Settings;
 use crate::roster::RosterSource;
+use crate::structured;
 use crate::tools::{
     Call, OutputArgs, REPLY_CAP_CHARS, SESSIONS_DEFAULT_LIMIT, SessionsArgs, StartArgs,
 };
@@ -16,7 +17,7 @@ use opencode_client::backend::{ClientConfig, choose_backend_with};
 use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
-use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec};
+use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec, WaitReport};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,27 @@ impl fmt::Debug for App {
 
 /// A session source and the sentence saying why it was chosen.
 pub type Chosen = (Box<dyn SessionSource>, String);
+
+/// What a call answers: the text the model reads, the same facts as data for the tools that
+/// declare an `outputSchema` (see [`crate::structured`]), and the opencode session the reply
+/// is about, when known (the MCP server links it as a resource).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub text: String,
+    pub structured: Option<serde_json::Value>,
+    pub session: Option<String>,
+}
+
+impl Reply {
+    /// A text-only reply.
+    pub fn text(text: String) -> Reply {
+        Reply {
+            text,
+            structured: None,
+            session: None,
+        }
+    }
+}
 
 /// Where a call reports how far it got (the server turns each message into an MCP progress
 /// notification when the caller asked for them). Reports after the call ended go nowhere.
@@ -148,17 +170,24 @@ impl App {
 
     /// Like [`call`](Self::call), reporting its steps to `progress`.
     pub async fn call_with(&self, call: Call, progress: Progress) -> Result<String, String> {
-        self.call_uncapped(call, progress)
-            .await
-            .map(|text| cap_reply(&text))
+        self.reply(call, progress).await.map(|r| r.text)
     }
 
-    async fn call_uncapped(&self, call: Call, progress: Progress) -> Result<String, String> {
+    /// Like [`call_with`](Self::call_with), with the structured result and the session the
+    /// reply is about (the MCP server adds them to the text).
+    pub async fn reply(&self, call: Call, progress: Progress) -> Result<Reply, String> {
+        self.call_uncapped(call, progress).await.map(|mut r| {
+            r.text = cap_reply(&r.text);
+            r
+        })
+    }
+
+    async fn call_uncapped(&self, call: Call, progress: Progress) -> Result<Reply, String> {
         match call {
             Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode.as_deref()).await,
             Call::Sessions(args) => self.sessions(args).await,
-            Call::SessionOutput(args) => self.session_output(args).await,
-            Call::Rename { id, title } => self.rename(id, title).await,
+            Call::SessionOutput(args) => self.session_output(args).await.map(Reply::text),
+            Call::Rename { id, title } => self.rename(id, title).await.map(Reply::text),
             Call::Start(args) => self.start(args, &progress).await,
             Call::Wait {
                 ids,
@@ -169,7 +198,14 @@ impl App {
                     .iter()
                     .map(|i| parse_task_id(i))
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok(self.wait(&ids, all, timeout_s, &progress).await)
+                let report = self.wait(&ids, all, timeout_s, &progress).await;
+                Ok(Reply {
+                    text: render::tasks::waited(&report, all, timeout_s),
+                    structured: Some(structured::to_value(&structured::WaitView::new(
+                        &report, all, timeout_s,
+                    ))),
+                    session: None,
+                })
             }
             Call::Status { id } => {
                 let id = parse_task_id(&id)?;
@@ -179,7 +215,11 @@ impl App {
                     .status(id)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
                 let note = self.lost_note(&snap).await;
-                Ok(render::tasks::status(&snap) + &note)
+                Ok(Reply {
+                    text: render::tasks::status(&snap) + &note,
+                    structured: Some(structured::to_value(&structured::TaskView::from(&snap))),
+                    session: snap.session_id.clone().or(snap.continues.clone()),
+                })
             }
             Call::Result { id, head, tail } => {
                 let id = parse_task_id(&id)?;
@@ -189,11 +229,19 @@ impl App {
                     .result(id, head, tail)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
                 let note = self.lost_note(&out.snapshot).await;
-                Ok(render::tasks::result(&out) + &note)
+                Ok(Reply {
+                    text: render::tasks::result(&out) + &note,
+                    structured: Some(structured::to_value(&structured::ResultView::from(&out))),
+                    session: out
+                        .snapshot
+                        .session_id
+                        .clone()
+                        .or(out.snapshot.continues.clone()),
+                })
             }
             Call::Cancel { id } => {
                 let id = parse_task_id(&id)?;
-                render::tasks::cancelled(id, self.supervisor.cancel(id).await)
+                render::tasks::cancelled(id, self.supervisor.cancel(id).await).map(Reply::text)
             }
             Call::List { label } => {
                 self.learn_sessions().await;
@@ -202,13 +250,27 @@ impl App {
                     tasks.retain(|t| t.label.as_deref() == Some(l.as_str()));
                 }
                 let running = tasks.iter().filter(|t| !t.state.is_finished()).count();
-                Ok(render::tasks::task_list(
-                    &tasks,
-                    running,
-                    self.supervisor.config().max_parallel,
-                ))
+                let max_parallel = self.supervisor.config().max_parallel;
+                Ok(Reply {
+                    text: render::tasks::task_list(&tasks, running, max_parallel),
+                    structured: Some(structured::to_value(&structured::ListView {
+                        tasks: tasks.iter().map(Into::into).collect(),
+                        running: running as u64,
+                        max_parallel: max_parallel as u64,
+                    })),
+                    session: None,
+                })
             }
-            Call::Processes => Ok(self.processes()),
+            Call::Processes => {
+                let procs = self.supervisor.processes();
+                Ok(Reply {
+                    text: render::tasks::processes(&procs),
+                    structured: Some(structured::to_value(&structured::ProcessesView {
+                        processes: procs.iter().map(Into::into).collect(),
+                    })),
+                    session: None,
+                })
+            }
         }
     }
 
@@ -232,7 +294,7 @@ impl App {
         all: bool,
         timeout_s: u64,
         progress: &Progress,
-    ) -> String {
+    ) -> WaitReport {
         let total = ids.len();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
         let mut last_done = usize::MAX;
@@ -247,7 +309,7 @@ impl App {
             let report = self.supervisor.wait_for(ids, all, slice).await;
             let done = report.finished.len();
             if report.satisfied || left <= slice {
-                return render::tasks::waited(&report, all, timeout_s);
+                return report;
             }
             if done != last_done || progress.wanted() {
                 progress.report(format!(
@@ -265,13 +327,23 @@ impl App {
     /// (cwd inside the root, parallel limit, opencode present). Returns at once, unless the
     /// caller asked for progress: then it reports the run's start and waits up to 10 s for
     /// its session id.
-    pub async fn start(&self, args: StartArgs, progress: &Progress) -> Result<String, String> {
+    /// The reply carries the task's session when it is known by the time it answers.
+    async fn start(&self, args: StartArgs, progress: &Progress) -> Result<Reply, String> {
         let wait_s = args.wait_s;
         let (id, started) = self.start_task(args, progress).await?;
-        match wait_s {
-            Some(wait_s) => Ok(self.sync_wait(id, wait_s, started).await),
-            None => Ok(started),
-        }
+        let text = match wait_s {
+            Some(wait_s) => self.sync_wait(id, wait_s, started).await,
+            None => started,
+        };
+        let session = self
+            .supervisor
+            .status(id)
+            .and_then(|s| s.session_id.or(s.continues));
+        Ok(Reply {
+            text,
+            structured: None,
+            session,
+        })
     }
 
     /// Starts the task (policy first, then the supervisor) and returns its id with the start
@@ -515,7 +587,7 @@ impl App {
     }
 
     /// `opencode_policy`.
-    pub async fn policy(&self, cwd: Option<&str>, mode: Option<&str>) -> Result<String, String> {
+    async fn policy(&self, cwd: Option<&str>, mode: Option<&str>) -> Result<Reply, String> {
         let dir = self.resolve_dir(cwd);
         let warning = if cwd.is_some() && !dir.is_dir() {
             format!(
@@ -529,7 +601,16 @@ impl App {
             bridge_policy::detect_mode(&SystemEnv, &dir, mode).map_err(|e| e.to_string())?;
         let roster = self.roster(&dir).await;
         let view = PolicyView::from_parts(&SystemEnv, decision, &roster);
-        Ok(warning + &render::policy(&view))
+        let data = structured::PolicyOut::new(
+            &dir,
+            &view,
+            (!warning.is_empty()).then(|| warning.trim_end().to_owned()),
+        );
+        Ok(Reply {
+            text: warning + &render::policy(&view),
+            structured: Some(structured::to_value(&data)),
+            session: None,
+        })
     }
 
     /// A session id, or a prefix of exactly one session's id (`ses_3f2a` for
@@ -574,18 +655,9 @@ impl App {
     /// opencode's store when opencode has not run on this machine yet: the store backend would
     /// be used (no server, no forced backend, no v2 `api` command) and the file does not exist
     /// or is empty. That is the normal first state, not a failure.
+    /// May run `opencode --help` (once per binary): call it off the async thread.
     pub fn store_not_created_yet(&self) -> Option<PathBuf> {
-        let cfg = self.client.as_ref().ok()?;
-        // A forced backend was asked for on purpose: its faults are errors.
-        if cfg.server_url.is_some() || cfg.backend.is_some() {
-            return None;
-        }
-        match std::fs::metadata(&cfg.db_path) {
-            Ok(m) if m.is_file() && m.len() == 0 => Some(cfg.db_path.clone()),
-            Ok(_) => None,
-            Err(_) => (!opencode_client::backend::has_api_command(&cfg.opencode_bin))
-                .then(|| cfg.db_path.clone()),
-        }
+        store_not_created_yet(self.client.as_ref().ok()?)
     }
 
     /// The session source, chosen afresh (the store may appear after the server started).
@@ -690,7 +762,7 @@ impl App {
     }
 
     /// `opencode_sessions`.
-    pub async fn sessions(&self, args: SessionsArgs) -> Result<String, String> {
+    async fn sessions(&self, args: SessionsArgs) -> Result<Reply, String> {
         let filter = SessionFilter {
             state: args.state.as_deref().and_then(SessionState::parse),
             agent: args.agent.clone(),
@@ -707,7 +779,17 @@ impl App {
         };
         let described = describe_filter(&args);
         if let Some(store) = self.store_not_created_yet() {
-            return Ok(render::sessions::no_sessions_yet(&store));
+            let none = structured::SessionsView {
+                sessions: Vec::new(),
+                scanned: 0,
+                partial: None,
+                backend: "none".into(),
+            };
+            return Ok(Reply {
+                text: render::sessions::no_sessions_yet(&store),
+                structured: Some(structured::to_value(&none)),
+                session: None,
+            });
         }
         let liveness = self.liveness().await;
         let (source, _why) = self.source()?;
@@ -715,7 +797,11 @@ impl App {
         blocking(move || {
             let ctx = cfg.scan_context(liveness);
             let list = source.list(&filter, &ctx).map_err(|e| e.to_string())?;
-            Ok(render::session_list(&list, &described, ctx.now_ms))
+            Ok(Reply {
+                text: render::session_list(&list, &described, ctx.now_ms),
+                structured: Some(structured::to_value(&structured::SessionsView::from(&list))),
+                session: None,
+            })
         })
         .await
     }
@@ -746,6 +832,62 @@ impl App {
         .await
     }
 
+    /// The newest `limit` sessions that are not subagent sessions (MCP `resources/list`);
+    /// none before opencode first ran. Everything that may start a process (the `opencode
+    /// --help` probe of a missing store) runs on the blocking pool: Claude Code lists resources
+    /// as it connects, and the server must keep answering its other requests meanwhile.
+    pub async fn recent_sessions(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<opencode_client::Session>, String> {
+        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let liveness = self.liveness().await;
+        blocking(move || {
+            if store_not_created_yet(&cfg).is_some() {
+                return Ok(Vec::new());
+            }
+            let (source, _why) =
+                choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
+            let ctx = cfg.scan_context(liveness);
+            let filter = SessionFilter {
+                limit,
+                children: Children::Exclude,
+                ..Default::default()
+            };
+            let list = source.list(&filter, &ctx).map_err(|e| e.to_string())?;
+            Ok(list.sessions)
+        })
+        .await
+    }
+
+    /// A whole session's transcript (MCP `resources/read`): what `opencode_session_output
+    /// mode=full` shows, cut to [`REPLY_CAP_CHARS`] keeping the end; `Ok(None)` when no session
+    /// has this exact id.
+    pub async fn session_transcript(&self, id: &str) -> Result<Option<String>, String> {
+        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let liveness = self.liveness().await;
+        let id = id.to_owned();
+        blocking(move || {
+            if store_not_created_yet(&cfg).is_some() {
+                return Ok(None);
+            }
+            let (source, _why) =
+                choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
+            let ctx = cfg.scan_context(liveness);
+            match source.transcript(&id, None, &ctx) {
+                Ok(t) => Ok(Some(render::transcript(
+                    &t,
+                    render::OutputMode::Full,
+                    REPLY_CAP_CHARS,
+                    ctx.now_ms,
+                ))),
+                Err(ClientError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await
+    }
+
     /// `opencode_session_rename`.
     pub async fn rename(&self, id: String, title: String) -> Result<String, String> {
         let id = self.whole_session_id(&id).await?;
@@ -767,6 +909,20 @@ impl App {
             Ok(render::renamed(&s, warning.as_deref(), ctx.now_ms))
         })
         .await
+    }
+}
+
+/// [`App::store_not_created_yet`] for a client configuration.
+fn store_not_created_yet(cfg: &ClientConfig) -> Option<PathBuf> {
+    // A forced backend was asked for on purpose: its faults are errors.
+    if cfg.server_url.is_some() || cfg.backend.is_some() {
+        return None;
+    }
+    match std::fs::metadata(&cfg.db_path) {
+        Ok(m) if m.is_file() && m.len() == 0 => Some(cfg.db_path.clone()),
+        Ok(_) => None,
+        Err(_) => (!opencode_client::backend::has_api_command(&cfg.opencode_bin))
+            .then(|| cfg.db_path.clone()),
     }
 }
 

@@ -47,6 +47,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "also searched for an `insensitive` marker file",
     },
     EnvVar {
+        name: "OPENCODE_BRIDGE_STRUCTURED",
+        default: "auto",
+        meaning: "structured results (outputSchema, structuredContent): auto (every client but Claude Code), on, off",
+    },
+    EnvVar {
         name: "OPENCODE_BRIDGE_MAX_PARALLEL",
         default: "6",
         meaning: "delegated tasks running at once (1-64)",
@@ -152,6 +157,44 @@ pub struct Settings {
     pub root_explicit: bool,
     /// `HOME`, canonical, to recognise a root that is the home directory.
     pub home: Option<PathBuf>,
+    /// Which clients get structured results (`OPENCODE_BRIDGE_STRUCTURED`).
+    pub structured: Structured,
+}
+
+/// Which clients get `outputSchema`s and `structuredContent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Structured {
+    /// Every client but Claude Code: Claude Code 2.1.328 hands the model the JSON of
+    /// `structuredContent` instead of the text, and the text is what the model should read
+    /// (its next steps, advice and rules are not in the data).
+    Auto,
+    /// Every client.
+    On,
+    /// No client.
+    Off,
+}
+
+impl Structured {
+    /// The value of `OPENCODE_BRIDGE_STRUCTURED`, or why it is not accepted.
+    pub fn parse(value: &str) -> Result<Structured, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(Structured::Auto),
+            "on" | "1" | "true" | "yes" => Ok(Structured::On),
+            "off" | "0" | "false" | "no" => Ok(Structured::Off),
+            _ => Err(format!(
+                "OPENCODE_BRIDGE_STRUCTURED={value:?} is not accepted; use auto, on or off (auto is used)"
+            )),
+        }
+    }
+
+    /// Whether a client of this name (`clientInfo.name`) gets structured results.
+    pub fn for_client(self, client_name: Option<&str>) -> bool {
+        match self {
+            Structured::On => true,
+            Structured::Off => false,
+            Structured::Auto => client_name != Some("claude-code"),
+        }
+    }
 }
 
 impl Settings {
@@ -167,10 +210,18 @@ impl Settings {
         let home = std::env::var_os("HOME")
             .filter(|v| !v.is_empty())
             .map(|h| absolute(Path::new(&h)));
+        let structured = match std::env::var("OPENCODE_BRIDGE_STRUCTURED") {
+            Ok(v) => Structured::parse(&v).unwrap_or_else(|e| {
+                eprintln!("opencode-bridge: warning: {e}");
+                Structured::Auto
+            }),
+            Err(_) => Structured::Auto,
+        };
         Settings {
             root,
             root_explicit,
             home,
+            structured,
         }
     }
 
@@ -251,6 +302,20 @@ mod tests {
     use super::*;
 
     /// The README documents every variable the bridge reads.
+    #[test]
+    fn structured_results_go_to_every_client_but_claude_code_by_default() {
+        assert_eq!(Structured::parse("AUTO"), Ok(Structured::Auto));
+        assert_eq!(Structured::parse("on"), Ok(Structured::On));
+        assert_eq!(Structured::parse(" off "), Ok(Structured::Off));
+        let e = Structured::parse("maybe").unwrap_err();
+        assert!(e.contains("use auto, on or off"), "{e}");
+        assert!(Structured::Auto.for_client(Some("python-mcp")));
+        assert!(Structured::Auto.for_client(None));
+        assert!(!Structured::Auto.for_client(Some("claude-code")));
+        assert!(Structured::On.for_client(Some("claude-code")));
+        assert!(!Structured::Off.for_client(Some("python-mcp")));
+    }
+
     #[test]
     fn readme_lists_every_variable() {
         let readme = include_str!("../../../README.md");

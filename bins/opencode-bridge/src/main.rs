@@ -22,10 +22,12 @@ mod check_secrets;
 mod cli;
 mod config;
 mod mcp_prompts;
+mod mcp_resources;
 mod mcp_tasks;
 mod roster;
 mod server;
 mod stdio_guard;
+mod structured;
 mod tools;
 
 use std::sync::Arc;

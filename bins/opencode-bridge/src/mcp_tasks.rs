@@ -61,10 +61,15 @@ pub fn get(app: &App, task_id: &str) -> Result<GetTaskResult, McpError> {
                 None => render::tasks::status(&snap),
             };
             let failed = snap.state != TaskState::Succeeded;
+            // The text first, then the session it ran in (as opencode_result links it).
+            let mut content = vec![ContentBlock::text(text)];
+            if let Some(session) = snap.session_id.as_ref().or(snap.continues.as_ref()) {
+                content.push(crate::mcp_resources::link(session));
+            }
             let result = if failed {
-                CallToolResult::error(vec![ContentBlock::text(text)])
+                CallToolResult::error(content)
             } else {
-                CallToolResult::success(vec![ContentBlock::text(text)])
+                CallToolResult::success(content)
             };
             let result = match serde_json::to_value(result) {
                 Ok(serde_json::Value::Object(map)) => map,

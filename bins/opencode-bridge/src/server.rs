@@ -13,8 +13,10 @@ use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     ErrorCode, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    Implementation, ListPromptsResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ProgressNotificationParam,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
@@ -27,19 +29,45 @@ pub const SERVER_NAME: &str = "opencode-bridge";
 #[derive(Debug, Clone)]
 pub struct Bridge {
     app: Arc<App>,
+    /// With the output schemas.
     tools: Arc<Vec<Tool>>,
+    /// The same without output schemas, for clients that get no structured results.
+    plain_tools: Arc<Vec<Tool>>,
     instructions: Arc<String>,
+    /// The last `resources/list` answer (see [`crate::mcp_resources::LIST_DEADLINE`]).
+    listing: Arc<crate::mcp_resources::Listing>,
 }
 
 impl Bridge {
     pub fn new(app: Arc<App>) -> Bridge {
-        let tools = tools::definitions().into_iter().map(to_tool).collect();
+        let tools: Vec<Tool> = tools::definitions().into_iter().map(to_tool).collect();
+        let plain_tools = tools
+            .iter()
+            .cloned()
+            .map(|mut t| {
+                t.output_schema = None;
+                t
+            })
+            .collect();
         let instructions = app.instructions();
         Bridge {
             app,
             tools: Arc::new(tools),
+            plain_tools: Arc::new(plain_tools),
             instructions: Arc::new(instructions),
+            listing: Arc::default(),
         }
+    }
+
+    /// Whether the client of this request gets output schemas and structured results
+    /// (`OPENCODE_BRIDGE_STRUCTURED`; by default every client but Claude Code, which would show
+    /// the model the JSON instead of the text).
+    fn structured_for(&self, context: &RequestContext<RoleServer>) -> bool {
+        let client = context.client_info();
+        self.app
+            .settings
+            .structured
+            .for_client(client.as_ref().map(|c| c.name.as_str()))
     }
 }
 
@@ -115,10 +143,14 @@ fn to_tool(def: ToolDef) -> Tool {
             tools::REPLY_CAP_CHARS.into(),
         );
     }
-    Tool::new(def.name, def.description, Arc::new(schema))
+    let tool = Tool::new(def.name, def.description, Arc::new(schema))
         .with_title(def.title)
         .with_annotations(annotations)
-        .with_meta(meta)
+        .with_meta(meta);
+    match crate::structured::output_schema(def.name) {
+        Some(schema) => tool.with_raw_output_schema(schema),
+        None => tool,
+    }
 }
 
 impl ServerHandler for Bridge {
@@ -129,6 +161,7 @@ impl ServerHandler for Bridge {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_prompts()
+                .enable_resources()
                 .enable_tasks()
                 .build(),
         )
@@ -139,20 +172,15 @@ impl ServerHandler for Bridge {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        // One page: no cursor was ever handed out, so any cursor is invalid.
-        if let Some(cursor) = request.and_then(|r| r.cursor) {
-            return Err(McpError::new(
-                ErrorCode::INVALID_PARAMS,
-                format!(
-                    "unknown cursor `{}`: tools/list has a single page; call it without a cursor",
-                    crate::stdio_guard::clip(&cursor)
-                ),
-                None,
-            ));
-        }
-        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+        no_cursor("tools/list", request)?;
+        let tools = if self.structured_for(&context) {
+            &self.tools
+        } else {
+            &self.plain_tools
+        };
+        Ok(ListToolsResult::with_all_items(tools.as_ref().clone()))
     }
 
     async fn list_prompts(
@@ -171,6 +199,35 @@ impl ServerHandler for Bridge {
         crate::mcp_prompts::get(&self.app, &request.name, request.arguments.as_ref())
             .await
             .map(GetPromptResponse::Complete)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        no_cursor("resources/list", request)?;
+        crate::mcp_resources::list(&self.app, &self.listing).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        no_cursor("resources/templates/list", request)?;
+        Ok(crate::mcp_resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let contents = crate::mcp_resources::read(&self.app, &request.uri).await?;
+        Ok(ReadResourceResponse::Complete(ReadResourceResult::new(
+            vec![contents],
+        )))
     }
 
     async fn get_task(
@@ -253,7 +310,7 @@ impl ServerHandler for Bridge {
         let mut step: u32 = 0;
         // Dropping this future (on cancellation) abandons the work; blocking scans stop at
         // their deadline and their answer is discarded.
-        let work = self.app.call_with(call, progress);
+        let work = self.app.reply(call, progress);
         tokio::pin!(work);
         let outcome = loop {
             tokio::select! {
@@ -283,10 +340,31 @@ impl ServerHandler for Bridge {
             }
         }
         drop(rx);
+        let structured = self.structured_for(&context);
         Ok(match outcome {
-            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]).into(),
+            Ok(mut reply) => {
+                if !structured {
+                    reply.structured = None;
+                }
+                success_result(reply)
+            }
             Err(message) => error_result(message),
         })
+    }
+}
+
+/// Lists have one page: no cursor was ever handed out, so any cursor is invalid.
+fn no_cursor(method: &str, request: Option<PaginatedRequestParams>) -> Result<(), McpError> {
+    match request.and_then(|r| r.cursor) {
+        Some(cursor) => Err(McpError::new(
+            ErrorCode::INVALID_PARAMS,
+            format!(
+                "unknown cursor `{}`: {method} has a single page; call it without a cursor",
+                crate::stdio_guard::clip(&cursor)
+            ),
+            None,
+        )),
+        None => Ok(()),
     }
 }
 
@@ -312,6 +390,19 @@ impl Bridge {
     }
 }
 
+/// A successful reply: its text first (what the model reads), then a `resource_link` to the
+/// session it is about, and the structured result for tools that declare an `outputSchema`.
+fn success_result(reply: crate::app::Reply) -> CallToolResponse {
+    let mut content = vec![ContentBlock::text(reply.text)];
+    if let Some(session) = &reply.session {
+        content.push(crate::mcp_resources::link(session));
+    }
+    let mut result = CallToolResult::success(content);
+    result.structured_content = reply.structured;
+    result.into()
+}
+
+/// A failed call: one text, no structured content (whatever the tool's `outputSchema`).
 fn error_result(message: String) -> CallToolResponse {
     CallToolResult::error(vec![ContentBlock::text(message)]).into()
 }

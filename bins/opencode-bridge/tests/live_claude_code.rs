@@ -1107,4 +1107,40 @@ fn claude_path_name(world: &ClaudeWorld) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "claude".into())
+/// Claude Code hands the model a result's `structuredContent` (as JSON) instead of its text, so
+/// by default the bridge gives it no structured results and the model reads the text; with
+/// `OPENCODE_BRIDGE_STRUCTURED=on` it would read the JSON (the reason for the default).
+#[test]
+fn live_claude_code_model_reads_the_text_of_tools_with_structured_results() {
+    let Some(claude) = claude_or_skip() else {
+        return;
+    };
+    for (setting, json_expected) in [(None, false), (Some("on"), true)] {
+        let world = ClaudeWorld::new(claude.clone());
+        let mut env = root_env(&world);
+        if let Some(s) = setting {
+            env.push(("OPENCODE_BRIDGE_STRUCTURED", s.to_owned()));
+        }
+        world.register(&env);
+        let script: Vec<Step> = vec![
+            call("opencode_policy", json!({})),
+            call("opencode_list", json!({})),
+            text("finished"),
+        ];
+        let fake = FakeAnthropic::start(SERVER, script).unwrap();
+        let out = world.run_prompt(&fake, &["opencode_policy", "opencode_list"]);
+        assert!(out.status.success(), "{setting:?}: {}", show(&out));
+        let results = fake.tool_results();
+        assert_eq!(results.len(), 2, "{setting:?}: {results:#?}");
+        let (policy, list) = (&results[0].text, &results[1].text);
+        if json_expected {
+            let data: serde_json::Value = serde_json::from_str(policy.trim())
+                .unwrap_or_else(|e| panic!("expected the structured JSON ({e}): {policy}"));
+            assert_eq!(data["mode"], "blueprint", "{policy}");
+        } else {
+            assert!(policy.starts_with("mode: blueprint (from"), "{policy}");
+            assert!(policy.contains("allowed agents:"), "{policy}");
+            assert!(list.starts_with("0 delegated task(s)"), "{list}");
+        }
+    }
 }

@@ -334,6 +334,12 @@ fn a_start_from_a_tasks_client_is_a_task_whose_result_comes_from_tasks_get() {
         text.contains("agent=worker title=DEMO/worker: Say hello"),
         "{text}"
     );
+    let link = &result["result"]["content"][1];
+    assert_eq!(link["type"], "resource_link", "{done}");
+    assert_eq!(
+        link["uri"], "opencode://session/ses_fake0000000000000000000001",
+        "{done}"
+    );
 
     // A refusal is a plain tool error, not a task.
     let r = server.request(
@@ -506,4 +512,612 @@ fn prompts_are_listed_and_carry_the_policy_and_what_runs() {
         .unwrap_or_else(|| panic!("{r}"));
     assert!(text.contains("Delegated tasks (opencode_list)"), "{text}");
     assert!(text.contains("0 delegated task(s)"), "{text}");
+}
+
+/// Every structuredContent the server returns, for each tool that declares an outputSchema,
+/// validates against that schema, with real data: tasks run by the fake opencode (succeeded,
+/// failed, running, cancelled, unknown ids), sessions from the real store fixture, the process
+/// table and the policy. Errors stay text-only.
+#[test]
+fn structured_results_validate_against_their_output_schemas() {
+    let world = World::new();
+    let (db, map) = common::fixture_store(&world);
+    let fake = bridge_testkit::bins::fake_opencode();
+    let mut server = Server::start(
+        &world,
+        &[
+            ("OPENCODE_BIN", fake.to_string_lossy().into_owned()),
+            ("OPENCODE_DB", db.to_string_lossy().into_owned()),
+            ("OPENCODE_BRIDGE_KILL_GRACE_MS", "300".into()),
+        ],
+    );
+    server.initialize();
+    let tools = server.request(1, "tools/list", json!({}))["result"]["tools"].clone();
+    let mut validators = std::collections::HashMap::new();
+    for t in tools.as_array().unwrap() {
+        let name = t["name"].as_str().unwrap().to_owned();
+        match t.get("outputSchema") {
+            Some(schema) => {
+                assert_eq!(schema["type"], "object", "{name}: {schema}");
+                let v = jsonschema::validator_for(schema)
+                    .unwrap_or_else(|e| panic!("{name}: not a valid JSON Schema: {e}"));
+                validators.insert(name, v);
+            }
+            None => assert!(
+                matches!(
+                    name.as_str(),
+                    "opencode_start"
+                        | "opencode_cancel"
+                        | "opencode_session_output"
+                        | "opencode_session_rename"
+                ),
+                "{name} has no outputSchema"
+            ),
+        }
+    }
+    assert_eq!(validators.len(), 7, "{:?}", validators.keys());
+
+    let mut checked: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut id = 100;
+    let mut call = |server: &mut Server, tool: &str, args: Value| -> Value {
+        id += 1;
+        let r = server.call(id, tool, args.clone());
+        let result = r["result"].clone();
+        assert_eq!(result["isError"], false, "{tool} {args}: {r}");
+        assert_eq!(result["content"][0]["type"], "text", "{r}");
+        let data = result
+            .get("structuredContent")
+            .unwrap_or_else(|| panic!("{tool} {args}: no structuredContent: {r}"))
+            .clone();
+        let errors: Vec<String> = validators[tool]
+            .iter_errors(&data)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{tool} {args}: {errors:?}\n{data:#}");
+        *checked.entry(tool.to_owned()).or_default() += 1;
+        result
+    };
+
+    // A task that succeeds, one that fails, one that runs until cancelled.
+    for (n, prompt) in [
+        (2, "Say hello"),
+        (3, "scenario: exit:3\nfail please"),
+        (4, "scenario: hang\nrun for long"),
+    ] {
+        let (text, is_error) = server.call_text(
+            n,
+            "opencode_start",
+            json!({"tier": "easy", "prompt": prompt, "cwd": "demo"}),
+        );
+        assert!(!is_error, "{text}");
+    }
+    let waited = call(
+        &mut server,
+        "opencode_wait",
+        json!({"ids": ["1", "2"], "mode": "all", "timeout_s": 30}),
+    );
+    let w = &waited["structuredContent"];
+    assert_eq!(w["satisfied"], true, "{w}");
+    assert_eq!(w["mode"], "all", "{w}");
+    let ok = call(&mut server, "opencode_status", json!({"id": "1"}));
+    let s = &ok["structuredContent"];
+    assert_eq!(s["id"], 1, "{s}");
+    assert_eq!(s["state"], "succeeded", "{s}");
+    assert_eq!(s["agent"], "worker", "{s}");
+    assert_eq!(s["session_id"], "ses_fake0000000000000000000001", "{s}");
+    assert_eq!(s["tokens"]["input"], 8, "{s}");
+    assert!(s["failure"].is_null(), "{s}");
+    // The text is unchanged, the session is linked after it.
+    let text = ok["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("task 1  succeeded"), "{text}");
+    assert_eq!(ok["content"][1]["type"], "resource_link", "{ok}");
+    assert_eq!(
+        ok["content"][1]["uri"], "opencode://session/ses_fake0000000000000000000001",
+        "{ok}"
+    );
+    let failed = call(&mut server, "opencode_status", json!({"id": "2"}));
+    let f = &failed["structuredContent"];
+    assert_eq!(f["state"], "failed", "{f}");
+    assert_eq!(f["exit_code"], 3, "{f}");
+    assert!(f["failure"]["kind"].is_string(), "{f}");
+    let running = call(&mut server, "opencode_status", json!({"id": "3"}));
+    assert!(
+        matches!(
+            running["structuredContent"]["state"].as_str(),
+            Some("starting" | "running")
+        ),
+        "{running}"
+    );
+    let procs = call(&mut server, "opencode_processes", json!({}));
+    assert!(
+        procs["structuredContent"]["processes"].is_array(),
+        "{procs}"
+    );
+    let listed = call(&mut server, "opencode_list", json!({}));
+    let l = &listed["structuredContent"];
+    assert_eq!(l["tasks"].as_array().map(Vec::len), Some(3), "{l}");
+    assert_eq!(l["running"], 1, "{l}");
+    let r = call(&mut server, "opencode_result", json!({"id": "1"}));
+    assert_eq!(r["structuredContent"]["task"]["state"], "succeeded", "{r}");
+    assert!(
+        r["structuredContent"]["output_chars"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    assert_eq!(r["content"][1]["type"], "resource_link", "{r}");
+    call(
+        &mut server,
+        "opencode_result",
+        json!({"id": "2", "tail": 10}),
+    );
+    let (text, _) = server.call_text(50, "opencode_cancel", json!({"id": "3"}));
+    assert!(text.contains("cancel"), "{text}");
+    call(&mut server, "opencode_result", json!({"id": "3"}));
+    let unknown = call(
+        &mut server,
+        "opencode_wait",
+        json!({"ids": ["3", "99"], "timeout_s": 1}),
+    );
+    assert_eq!(
+        unknown["structuredContent"]["unknown"],
+        json!([99]),
+        "{unknown}"
+    );
+    call(
+        &mut server,
+        "opencode_list",
+        json!({"label": "nothing has it"}),
+    );
+
+    // Sessions from the real store, policy in two modes and for a missing directory.
+    let sessions = call(&mut server, "opencode_sessions", json!({"limit": 50}));
+    let listed: Vec<&str> = sessions["structuredContent"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    let e401 = map["sessions"]["e401"]["id"].as_str().unwrap();
+    assert!(listed.contains(&e401), "{listed:?}");
+    let failed = call(&mut server, "opencode_sessions", json!({"state": "failed"}));
+    assert_eq!(
+        failed["structuredContent"]["sessions"][0]["state"], "failed",
+        "{failed}"
+    );
+    call(
+        &mut server,
+        "opencode_sessions",
+        json!({"children": "only"}),
+    );
+    let p = call(&mut server, "opencode_policy", json!({}));
+    assert_eq!(p["structuredContent"]["mode"], "blueprint", "{p}");
+    let p = call(&mut server, "opencode_policy", json!({"mode": "sensitive"}));
+    assert_eq!(p["structuredContent"]["mode"], "sensitive", "{p}");
+    let p = call(
+        &mut server,
+        "opencode_policy",
+        json!({"cwd": "no/such/dir"}),
+    );
+    assert!(p["structuredContent"]["warning"].is_string(), "{p}");
+
+    // A failed call keeps today's shape: one text, isError, no structuredContent.
+    let e = server.call(90, "opencode_status", json!({"id": "42"}));
+    assert_eq!(e["result"]["isError"], true, "{e}");
+    assert!(e["result"].get("structuredContent").is_none(), "{e}");
+    assert_eq!(e["result"]["content"].as_array().map(Vec::len), Some(1));
+
+    let tools_checked: Vec<&String> = checked.keys().collect();
+    assert_eq!(tools_checked.len(), 7, "{checked:?}");
+}
+
+/// opencode sessions as resources: the template, the newest sessions listed (no subagent
+/// sessions, title as name), a read that is the session's transcript, one-line -32602 errors
+/// for a bad or unknown id, and the capability in both protocol eras.
+#[test]
+fn sessions_are_resources_listed_read_and_refused_with_one_line_errors() {
+    let world = World::new();
+    let (db, map) = common::fixture_store(&world);
+    let mut server = Server::start(
+        &world,
+        &[("OPENCODE_DB", db.to_string_lossy().into_owned())],
+    );
+    let init = server.initialize();
+    assert!(init["capabilities"]["resources"].is_object(), "{init}");
+
+    let t = server.request(1, "resources/templates/list", json!({}));
+    let templates = t["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{t}"));
+    assert_eq!(templates.len(), 1, "{t}");
+    assert_eq!(
+        templates[0]["uriTemplate"], "opencode://session/{id}",
+        "{t}"
+    );
+    assert_eq!(templates[0]["mimeType"], "text/plain", "{t}");
+
+    let l = server.request(2, "resources/list", json!({}));
+    let resources = l["result"]["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{l}"));
+    let sessions = server.call(
+        3,
+        "opencode_sessions",
+        json!({"limit": 50, "children": "exclude"}),
+    );
+    let roots: Vec<Value> = sessions["result"]["structuredContent"]["sessions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!roots.is_empty());
+    assert_eq!(resources.len(), roots.len().min(50), "{l}");
+    for (r, s) in resources.iter().zip(&roots) {
+        let id = s["id"].as_str().unwrap();
+        assert_eq!(r["uri"], format!("opencode://session/{id}"), "{r}");
+        let title = s["title"].as_str().unwrap();
+        assert_eq!(r["name"], if title.is_empty() { id } else { title }, "{r}");
+        assert_eq!(r["mimeType"], "text/plain", "{r}");
+        assert!(r["description"].as_str().unwrap().contains(id), "{r}");
+    }
+
+    let toolbash = map["sessions"]["toolbash"]["id"].as_str().unwrap();
+    let uri = format!("opencode://session/{toolbash}");
+    let r = server.request(4, "resources/read", json!({"uri": uri}));
+    let contents = r["result"]["contents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(contents.len(), 1, "{r}");
+    assert_eq!(contents[0]["uri"], uri, "{r}");
+    assert_eq!(contents[0]["mimeType"], "text/plain", "{r}");
+    let text = contents[0]["text"].as_str().unwrap();
+    // The transcript is what opencode_session_output mode=full shows.
+    let (full, _) = server.call_text(
+        5,
+        "opencode_session_output",
+        json!({"id": toolbash, "mode": "full", "max_chars": 100000}),
+    );
+    assert_eq!(redact(text, &world), redact(&full, &world));
+    assert!(text.contains("-> bash("), "{text}");
+
+    let bad = [
+        (
+            format!("opencode://session/{toolbash}x"),
+            "resource not found: no opencode session has the id",
+        ),
+        (
+            "opencode://session/ses_nosuchsession000000000".to_owned(),
+            "resource not found",
+        ),
+        (
+            "opencode://session/../../etc".to_owned(),
+            "bad resource uri",
+        ),
+        (
+            "file:///etc/passwd".to_owned(),
+            "only has opencode session resources",
+        ),
+        ("opencode://session/".to_owned(), "not a session id"),
+    ];
+    for (i, (uri, says)) in bad.iter().enumerate() {
+        let r = server.request(10 + i as i64, "resources/read", json!({"uri": uri}));
+        assert_eq!(r["error"]["code"], -32602, "{uri}: {r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{uri}: {message}");
+        assert!(!message.contains('\n'), "{message}");
+        assert!(message.contains("resources/list"), "{message}");
+        assert_eq!(r["error"]["data"]["uri"], *uri, "{r}");
+    }
+    let r = server.request(20, "resources/list", json!({"cursor": "abc"}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    // The modern era lists them too (rmcp adds the caching hints).
+    let r = server.request(21, "server/discover", json!({"_meta": modern_meta()}));
+    assert!(r["result"]["capabilities"]["resources"].is_object(), "{r}");
+    let l = server.request(22, "resources/list", json!({"_meta": modern_meta()}));
+    assert_eq!(
+        l["result"]["resources"].as_array().map(Vec::len),
+        Some(resources.len()),
+        "{l}"
+    );
+}
+
+/// Before opencode ever ran (no store), the list is empty and a read is "not found", not a
+/// failure.
+#[test]
+fn no_store_yet_means_no_session_resources() {
+    let world = World::new();
+    let mut server = Server::start(
+        &world,
+        &[(
+            "OPENCODE_DB",
+            world
+                .path("none/opencode.db")
+                .to_string_lossy()
+                .into_owned(),
+        )],
+    );
+    server.initialize();
+    let l = server.request(1, "resources/list", json!({}));
+    assert_eq!(l["result"]["resources"], json!([]), "{l}");
+    let r = server.request(
+        2,
+        "resources/read",
+        json!({"uri": "opencode://session/ses_dd67b5ba3fferNBrHDNM7PmDEB"}),
+    );
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+}
+
+/// A start links the task's session after its text once the session id is known when it
+/// answers (a sync run, or a call with a progress token, which waits for the id); a start
+/// that answers before the id is known has the text only.
+#[test]
+fn a_start_links_its_session_once_known() {
+    let world = World::new();
+    let fake = bridge_testkit::bins::fake_opencode();
+    let mut server = Server::start(
+        &world,
+        &[("OPENCODE_BIN", fake.to_string_lossy().into_owned())],
+    );
+    server.initialize();
+    let link = "opencode://session/ses_fake0000000000000000000001";
+    let r = server.call(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Say hello", "cwd": "demo", "wait_s": 30}),
+    );
+    let content = r["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        content[0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("task 1 finished"),
+        "{r}"
+    );
+    assert_eq!(content[1]["type"], "resource_link", "{r}");
+    assert_eq!(content[1]["uri"], link, "{r}");
+    assert!(r["result"].get("structuredContent").is_none(), "{r}");
+
+    let r = server.request(
+        2,
+        "tools/call",
+        json!({"_meta": {"progressToken": "p1"}, "name": "opencode_start",
+               "arguments": {"tier": "easy", "prompt": "Say hello again", "cwd": "demo"}}),
+    );
+    let content = r["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        content[0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("started task 2:"),
+        "{r}"
+    );
+    assert_eq!(content[1]["uri"], link, "{r}");
+}
+
+/// The Python interpreter of the venv `scripts/test.sh` installs the Python MCP SDK into
+/// (`$OPENCODE_BRIDGE_TEST_CACHE/pymcp`), or `None` outside CI when it is missing.
+fn python_mcp_sdk() -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os(bridge_testkit::sandbox::CACHE_ENV).filter(|v| !v.is_empty());
+    let python = cache.map(|c| std::path::PathBuf::from(c).join("pymcp/bin/python"));
+    match python {
+        Some(p) if p.is_file() => Some(p),
+        other => {
+            let why = match other {
+                Some(p) => format!("{} does not exist", p.display()),
+                None => format!("{} is not set", bridge_testkit::sandbox::CACHE_ENV),
+            };
+            assert!(
+                !bridge_testkit::sandbox::in_ci(),
+                "{why}: the independent-client check needs the Python MCP SDK under CI; run scripts/test.sh, which installs it"
+            );
+            eprintln!("skipped: {why} (scripts/test.sh installs the Python MCP SDK there)");
+            None
+        }
+    }
+}
+
+/// An independent client: the official Python MCP SDK (`mcp`, pinned in scripts/test.sh)
+/// drives the built binary over stdio in both protocol eras, with the fake opencode and the
+/// real store fixture: it lists and reads resources (an unknown id is -32602), lists and gets
+/// the prompts, calls the tools and validates every structuredContent against its tool's
+/// outputSchema with the `jsonschema` package (`tests/python/independent_client.py`).
+#[test]
+fn the_python_mcp_sdk_reads_resources_gets_prompts_and_validates_structured_results() {
+    let Some(python) = python_mcp_sdk() else {
+        return;
+    };
+    let world = World::new();
+    let (db, map) = common::fixture_store(&world);
+    let mut env: serde_json::Map<String, Value> = world
+        .env()
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    env.insert(
+        "OPENCODE_BIN".into(),
+        bridge_testkit::bins::fake_opencode()
+            .to_string_lossy()
+            .into_owned()
+            .into(),
+    );
+    env.insert(
+        "OPENCODE_DB".into(),
+        db.to_string_lossy().into_owned().into(),
+    );
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/independent_client.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .env("BRIDGE_BIN", common::binary())
+        .env("BRIDGE_ENV", Value::Object(env).to_string())
+        .env("BRIDGE_CWD", world.root())
+        .env(
+            "FIXTURE_SESSION",
+            map["sessions"]["toolbash"]["id"].as_str().unwrap(),
+        )
+        .output()
+        .expect("run the Python MCP SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the Python MCP SDK client failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    for line in [
+        "legacy: connected, protocol 2025-11-25",
+        "auto: connected, protocol 2026-07-28",
+        "auto: prompts ['delegate', 'running'] listed and got",
+        "OK",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line:?} missing:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("auto: structuredContent validated"),
+        "{stdout}"
+    );
+}
+
+/// Claude Code (clientInfo `claude-code`) hands the model the JSON of `structuredContent`
+/// instead of the text, so by default it gets neither output schemas nor structured results,
+/// in both eras; `OPENCODE_BRIDGE_STRUCTURED=on` gives them to it, `off` to no client.
+#[test]
+fn claude_code_gets_the_text_and_no_structured_results_unless_asked() {
+    let claude_meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "2.1.328"},
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let schemas = |r: &Value| -> usize {
+        r["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .filter(|t| t.get("outputSchema").is_some())
+            .count()
+    };
+    let init_as = |server: &mut Server, name: &str| {
+        let r = server.request(
+            0,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": name, "version": "1"}}),
+        );
+        assert!(r["result"].is_object(), "{r}");
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    };
+    for (setting, claude_gets, others_get) in [
+        (None, false, true),
+        (Some("on"), true, true),
+        (Some("off"), false, false),
+    ] {
+        let world = World::new();
+        let env: Vec<(&str, String)> = setting
+            .map(|s| vec![("OPENCODE_BRIDGE_STRUCTURED", s.to_owned())])
+            .unwrap_or_default();
+        // Legacy era: the client named itself in initialize.
+        let mut server = Server::start(&world, &env);
+        init_as(&mut server, "claude-code");
+        let r = server.request(1, "tools/list", json!({}));
+        assert_eq!(schemas(&r) == 7, claude_gets, "{setting:?}");
+        assert_eq!(schemas(&r) == 0, !claude_gets, "{setting:?}");
+        let p = server.call(2, "opencode_policy", json!({}));
+        assert_eq!(
+            p["result"].get("structuredContent").is_some(),
+            claude_gets,
+            "{setting:?} {p}"
+        );
+        let text = p["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("mode: blueprint (from"), "{text}");
+        drop(server);
+
+        let mut server = Server::start(&world, &env);
+        init_as(&mut server, "some-other-client");
+        let r = server.request(1, "tools/list", json!({}));
+        assert_eq!(schemas(&r) == 7, others_get, "{setting:?}");
+        let p = server.call(2, "opencode_policy", json!({}));
+        assert_eq!(
+            p["result"].get("structuredContent").is_some(),
+            others_get,
+            "{setting:?}"
+        );
+        drop(server);
+
+        // Modern era: each request names its client.
+        let mut server = Server::start(&world, &env);
+        let r = server.request(1, "tools/list", json!({"_meta": claude_meta.clone()}));
+        assert_eq!(schemas(&r) == 7, claude_gets, "{setting:?} {r}");
+        let p = server.request(
+            2,
+            "tools/call",
+            json!({"_meta": claude_meta.clone(), "name": "opencode_policy", "arguments": {}}),
+        );
+        assert_eq!(
+            p["result"].get("structuredContent").is_some(),
+            claude_gets,
+            "{setting:?} {p}"
+        );
+        let r = server.request(3, "tools/list", json!({"_meta": modern_meta()}));
+        assert_eq!(schemas(&r) == 7, others_get, "{setting:?}");
+    }
+}
+
+/// Claude Code lists resources as it connects and drops a server's tools from the first model
+/// request when its lists are late: a slow session listing (here an `opencode --help` probe
+/// that takes 3 s, made when the store does not exist yet) must not hold up `resources/list`
+/// or anything else.
+#[test]
+fn a_slow_session_listing_does_not_hold_up_resources_list() {
+    let world = World::new();
+    let slow = world.path("bin/opencode");
+    std::fs::create_dir_all(slow.parent().unwrap()).unwrap();
+    std::fs::write(
+        &slow,
+        "#!/bin/sh\ncase \"$1\" in\n  --help) sleep 3; echo 'opencode run'; exit 0 ;;\n  --version) echo 1.18.33; exit 0 ;;\nesac\nexit 0\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut server = Server::start(
+        &world,
+        &[
+            ("OPENCODE_BIN", slow.to_string_lossy().into_owned()),
+            (
+                "OPENCODE_DB",
+                world
+                    .path("none/opencode.db")
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+        ],
+    );
+    server.initialize();
+    let started = std::time::Instant::now();
+    let l = server.request(1, "resources/list", json!({}));
+    let t = server.request(2, "tools/list", json!({}));
+    let took = started.elapsed();
+    assert_eq!(l["result"]["resources"], json!([]), "{l}");
+    assert_eq!(
+        t["result"]["tools"].as_array().map(Vec::len),
+        Some(11),
+        "{t}"
+    );
+    assert!(
+        took < Duration::from_millis(2000),
+        "resources/list and tools/list took {took:?}"
+    );
+    // While the slow listing goes on, another list answers at once too.
+    let again = std::time::Instant::now();
+    let l = server.request(3, "resources/list", json!({}));
+    assert_eq!(l["result"]["resources"], json!([]), "{l}");
+    assert!(
+        again.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        again.elapsed()
+    );
 }

@@ -3,7 +3,8 @@
 //! `--version` prints `FAKE_OPENCODE_VERSION` (default `1.18.33`); `run --help` prints a help
 //! text shaped like 1.18.33's, listing `--standalone` too when `FAKE_OPENCODE_STANDALONE=1`.
 //! `run ...` reads the prompt from stdin and behaves as `FAKE_OPENCODE_SCENARIO` says (or, when
-//! unset, as a first prompt line `scenario: NAME` says; default `ok`):
+//! unset, as the first prompt line reading `scenario: NAME` says, wherever it is: the bridge
+//! puts its instructions before the caller's prompt; default `ok`):
 //!
 //! | scenario | behaviour |
 //! |---|---|
@@ -256,8 +257,7 @@ fn main() {
         .unwrap_or_else(|| {
             stdin
                 .lines()
-                .next()
-                .and_then(|l| l.strip_prefix("scenario: "))
+                .find_map(|l| l.strip_prefix("scenario: "))
                 .map(|s| s.trim().to_owned())
                 .unwrap_or_else(|| "ok".into())
         });
