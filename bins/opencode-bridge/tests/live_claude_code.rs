@@ -1107,6 +1107,8 @@ fn claude_path_name(world: &ClaudeWorld) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "claude".into())
+}
+
 /// Claude Code hands the model a result's `structuredContent` (as JSON) instead of its text, so
 /// by default the bridge gives it no structured results and the model reads the text; with
 /// `OPENCODE_BRIDGE_STRUCTURED=on` it would read the JSON (the reason for the default).
