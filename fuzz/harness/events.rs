@@ -60,7 +60,7 @@ pub fn run(data: &[u8]) {
         );
     }
     assert_eq!(
-        summary.events + summary.malformed,
+        summary.events() + summary.malformed(),
         lines,
         "a line was lost or counted twice"
     );
@@ -81,33 +81,36 @@ pub fn run(data: &[u8]) {
     splitter.finish(&mut fold);
     assert_eq!(
         (
-            raw.events,
-            raw.malformed,
-            raw.unknown,
-            &raw.unknown_types,
-            raw.steps,
-            &raw.session_id
+            raw.events(),
+            raw.malformed(),
+            raw.unknown(),
+            &raw.unknown_types(),
+            raw.steps(),
+            &raw.session_id()
         ),
         (
-            summary.events,
-            summary.malformed,
-            summary.unknown,
-            &summary.unknown_types,
-            summary.steps,
-            &summary.session_id
+            summary.events(),
+            summary.malformed(),
+            summary.unknown(),
+            &summary.unknown_types(),
+            summary.steps(),
+            &summary.session_id()
         ),
         "raw and lossy foldings count differently"
     );
-    assert_eq!(raw.tool_calls, summary.tool_calls);
-    assert_eq!(raw.errors, summary.errors);
-    assert_eq!(raw.cost.to_bits(), summary.cost.to_bits());
-    assert_eq!(raw.tokens, summary.tokens);
-    assert_eq!(raw.final_text, summary.final_text);
-    assert_eq!(raw.text.to_string_lossy(), summary.text.to_string_lossy());
-    assert!(summary.unknown_types.len() <= 20);
-    assert!(summary.text.kept_bytes() <= TEXT_CAP);
-    let _ = summary.text.to_string_lossy();
-    let _ = summary.text.tail_string(100);
+    assert_eq!(raw.tool_calls(), summary.tool_calls());
+    assert_eq!(raw.errors(), summary.errors());
+    assert_eq!(raw.cost().to_bits(), summary.cost().to_bits());
+    assert_eq!(raw.tokens(), summary.tokens());
+    assert_eq!(raw.final_text(), summary.final_text());
+    assert_eq!(
+        raw.text().to_string_lossy(),
+        summary.text().to_string_lossy()
+    );
+    assert!(summary.unknown_types().len() <= 20);
+    assert!(summary.text().kept_bytes() <= TEXT_CAP);
+    let _ = summary.text().to_string_lossy();
+    let _ = summary.text().tail_string(100);
 
     for exit in [
         ExitInfo {
@@ -136,7 +139,7 @@ pub fn run(data: &[u8]) {
     let head = data.first().map(|b| usize::from(*b) * 3);
     let tail = data.get(1).map(|b| usize::from(*b) * 5);
     let all = String::from_utf8_lossy(stdout);
-    for text in [summary.final_text.as_str(), all.as_ref()] {
+    for text in [summary.final_text(), all.as_ref()] {
         for (h, t) in [(None, None), (head, None), (None, tail), (head, tail)] {
             let cut = cut_text(text, h, t);
             assert_eq!(cut.total_chars, text.chars().count());

@@ -444,22 +444,22 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
             "opencode ran its default agent instead of the one asked for. Check the name with `opencode agent list`; an agent with `mode: subagent` must be started by the bridge with its mode overridden (pass its opencode mode in the task).",
         ));
     }
-    if let Some(last) = summary.errors.last()
-        && !summary.finished_after_error
+    if let Some(last) = summary.errors().last()
+        && !summary.finished_after_error()
     {
         let mut f = classify_error(last);
-        if summary.errors.len() > 1 {
-            f.message = format!("{} ({} error events)", f.message, summary.errors.len());
+        if summary.errors().len() > 1 {
+            f.message = format!("{} ({} error events)", f.message, summary.errors().len());
         }
         return Some(f);
     }
     let rejected = rejected_permission_lines(stderr);
     let last_tool_rejected = summary
-        .tool_calls
+        .tool_calls()
         .last()
         .is_some_and(|c| c.permission_rejected());
-    if last_tool_rejected && summary.last_finish_reason.as_deref() != Some("stop") {
-        let call = summary.tool_calls.last().cloned();
+    if last_tool_rejected && summary.last_finish_reason().as_deref() != Some("stop") {
+        let call = summary.tool_calls().last().cloned();
         let what = rejected.first().cloned().unwrap_or_else(|| {
             call.map(|c| format!("tool `{}` was refused", c.tool))
                 .unwrap_or_default()
@@ -470,7 +470,7 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
             "A tool call needed a permission that non-interactive runs refuse (e.g. a path outside the task's directory) and opencode stopped the run. Keep the work inside the task's cwd, or use an agent whose permissions allow it.",
         ));
     }
-    if summary.last_finish_reason.as_deref() == Some("length") {
+    if summary.last_finish_reason().as_deref() == Some("length") {
         return Some(Failure::new(
             FailureKind::OutputLimit,
             "the model stopped at its output-token limit (finish reason `length`); the answer is cut off",
@@ -494,7 +494,7 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
     match exit.code {
         Some(0) | None => {}
         Some(code) => {
-            if summary.events == 0
+            if summary.events() == 0
                 && let Some(line) = unknown_option_line(stderr)
             {
                 return Some(Failure::with_advice(
@@ -503,9 +503,9 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
                     "opencode is older than the bridge needs (it rejected a flag the bridge passes). Upgrade it: npm i -g opencode-ai@1.18.33; `opencode-bridge doctor` shows the version and the run flags it has.",
                 ));
             }
-            if summary.errors.is_empty() {
+            if summary.errors().is_empty() {
                 let kind = classify_text(&stderr_tail).unwrap_or(FailureKind::Exit);
-                let kind = if kind == FailureKind::Exit || summary.events > 0 {
+                let kind = if kind == FailureKind::Exit || summary.events() > 0 {
                     FailureKind::Exit
                 } else {
                     kind
@@ -517,13 +517,13 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
             }
         }
     }
-    if summary.events == 0 {
+    if summary.events() == 0 {
         return Some(Failure::new(
             FailureKind::Exit,
             format!("opencode printed no events. {stderr_tail}"),
         ));
     }
-    if summary.ended_mid_line {
+    if summary.ended_mid_line() {
         return Some(Failure::with_advice(
             FailureKind::Exit,
             "opencode's output ended in the middle of an event line: it exited before everything it printed was read, so the end of the run's events (answer text, tokens) is lost here",
@@ -579,7 +579,7 @@ mod tests {
         let mut s =
             summary(&[r#"{"type":"step_start","sessionID":"ses_t","part":{"messageID":"m1"}}"#]);
         assert!(classify(&s, "", ok).is_none());
-        s.ended_mid_line = true;
+        s.note_ended_mid_line();
         let f = classify(&s, "", ok).expect("a failure");
         assert_eq!(f.kind, FailureKind::Exit);
         assert!(

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::classify::{ExitInfo, Failure, FailureKind, classify_error, strip_ansi};
 use crate::command::{DROPPED_ENV, Launch};
-use crate::events::{ErrorEvent, RunSummary, ToolCall};
+use crate::events::{ErrorEvent, RunSummary, TokenUsage, ToolCall};
 use crate::spec::TaskSpec;
 
 /// Which program runs a task.
@@ -303,7 +303,6 @@ pub struct ClaudeStream {
     pub limit_reset: Option<u64>,
     /// True when a `rate_limit_event` said `rejected`.
     pub limit_rejected: bool,
-    last_message: Option<String>,
 }
 
 fn title_of(input: &Value) -> Option<String> {
@@ -338,15 +337,10 @@ impl ClaudeStream {
             .ok()
             .filter(Value::is_object)
         else {
-            summary.malformed += 1;
+            summary.note_malformed();
             return false;
         };
-        summary.events += 1;
-        if summary.session_id.is_none()
-            && let Some(s) = v.get("session_id").and_then(Value::as_str)
-        {
-            summary.session_id = Some(s.to_owned());
-        }
+        summary.note_event(v.get("session_id").and_then(Value::as_str));
         let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
         match kind {
             "system" => {}
@@ -364,14 +358,7 @@ impl ClaudeStream {
                         .or(self.limit_reset);
                 }
             }
-            other => {
-                summary.unknown += 1;
-                if summary.unknown_types.len() < 20
-                    && !summary.unknown_types.iter().any(|k| k == other)
-                {
-                    summary.unknown_types.push(other.to_owned());
-                }
-            }
+            other => summary.note_unknown(other),
         }
         true
     }
@@ -384,7 +371,7 @@ impl ClaudeStream {
         {
             return;
         }
-        summary.steps += 1;
+        summary.note_step();
         let id = msg.get("id").and_then(Value::as_str).map(str::to_owned);
         let Some(blocks) = msg.get("content").and_then(Value::as_array) else {
             return;
@@ -396,21 +383,10 @@ impl ClaudeStream {
                     if text.is_empty() {
                         continue;
                     }
-                    summary.produced_output = true;
-                    if !summary.text.is_empty() {
-                        summary.text.push(b"\n\n");
-                    }
-                    summary.text.push(text.as_bytes());
-                    if id.is_some() && id == self.last_message && !summary.final_text.is_empty() {
-                        summary.final_text.push_str("\n\n");
-                        summary.final_text.push_str(text);
-                    } else {
-                        summary.final_text = text.to_owned();
-                    }
-                    self.last_message = id.clone();
+                    summary.push_text(id.as_deref(), text);
                 }
                 Some("tool_use") => {
-                    summary.produced_output = true;
+                    summary.note_output();
                     let tid = b.get("id").and_then(Value::as_str).unwrap_or("").to_owned();
                     let name = b
                         .get("name")
@@ -444,7 +420,7 @@ impl ClaudeStream {
                 .unwrap_or_else(|| ("?".to_owned(), None));
             let is_error = b.get("is_error").and_then(Value::as_bool) == Some(true);
             let text = content_text(b.get("content").unwrap_or(&Value::Null));
-            summary.tool_calls.push(ToolCall {
+            summary.push_tool_result(ToolCall {
                 tool,
                 status: if is_error { "error" } else { "completed" }.to_owned(),
                 title,
@@ -470,19 +446,22 @@ impl ClaudeStream {
             }
             cur.as_u64().unwrap_or(0)
         };
-        summary.tokens.input = u(&["usage", "input_tokens"]);
-        summary.tokens.output = u(&["usage", "output_tokens"]);
-        summary.tokens.cache_read = u(&["usage", "cache_read_input_tokens"]);
-        summary.tokens.cache_write = u(&["usage", "cache_creation_input_tokens"]);
-        summary.tokens.reasoning = u(&["usage", "output_tokens_details", "thinking_tokens"]);
-        summary.cost = v
+        let tokens = TokenUsage {
+            input: u(&["usage", "input_tokens"]),
+            output: u(&["usage", "output_tokens"]),
+            cache_read: u(&["usage", "cache_read_input_tokens"]),
+            cache_write: u(&["usage", "cache_creation_input_tokens"]),
+            reasoning: u(&["usage", "output_tokens_details", "thinking_tokens"]),
+        };
+        let cost = v
             .get("total_cost_usd")
             .and_then(Value::as_f64)
             .unwrap_or(0.0);
-        summary.last_finish_reason = v
+        let reason = v
             .get("stop_reason")
             .and_then(Value::as_str)
             .map(str::to_owned);
+        summary.set_totals(tokens, cost, reason);
         let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
         let r = ClaudeResult {
             subtype: s("subtype").unwrap_or_default(),
@@ -500,7 +479,7 @@ impl ClaudeStream {
                 .map_or(0, Vec::len),
         };
         if !r.is_error && !r.text.is_empty() {
-            summary.final_text = r.text.clone();
+            summary.set_final_text(&r.text);
         }
         self.result = Some(r);
     }
@@ -899,19 +878,40 @@ mod tests {
     }
 
     #[test]
+    fn claude_code_text_keeps_the_same_caps_as_opencode_text() {
+        // Before the summary's fields were private, this parser wrote `final_text` directly
+        // and a long answer (or result) was kept whole.
+        let big = "x".repeat(crate::events::FINAL_CAP + 10_000);
+        let assistant = serde_json::json!({"type": "assistant", "session_id": "s1",
+            "message": {"id": "m1", "content": [{"type": "text", "text": big}]}});
+        let result = serde_json::json!({"type": "result", "subtype": "success",
+            "is_error": false, "result": big});
+        for line in [assistant, result] {
+            let (s, _) = fold(&line.to_string());
+            assert_eq!(
+                s.final_text().len(),
+                crate::events::FINAL_CAP,
+                "{}",
+                &line["type"]
+            );
+            assert!(s.text().kept_bytes() <= 1 << 20);
+        }
+    }
+
+    #[test]
     fn stream_json_folds_into_the_summary() {
         let (s, c) = fold(&format!("{OK}\nnot json\n{{\"type\":\"stream_event\"}}"));
         assert_eq!(
-            s.session_id.as_deref(),
+            s.session_id().as_deref(),
             Some("0d98f55c-e1be-40fc-9a78-c581f39ed541")
         );
-        assert_eq!(s.final_text, "Hello from fake Anthropic. DONE");
-        assert_eq!(s.tool_calls.len(), 1);
-        assert_eq!(s.tool_calls[0].tool, "Write");
-        assert_eq!(s.tool_calls[0].status, "error");
-        assert_eq!(s.tool_calls[0].title.as_deref(), Some("/p/w.txt"));
+        assert_eq!(s.final_text(), "Hello from fake Anthropic. DONE");
+        assert_eq!(s.tool_calls().len(), 1);
+        assert_eq!(s.tool_calls()[0].tool, "Write");
+        assert_eq!(s.tool_calls()[0].status, "error");
+        assert_eq!(s.tool_calls()[0].title.as_deref(), Some("/p/w.txt"));
         assert!(
-            s.tool_calls[0]
+            s.tool_calls()[0]
                 .error
                 .as_deref()
                 .unwrap()
@@ -919,16 +919,16 @@ mod tests {
         );
         assert_eq!(
             (
-                s.tokens.input,
-                s.tokens.output,
-                s.tokens.cache_read,
-                s.tokens.cache_write
+                s.tokens().input,
+                s.tokens().output,
+                s.tokens().cache_read,
+                s.tokens().cache_write
             ),
             (20, 10, 4, 3)
         );
-        assert!((s.cost - 0.00028).abs() < 1e-12);
-        assert_eq!((s.malformed, s.unknown), (1, 1));
-        assert!(s.produced_output);
+        assert!((s.cost() - 0.00028).abs() < 1e-12);
+        assert_eq!((s.malformed(), s.unknown()), (1, 1));
+        assert!(s.produced_output());
         assert!(
             classify(
                 &s,
@@ -953,7 +953,7 @@ mod tests {
 
     fn kind(lines: &str) -> (FailureKind, Option<SystemTime>, String) {
         let (s, c) = fold(lines);
-        assert!(!s.produced_output);
+        assert!(!s.produced_output());
         let k = classify(
             &s,
             &c,

@@ -575,7 +575,7 @@ pub fn parse_error(err: &Value) -> ErrorEvent {
 }
 
 /// Bytes of [`RunSummary::final_text`] kept at most.
-const FINAL_CAP: usize = 400_000;
+pub const FINAL_CAP: usize = 400_000;
 
 /// Appends the longest prefix of `add` that keeps `s` within `cap` bytes and ends on a
 /// character boundary. Never grows `s` past `cap` (see [`crate::capture::grown_capacity`]).
@@ -600,41 +600,41 @@ fn push_capped(s: &mut String, add: &str, cap: usize) {
 #[derive(Debug, Clone)]
 pub struct RunSummary {
     /// The root session id.
-    pub session_id: Option<String>,
+    session_id: Option<String>,
     /// Every event line count by kind.
-    pub events: usize,
+    events: usize,
     /// Lines that were not JSON objects.
-    pub malformed: usize,
+    malformed: usize,
     /// Lines with a type this parser does not know, by type name (first 20 distinct names).
-    pub unknown_types: Vec<String>,
+    unknown_types: Vec<String>,
     /// Count of lines with unknown types.
-    pub unknown: usize,
+    unknown: usize,
     /// `step_start` count.
-    pub steps: usize,
+    steps: usize,
     /// Tool calls in order.
-    pub tool_calls: Vec<ToolCall>,
+    tool_calls: Vec<ToolCall>,
     /// Error events in order.
-    pub errors: Vec<ErrorEvent>,
+    errors: Vec<ErrorEvent>,
     /// `ContextOverflowError` events seen.
-    pub overflows: usize,
+    overflows: usize,
     /// Token totals.
-    pub tokens: TokenUsage,
+    tokens: TokenUsage,
     /// Cost total.
-    pub cost: f64,
+    cost: f64,
     /// Finish reason of the last `step_finish`.
-    pub last_finish_reason: Option<String>,
+    last_finish_reason: Option<String>,
     /// True when a `step_finish` came after the last error event (the run recovered).
-    pub finished_after_error: bool,
+    finished_after_error: bool,
     /// Text the model wrote (non-synthetic text parts, separated by blank lines), bounded.
-    pub text: HeadTail,
+    text: HeadTail,
     /// The text parts of the last assistant message that had text.
-    pub final_text: String,
+    final_text: String,
     final_message: Option<String>,
     /// True when any non-synthetic text or any tool call was seen (drives the retry rule).
-    pub produced_output: bool,
+    produced_output: bool,
     /// The output ended in the middle of a line that is not a whole event: opencode exited
     /// before everything it printed was read, and the end of its events is lost.
-    pub ended_mid_line: bool,
+    ended_mid_line: bool,
 }
 
 impl RunSummary {
@@ -660,6 +660,157 @@ impl RunSummary {
             produced_output: false,
             ended_mid_line: false,
         }
+    }
+
+    /// The root session id.
+    pub fn session_id(&self) -> &Option<String> {
+        &self.session_id
+    }
+    /// Every event line count by kind.
+    pub fn events(&self) -> usize {
+        self.events
+    }
+    /// Lines that were not JSON objects (or were too long to read).
+    pub fn malformed(&self) -> usize {
+        self.malformed
+    }
+    /// Lines with a type the parser does not know, by type name (first 20 distinct names).
+    pub fn unknown_types(&self) -> &[String] {
+        &self.unknown_types
+    }
+    /// Count of lines with unknown types.
+    pub fn unknown(&self) -> usize {
+        self.unknown
+    }
+    /// Steps (opencode `step_start`, Claude Code assistant messages).
+    pub fn steps(&self) -> usize {
+        self.steps
+    }
+    /// Tool calls in order.
+    pub fn tool_calls(&self) -> &Vec<ToolCall> {
+        &self.tool_calls
+    }
+    /// Error events in order.
+    pub fn errors(&self) -> &[ErrorEvent] {
+        &self.errors
+    }
+    /// `ContextOverflowError` events seen.
+    pub fn overflows(&self) -> usize {
+        self.overflows
+    }
+    /// Token totals.
+    pub fn tokens(&self) -> TokenUsage {
+        self.tokens
+    }
+    /// Cost total.
+    pub fn cost(&self) -> f64 {
+        self.cost
+    }
+    /// Finish reason of the last step.
+    pub fn last_finish_reason(&self) -> &Option<String> {
+        &self.last_finish_reason
+    }
+    /// True when a step finished after the last error event (the run recovered).
+    pub fn finished_after_error(&self) -> bool {
+        self.finished_after_error
+    }
+    /// Text the model wrote (non-synthetic text parts, separated by blank lines), bounded.
+    pub fn text(&self) -> &HeadTail {
+        &self.text
+    }
+    /// The text parts of the last assistant message that had text, at most [`FINAL_CAP`]
+    /// bytes.
+    pub fn final_text(&self) -> &str {
+        &self.final_text
+    }
+    /// True when any non-synthetic text or any tool call was seen (drives the retry rule).
+    pub fn produced_output(&self) -> bool {
+        self.produced_output
+    }
+    /// The output ended in the middle of a line that is not a whole event.
+    pub fn ended_mid_line(&self) -> bool {
+        self.ended_mid_line
+    }
+
+    /// Counts one event line; the first session id seen is kept.
+    pub fn note_event(&mut self, session_id: Option<&str>) {
+        self.events += 1;
+        if self.session_id.is_none() {
+            self.session_id = session_id.map(str::to_owned);
+        }
+    }
+    /// Counts a line that is not an event (or too long to read).
+    pub fn note_malformed(&mut self) {
+        self.malformed += 1;
+    }
+    /// Counts a line of an unknown type (its name kept among the first 20).
+    pub fn note_unknown(&mut self, kind: &str) {
+        self.unknown += 1;
+        if self.unknown_types.len() < 20 && !self.unknown_types.iter().any(|k| k == kind) {
+            self.unknown_types.push(kind.to_owned());
+        }
+    }
+    /// Counts a step.
+    pub fn note_step(&mut self) {
+        self.steps += 1;
+    }
+    /// Sets the session id learnt elsewhere (opencode's store) when none is known yet. True
+    /// when it was taken.
+    pub fn learn_session_id(&mut self, id: &str) -> bool {
+        if self.session_id.is_some() {
+            return false;
+        }
+        self.session_id = Some(id.to_owned());
+        true
+    }
+    /// Notes that the output ended mid-line.
+    pub fn note_ended_mid_line(&mut self) {
+        self.ended_mid_line = true;
+    }
+    /// Adds a text part the model wrote in message `message_id`: to the bounded text, and to
+    /// the final text (parts of one message joined by blank lines; a new message starts it
+    /// anew), capped at [`FINAL_CAP`] bytes.
+    pub fn push_text(&mut self, message_id: Option<&str>, text: &str) {
+        self.produced_output = true;
+        if !self.text.is_empty() {
+            self.text.push(b"\n\n");
+        }
+        self.text.push(text.as_bytes());
+        if message_id.is_some() && message_id == self.final_message.as_deref() {
+            if !self.final_text.is_empty() {
+                push_capped(&mut self.final_text, "\n\n", FINAL_CAP);
+            }
+            push_capped(&mut self.final_text, text, FINAL_CAP);
+        } else {
+            self.final_message = message_id.map(str::to_owned);
+            self.final_text.clear();
+            push_capped(&mut self.final_text, text, FINAL_CAP);
+        }
+    }
+    /// Replaces the final text (a runner's own final answer), capped at [`FINAL_CAP`] bytes.
+    pub fn set_final_text(&mut self, text: &str) {
+        self.final_text.clear();
+        push_capped(&mut self.final_text, text, FINAL_CAP);
+    }
+    /// Adds a tool call.
+    pub fn push_tool_call(&mut self, call: ToolCall) {
+        self.produced_output = true;
+        self.tool_calls.push(call);
+    }
+    /// Adds a tool call that is not the model's output (a result whose call was not seen).
+    pub fn push_tool_result(&mut self, call: ToolCall) {
+        self.tool_calls.push(call);
+    }
+    /// Notes that the model produced output without text or a finished tool call (a tool
+    /// call started).
+    pub fn note_output(&mut self) {
+        self.produced_output = true;
+    }
+    /// Sets the run's totals (a runner that reports them once, at the end).
+    pub fn set_totals(&mut self, tokens: TokenUsage, cost: f64, finish_reason: Option<String>) {
+        self.tokens = tokens;
+        self.cost = cost;
+        self.last_finish_reason = finish_reason;
     }
 
     /// Folds one output line into the summary. Returns true if it was a valid event.
@@ -704,10 +855,7 @@ impl RunSummary {
 
     /// Folds one parsed event into the summary.
     pub fn push(&mut self, parsed: ParsedLine<'_>) {
-        self.events += 1;
-        if self.session_id.is_none() {
-            self.session_id = parsed.session_id.map(Cow::into_owned);
-        }
+        self.note_event(parsed.session_id.as_deref());
         match parsed.event {
             Event::StepStart { .. } => self.steps += 1,
             Event::Text {
@@ -718,29 +866,10 @@ impl RunSummary {
                 if synthetic {
                     return;
                 }
-                self.produced_output = true;
-                if !self.text.is_empty() {
-                    self.text.push(b"\n\n");
-                }
-                self.text.push(text.as_bytes());
-                // The final text is the text parts of one message joined by blank lines, cut
-                // at FINAL_CAP bytes (on a character boundary); only what fits is copied.
-                if message_id.is_some() && message_id.as_deref() == self.final_message.as_deref() {
-                    if !self.final_text.is_empty() {
-                        push_capped(&mut self.final_text, "\n\n", FINAL_CAP);
-                    }
-                    push_capped(&mut self.final_text, &text, FINAL_CAP);
-                } else {
-                    self.final_message = message_id.map(Cow::into_owned);
-                    self.final_text.clear();
-                    push_capped(&mut self.final_text, &text, FINAL_CAP);
-                }
+                self.push_text(message_id.as_deref(), &text);
             }
             Event::Reasoning { .. } => {}
-            Event::ToolUse(call) => {
-                self.produced_output = true;
-                self.tool_calls.push(call);
-            }
+            Event::ToolUse(call) => self.push_tool_call(call),
             Event::StepFinish {
                 reason,
                 tokens,
@@ -766,12 +895,7 @@ impl RunSummary {
                 self.finished_after_error = false;
                 self.errors.push(err);
             }
-            Event::Unknown { kind } => {
-                self.unknown += 1;
-                if self.unknown_types.len() < 20 && !self.unknown_types.iter().any(|k| *k == kind) {
-                    self.unknown_types.push(kind.into_owned());
-                }
-            }
+            Event::Unknown { kind } => self.note_unknown(&kind),
         }
     }
 }

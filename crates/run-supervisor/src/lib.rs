@@ -29,6 +29,7 @@ mod procs;
 pub mod proctable;
 pub mod quota;
 pub mod registry;
+mod runner;
 mod spec;
 mod supervisor;
 

@@ -19,14 +19,15 @@ use tokio::sync::{OnceCell, watch};
 use crate::StartError;
 use crate::capture::{Cut, HeadTail, LineSplitter, Piece, REPLY_CHARS, cut_text};
 use crate::changes::{self, ChangedFiles, GitSnapshot};
-use crate::classify::{ExitInfo, Failure, FailureKind, classify};
-use crate::claude::{self, ClaudeStream, Runner};
+use crate::classify::{ExitInfo, Failure, FailureKind};
+use crate::claude::{self, Runner};
 use crate::command::{self, Capabilities, LaunchContext};
-use crate::events::{ReadLine, RunSummary, TokenUsage, ToolCall};
+use crate::events::{RunSummary, TokenUsage, ToolCall};
 use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
 use crate::quota;
 use crate::registry::{self, Registry, StoredOutput, StoredTask};
+use crate::runner::{OwnRun, Prepared, Stream, backend};
 use crate::spec::{SupervisorConfig, TaskSpec};
 
 /// Finished tasks kept in the table; older finished ones are forgotten first.
@@ -231,7 +232,8 @@ struct Record {
     model: Option<String>,
     read_only: bool,
     runner: Runner,
-    claude: ClaudeStream,
+    /// The parser of the current attempt's output (the runner's).
+    stream: Box<dyn Stream>,
     state: TaskState,
     attempts: u32,
     accepted: Instant,
@@ -388,12 +390,10 @@ impl Supervisor {
         let cwd = command::check_cwd(&spec.cwd, &cfg.root)?;
         let model = spec.model.clone().or_else(|| cfg.default_model.clone());
         let runner = Runner::for_model(model.as_deref());
-        let account = quota::account_key(runner, model.as_deref());
-        let bin = match runner {
-            Runner::Opencode => command::resolve_binary(cfg.opencode_bin.as_deref()),
-            Runner::Claude => claude::resolve_claude(cfg.claude_bin.as_deref()),
-        }
-        .map_err(StartError::BinaryMissing)?;
+        let account = backend(runner).account_key(model.as_deref());
+        let bin = backend(runner)
+            .binary(cfg)
+            .map_err(StartError::BinaryMissing)?;
         let (stop_tx, stop_rx) = watch::channel(None);
         let (done_tx, _) = watch::channel(false);
         let id = {
@@ -448,7 +448,7 @@ impl Supervisor {
                     model: spec.model.clone().or_else(|| cfg.default_model.clone()),
                     read_only: spec.read_only,
                     runner,
-                    claude: ClaudeStream::default(),
+                    stream: backend(runner).stream(),
                     state: TaskState::Starting,
                     attempts: 0,
                     accepted: Instant::now(),
@@ -588,19 +588,19 @@ impl Supervisor {
             return self.stored_result(id, head, tail);
         };
         let snap = snapshot(id, r, &self.shared.config, version);
-        let text = cut_text(&r.summary.text.to_string_lossy(), head, tail);
-        let final_text = cut_text(&r.summary.final_text, Some(REPLY_CHARS), None).text;
+        let text = cut_text(&r.summary.text().to_string_lossy(), head, tail);
+        let final_text = cut_text(r.summary.final_text(), Some(REPLY_CHARS), None).text;
         let stderr_clean = crate::classify::strip_ansi(&r.stderr.tail_string(16_000));
         let stderr_tail = cut_text(stderr_clean.trim(), None, Some(4_000)).text;
         Some(TaskOutput {
             snapshot: snap,
             text,
             final_text,
-            tool_calls: r.summary.tool_calls.clone(),
+            tool_calls: r.summary.tool_calls().clone(),
             stderr_tail,
-            malformed_lines: r.summary.malformed,
-            unknown_events: r.summary.unknown,
-            stdout_bytes_dropped: r.summary.text.dropped_bytes(),
+            malformed_lines: r.summary.malformed(),
+            unknown_events: r.summary.unknown(),
+            stdout_bytes_dropped: r.summary.text().dropped_bytes(),
             changed_files: r.changes.clone(),
         })
     }
@@ -791,8 +791,8 @@ impl Supervisor {
             .tasks
             .iter()
             .filter(|(_, r)| {
-                r.runner == Runner::Opencode
-                    && r.summary.session_id.is_none()
+                backend(r.runner).learns_session_from_store()
+                    && r.summary.session_id().is_none()
                     && r.continues.is_none()
                     && r.finished
                         .is_none_or(|f| now.saturating_duration_since(f) < LEARN_AFTER_FINISH)
@@ -818,14 +818,14 @@ impl Supervisor {
         let Some(r) = inner.tasks.get_mut(&id) else {
             return false;
         };
-        let fits = r.runner == Runner::Opencode
-            && r.summary.session_id.is_none()
+        let fits = backend(r.runner).learns_session_from_store()
+            && r.summary.session_id().is_none()
             && r.continues.is_none()
             && attempt_wall(r).is_some_and(|start| created >= start);
         if !fits {
             return false;
         }
-        r.summary.session_id = Some(session_id.to_owned());
+        r.summary.learn_session_id(session_id);
         r.persisted_session = true;
         persist(&self.shared, id, r, Save::Record);
         true
@@ -856,35 +856,26 @@ impl Supervisor {
         // Own opencode runs whose binary is not named opencode (OPENCODE_BIN=/x/oc-1.18).
         let program = crate::command::resolve_binary(self.config().opencode_bin.as_deref()).ok();
         let inner = self.shared.lock();
-        for r in inner.tasks.values() {
-            if r.runner != Runner::Claude
-                && !r.state.is_finished()
-                && let Some(root) = r.root
-                && root.is_alive()
-                && !table.iter().any(|p| p.pid == root.pid)
-                && let Some(program) = &program
-                && let Some(p) = proctable::own_run_entry(root.pid, program)
-            {
-                table.push(p);
-            }
-        }
+        let mut own: Vec<OpencodeProcess> = Vec::new();
         for (&id, r) in &inner.tasks {
-            if r.runner == Runner::Claude
-                && !r.state.is_finished()
+            if !r.state.is_finished()
                 && let Some(root) = r.root
                 && root.is_alive()
-                && let Some(p) = claude::process_entry(
-                    root.pid,
-                    id,
-                    &r.agent,
-                    &r.title,
-                    r.model.as_deref(),
-                    r.claude_session(),
-                )
             {
-                table.push(p);
+                let run = OwnRun {
+                    task: id,
+                    pid: root.pid,
+                    agent: &r.agent,
+                    title: &r.title,
+                    model: r.model.as_deref(),
+                    session: r.summary.session_id().as_deref(),
+                };
+                own.extend(backend(r.runner).own_process(run, program.as_deref(), &table));
             }
         }
+        // opencode's own processes first, then the other runners' (`claude -p`).
+        own.sort_by_key(|p| !matches!(p.kind, proctable::ProcessKind::Run));
+        table.extend(own);
         for p in &mut table {
             for (&id, r) in &inner.tasks {
                 if let Some(root) = r.root
@@ -893,7 +884,7 @@ impl Supervisor {
                 {
                     p.task_id = Some(id);
                     if p.session_id.is_none() {
-                        p.session_id = r.summary.session_id.clone();
+                        p.session_id = r.summary.session_id().clone();
                     }
                 }
             }
@@ -956,7 +947,7 @@ fn snapshot(
             .unwrap_or(now)
             .saturating_duration_since(r.accepted),
         started_at: r.accepted_wall,
-        session_id: r.summary.session_id.clone(),
+        session_id: r.summary.session_id().clone(),
         pid: if running { r.root.map(|p| p.pid) } else { None },
         last_event_age,
         quiet: last_event_age.is_some_and(|a| a >= cfg.quiet_after),
@@ -966,12 +957,12 @@ fn snapshot(
         } else {
             None
         },
-        tokens: r.summary.tokens,
-        cost: r.summary.cost,
-        tool_calls: r.summary.tool_calls.len(),
+        tokens: r.summary.tokens(),
+        cost: r.summary.cost(),
+        tool_calls: r.summary.tool_calls().len(),
         exit_code: r.exit.and_then(|e| e.code),
         // A Claude run uses no opencode.
-        opencode_version: version.filter(|_| r.runner == Runner::Opencode),
+        opencode_version: version.filter(|_| backend(r.runner).reports_opencode_version()),
         label: r.label.clone(),
         continues: r.continues.clone(),
         orphaned: false,
@@ -1104,13 +1095,13 @@ fn records(
         attempts: r.attempts,
         accepted_ms: registry::to_ms(r.accepted_wall),
         finished_ms,
-        session_id: r.summary.session_id.clone(),
+        session_id: r.summary.session_id().clone(),
         run: r.root.filter(|_| !state.is_finished()).map(Into::into),
         failure: r.failure.as_ref().map(Into::into),
         exit_code: r.exit.and_then(|e| e.code),
-        tokens: r.summary.tokens.into(),
-        cost: r.summary.cost,
-        tool_calls: r.summary.tool_calls.len(),
+        tokens: r.summary.tokens().into(),
+        cost: r.summary.cost(),
+        tool_calls: r.summary.tool_calls().len(),
         opencode_version: version,
         updated_ms: registry::now_ms(),
     };
@@ -1119,13 +1110,13 @@ fn records(
         let stderr_clean = crate::classify::strip_ansi(&r.stderr.tail_string(16_000));
         output = Some(StoredOutput {
             version: registry::FORMAT_VERSION,
-            text: r.summary.text.to_string_lossy(),
-            final_text: r.summary.final_text.clone(),
-            tool_calls: r.summary.tool_calls.iter().map(Into::into).collect(),
+            text: r.summary.text().to_string_lossy(),
+            final_text: r.summary.final_text().to_owned(),
+            tool_calls: r.summary.tool_calls().iter().map(Into::into).collect(),
             stderr_tail: cut_text(stderr_clean.trim(), None, Some(4_000)).text,
-            malformed_lines: r.summary.malformed,
-            unknown_events: r.summary.unknown,
-            stdout_bytes_dropped: r.summary.text.dropped_bytes(),
+            malformed_lines: r.summary.malformed(),
+            unknown_events: r.summary.unknown(),
+            stdout_bytes_dropped: r.summary.text().dropped_bytes(),
             changed_files: r.changes.clone(),
         });
     }
@@ -1157,45 +1148,14 @@ fn forget_finished(inner: &mut Inner, keep: usize) {
 }
 
 impl Record {
-    fn claude_session(&self) -> Option<&str> {
-        self.summary.session_id.as_deref()
-    }
-
-    /// Folds one stdout line with the parser of the task's runner.
-    fn push_out(&mut self, line: &str) -> bool {
-        match self.runner {
-            Runner::Opencode => self.summary.push_line(line),
-            Runner::Claude => self.claude.push_line(&mut self.summary, line),
-        }
-    }
-
     /// The failure of a finished attempt, by the rules of the task's runner.
     fn classify_attempt(&self, stderr: &str, exit: ExitInfo) -> Option<Failure> {
-        match self.runner {
-            Runner::Opencode => classify(&self.summary, stderr, exit),
-            Runner::Claude => {
-                claude::classify(&self.summary, &self.claude, stderr, exit).map(|c| c.failure)
-            }
-        }
+        self.stream.classify(&self.summary, stderr, exit)
     }
 
     /// When the quota window that refused this task resets, if the refusal said so.
     fn quota_reset(&self) -> Option<SystemTime> {
-        match self.runner {
-            Runner::Claude => {
-                let text = self.claude.result.as_ref().map(|r| r.text.as_str());
-                self.claude
-                    .limit_reset
-                    .or_else(|| text.and_then(claude::reset_in_text))
-                    .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s))
-            }
-            Runner::Opencode => self
-                .summary
-                .errors
-                .last()
-                .and_then(|e| e.raw.get("data").and_then(|d| d.get("responseHeaders")))
-                .and_then(|h| quota::reset_from_headers(h, SystemTime::now())),
-        }
+        self.stream.quota_reset(&self.summary)
     }
 }
 
@@ -1216,7 +1176,7 @@ fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
     else {
         return;
     };
-    let key = quota::account_key(r.runner, r.model.as_deref());
+    let key = backend(r.runner).account_key(r.model.as_deref());
     inner.quota_until.insert(key, until);
 }
 
@@ -1304,7 +1264,7 @@ async fn run_task(
     let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
     if !read_only {
         let calls = shared
-            .with(id, |r| r.summary.tool_calls.clone())
+            .with(id, |r| r.summary.tool_calls().clone())
             .unwrap_or_default();
         let changes = tokio::task::spawn_blocking(move || match before {
             Some(snap) => snap.changes_since(),
@@ -1330,8 +1290,7 @@ async fn run_task_inner(
     let timeout = spec.timeout.unwrap_or(cfg.default_timeout);
     let deadline = tokio::time::Instant::now() + timeout;
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
-    let caps = if runner == Runner::Claude {
-        // Claude Code's flags are fixed; nothing to detect.
+    let caps = if !backend(runner).probes_capabilities() {
         Ok(Capabilities::default())
     } else {
         let env = cfg.env.clone();
@@ -1389,7 +1348,7 @@ async fn run_task_inner(
             }
             AttemptEnd::OverflowLoop(n) => {
                 let last = shared
-                    .with(id, |r| r.summary.errors.last().map(|e| e.message.clone()))
+                    .with(id, |r| r.summary.errors().last().map(|e| e.message.clone()))
                     .flatten()
                     .unwrap_or_default();
                 let f = Failure::new(
@@ -1405,12 +1364,12 @@ async fn run_task_inner(
                     .with(id, |r| {
                         r.exit = Some(exit);
                         let stderr = r.stderr.to_string_lossy();
-                        let race = r.summary.events == 0
+                        let race = r.summary.events() == 0
                             && exit.code != Some(0)
                             && store_setup_error(&stderr);
                         (
                             r.classify_attempt(&stderr, exit),
-                            r.summary.produced_output,
+                            r.summary.produced_output(),
                             race,
                         )
                     })
@@ -1516,12 +1475,8 @@ async fn run_attempt(
         prompt_file_threshold: cfg.prompt_file_threshold,
         prompt_file_path: prompt_path,
     };
-    let launch = if shared.with(id, |r| r.runner) == Some(Runner::Claude) {
-        let model = spec.model.as_deref().or(cfg.default_model.as_deref());
-        Ok(claude::build_launch(spec, cwd, bin, model, &cfg.env))
-    } else {
-        command::build_launch(spec, cwd, &ctx)
-    };
+    let runner = shared.with(id, |r| r.runner).unwrap_or_default();
+    let launch = backend(runner).launch(spec, cwd, &ctx);
     let launch = match launch {
         Ok(l) => l,
         Err(e) => return AttemptEnd::SpawnFailed(e),
@@ -1571,7 +1526,7 @@ async fn run_attempt(
         r.attempt_started = Some(Instant::now());
         r.last_event = None;
         r.summary = RunSummary::new(cfg.output_cap);
-        r.claude = ClaudeStream::default();
+        r.stream = backend(r.runner).stream();
         r.stderr = HeadTail::new(cfg.output_cap);
         r.exit = None;
         r.retry_at = None;
@@ -1659,11 +1614,11 @@ async fn run_attempt(
                 // Keep the registry current: the session id as soon as it is known, the output
                 // every few seconds while events arrive.
                 shared.with(id, |r| {
-                    let session = r.summary.session_id.is_some() && !r.persisted_session;
-                    let output = ticks.is_multiple_of(25) && r.summary.events != r.persisted_events;
+                    let session = r.summary.session_id().is_some() && !r.persisted_session;
+                    let output = ticks.is_multiple_of(25) && r.summary.events() != r.persisted_events;
                     if session || output {
-                        r.persisted_session = r.summary.session_id.is_some();
-                        r.persisted_events = r.summary.events;
+                        r.persisted_session = r.summary.session_id().is_some();
+                        r.persisted_events = r.summary.events();
                         persist(shared, id, r, if output { Save::WithOutput } else { Save::Record });
                     }
                 });
@@ -1677,7 +1632,7 @@ async fn run_attempt(
                 {
                     known = k;
                 }
-                let overflows = shared.with(id, |r| r.summary.overflows).unwrap_or(0);
+                let overflows = shared.with(id, |r| r.summary.overflows()).unwrap_or(0);
                 if overflows >= cfg.overflow_limit.max(1) {
                     stop_reason = Some(AttemptEnd::OverflowLoop(overflows));
                     break;
@@ -1791,22 +1746,11 @@ async fn read_stream(
     }
 }
 
-/// A stdout line read but not yet folded.
-enum Prepared {
-    TooLong,
-    /// An opencode line, parsed.
-    Opencode(ReadLine),
-    /// A Claude Code line (its parser is stateful: parsed when folded).
-    Claude(String),
-}
-
+/// Reads one stdout line by the rules of `runner` (no lock held).
 fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared {
     match piece {
         Piece::TooLong => Prepared::TooLong,
-        Piece::Line(line) => match runner {
-            Runner::Opencode => Prepared::Opencode(ReadLine::read(line)),
-            Runner::Claude => Prepared::Claude(String::from_utf8_lossy(line).into_owned()),
-        },
+        Piece::Line(line) => backend(runner).prepare(line),
     }
 }
 
@@ -1837,31 +1781,24 @@ fn fold_stdout(
 fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
     shared.with(id, |r| {
         let unterminated = lines.pending_bytes() > 0;
-        let malformed = r.summary.malformed;
+        let malformed = r.summary.malformed();
         let runner = r.runner;
         lines.finish(|piece| fold(shared, id, r, prepare(runner, piece)));
-        if unterminated && r.summary.malformed > malformed {
-            r.summary.ended_mid_line = true;
+        if unterminated && r.summary.malformed() > malformed {
+            r.summary.note_ended_mid_line();
         }
     });
 }
 
 /// Folds one stdout line (or an over-long one) into the task record.
 fn fold(shared: &Shared, id: TaskId, r: &mut Record, line: Prepared) {
-    let event = match line {
-        Prepared::TooLong => {
-            r.summary.malformed += 1;
-            return;
-        }
-        Prepared::Opencode(line) => r.summary.push_read(line),
-        Prepared::Claude(line) => r.push_out(&line),
-    };
+    let event = r.stream.push(&mut r.summary, line);
     if event {
         r.last_event = Some(Instant::now());
     }
     // The session id goes to the registry the moment it is known: no status shows it
     // before a restarted bridge could.
-    if !r.persisted_session && r.summary.session_id.is_some() {
+    if !r.persisted_session && r.summary.session_id().is_some() {
         r.persisted_session = true;
         persist(shared, id, r, Save::Record);
     }

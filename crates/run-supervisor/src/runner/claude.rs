@@ -1,0 +1,100 @@
+//! The `claude -p --output-format stream-json` runner (Claude Code).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::{Backend, OwnRun, Prepared, Stream, push_common};
+use crate::classify::{ExitInfo, Failure};
+use crate::claude::{self as cc, ClaudeStream};
+use crate::command::{Launch, LaunchContext};
+use crate::events::RunSummary;
+use crate::proctable::OpencodeProcess;
+use crate::quota;
+use crate::spec::{SupervisorConfig, TaskSpec};
+
+#[derive(Debug)]
+pub(crate) struct Claude;
+
+impl Backend for Claude {
+    fn binary(&self, cfg: &SupervisorConfig) -> Result<PathBuf, String> {
+        cc::resolve_claude(cfg.claude_bin.as_deref())
+    }
+
+    /// Claude Code's flags are fixed; nothing to detect.
+    fn probes_capabilities(&self) -> bool {
+        false
+    }
+
+    fn launch(
+        &self,
+        spec: &TaskSpec,
+        cwd: &Path,
+        ctx: &LaunchContext<'_>,
+    ) -> Result<Launch, String> {
+        let model = spec.model.as_deref().or(ctx.default_model);
+        Ok(cc::build_launch(
+            spec,
+            cwd,
+            ctx.program,
+            model,
+            ctx.base_env,
+        ))
+    }
+
+    fn stream(&self) -> Box<dyn Stream> {
+        Box::new(ClaudeStream::default())
+    }
+
+    fn prepare(&self, line: &[u8]) -> Prepared {
+        Prepared::Raw(String::from_utf8_lossy(line).into_owned())
+    }
+
+    fn account_key(&self, model: Option<&str>) -> String {
+        quota::account_key(crate::Runner::Claude, model)
+    }
+
+    fn learns_session_from_store(&self) -> bool {
+        false
+    }
+
+    fn reports_opencode_version(&self) -> bool {
+        false
+    }
+
+    fn own_process(
+        &self,
+        run: OwnRun<'_>,
+        _program: Option<&Path>,
+        _table: &[OpencodeProcess],
+    ) -> Option<OpencodeProcess> {
+        cc::process_entry(
+            run.pid,
+            run.task,
+            run.agent,
+            run.title,
+            run.model,
+            run.session,
+        )
+    }
+}
+
+impl Stream for ClaudeStream {
+    fn push(&mut self, summary: &mut RunSummary, line: Prepared) -> bool {
+        match push_common(summary, line) {
+            Some(Prepared::Raw(text)) => self.push_line(summary, &text),
+            // Not made by this runner's `prepare`.
+            Some(Prepared::Parsed(_)) | Some(Prepared::TooLong) | None => false,
+        }
+    }
+
+    fn classify(&self, summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure> {
+        cc::classify(summary, self, stderr, exit).map(|c| c.failure)
+    }
+
+    fn quota_reset(&self, _summary: &RunSummary) -> Option<SystemTime> {
+        let text = self.result.as_ref().map(|r| r.text.as_str());
+        self.limit_reset
+            .or_else(|| text.and_then(cc::reset_in_text))
+            .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s))
+    }
+}

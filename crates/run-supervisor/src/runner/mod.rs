@@ -1,0 +1,120 @@
+//! Runners: the programs a task can be run by (`opencode run`, `claude -p`), behind one
+//! interface. The supervisor asks a task's [`Backend`] for everything that differs between
+//! them — the binary, the launch, how its output lines are read and folded, how a finished
+//! attempt is judged, whose quota it uses, how it shows in the process table — and holds no
+//! `match` on the runner of its own.
+//!
+//! Adding a runner: a file with a type implementing [`Backend`] (and its [`Stream`]), a variant
+//! of [`Runner`], and one line in [`backend`].
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use crate::classify::{ExitInfo, Failure};
+use crate::command::{Launch, LaunchContext};
+use crate::events::{ReadLine, RunSummary};
+use crate::proctable::OpencodeProcess;
+use crate::spec::{SupervisorConfig, TaskSpec};
+
+pub use crate::claude::Runner;
+
+mod claude;
+mod opencode;
+
+/// The backend of a runner.
+pub(crate) fn backend(runner: Runner) -> &'static dyn Backend {
+    match runner {
+        Runner::Opencode => &opencode::Opencode,
+        Runner::Claude => &claude::Claude,
+    }
+}
+
+/// A stdout line read but not yet folded: what [`Backend::prepare`] makes of it without any
+/// lock held (parsing is the costly part of reading a flood of events).
+#[derive(Debug)]
+pub(crate) enum Prepared {
+    /// Longer than the line limit: counted as malformed, never parsed.
+    TooLong,
+    /// Parsed into an event (a runner whose lines can be read on their own).
+    Parsed(ReadLine),
+    /// The line's text, for a runner whose parser keeps state between lines.
+    Raw(String),
+}
+
+/// What the process table shows of one of our running tasks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OwnRun<'a> {
+    pub task: u64,
+    pub pid: i32,
+    pub agent: &'a str,
+    pub title: &'a str,
+    pub model: Option<&'a str>,
+    pub session: Option<&'a str>,
+}
+
+/// Everything about running a task that depends on the program that runs it.
+pub(crate) trait Backend: Sync {
+    /// The binary, from the configuration or the PATH; the error says what to set.
+    fn binary(&self, cfg: &SupervisorConfig) -> Result<PathBuf, String>;
+
+    /// True when the binary's capabilities are probed (once per supervisor) before the first
+    /// launch; false when its flags are fixed.
+    fn probes_capabilities(&self) -> bool;
+
+    /// The command line, environment and stdin of one attempt.
+    fn launch(
+        &self,
+        spec: &TaskSpec,
+        cwd: &Path,
+        ctx: &LaunchContext<'_>,
+    ) -> Result<Launch, String>;
+
+    /// A fresh parser for one attempt's output.
+    fn stream(&self) -> Box<dyn Stream>;
+
+    /// Reads one stdout line (no lock held).
+    fn prepare(&self, line: &[u8]) -> Prepared;
+
+    /// The account whose quota a task with `model` uses (a refusal for quota blocks later
+    /// starts on the same account).
+    fn account_key(&self, model: Option<&str>) -> String;
+
+    /// True when the task's session id can be learnt from opencode's store before its events
+    /// name it.
+    fn learns_session_from_store(&self) -> bool;
+
+    /// True when the task's snapshot shows the opencode version.
+    fn reports_opencode_version(&self) -> bool;
+
+    /// The process-table entry of a running task of ours when [`crate::proctable::scan`] does
+    /// not list it. `program` is the configured opencode binary, `table` what the scan found.
+    fn own_process(
+        &self,
+        run: OwnRun<'_>,
+        program: Option<&Path>,
+        table: &[OpencodeProcess],
+    ) -> Option<OpencodeProcess>;
+}
+
+/// The parser of one attempt's output, with whatever state the runner's format needs.
+pub(crate) trait Stream: Send + std::fmt::Debug {
+    /// Folds one prepared line into `summary`. True when it was an event.
+    fn push(&mut self, summary: &mut RunSummary, line: Prepared) -> bool;
+
+    /// The failure of the finished attempt, if it failed.
+    fn classify(&self, summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure>;
+
+    /// When the quota window that refused the attempt resets, if the refusal said.
+    fn quota_reset(&self, summary: &RunSummary) -> Option<SystemTime>;
+}
+
+/// Folds a prepared line the way every runner does for lines it cannot read.
+fn push_common(summary: &mut RunSummary, line: Prepared) -> Option<Prepared> {
+    match line {
+        Prepared::TooLong => {
+            summary.note_malformed();
+            None
+        }
+        other => Some(other),
+    }
+}

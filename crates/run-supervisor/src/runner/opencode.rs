@@ -1,0 +1,94 @@
+//! The `opencode run --format json` runner.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::{Backend, OwnRun, Prepared, Stream, push_common};
+use crate::classify::{ExitInfo, Failure, classify};
+use crate::command::{self, Launch, LaunchContext};
+use crate::events::{ReadLine, RunSummary};
+use crate::proctable::{self, OpencodeProcess};
+use crate::quota;
+use crate::spec::{SupervisorConfig, TaskSpec};
+
+#[derive(Debug)]
+pub(crate) struct Opencode;
+
+impl Backend for Opencode {
+    fn binary(&self, cfg: &SupervisorConfig) -> Result<PathBuf, String> {
+        command::resolve_binary(cfg.opencode_bin.as_deref())
+    }
+
+    fn probes_capabilities(&self) -> bool {
+        true
+    }
+
+    fn launch(
+        &self,
+        spec: &TaskSpec,
+        cwd: &Path,
+        ctx: &LaunchContext<'_>,
+    ) -> Result<Launch, String> {
+        command::build_launch(spec, cwd, ctx)
+    }
+
+    fn stream(&self) -> Box<dyn Stream> {
+        Box::new(Events)
+    }
+
+    fn prepare(&self, line: &[u8]) -> Prepared {
+        Prepared::Parsed(ReadLine::read(line))
+    }
+
+    fn account_key(&self, model: Option<&str>) -> String {
+        quota::account_key(crate::Runner::Opencode, model)
+    }
+
+    fn learns_session_from_store(&self) -> bool {
+        true
+    }
+
+    fn reports_opencode_version(&self) -> bool {
+        true
+    }
+
+    fn own_process(
+        &self,
+        run: OwnRun<'_>,
+        program: Option<&Path>,
+        table: &[OpencodeProcess],
+    ) -> Option<OpencodeProcess> {
+        // Own runs whose binary is not named opencode (OPENCODE_BIN=/x/oc-1.18) are missed
+        // by the scan.
+        if table.iter().any(|p| p.pid == run.pid) {
+            return None;
+        }
+        proctable::own_run_entry(run.pid, program?)
+    }
+}
+
+/// opencode's event lines need no state between lines.
+#[derive(Debug)]
+struct Events;
+
+impl Stream for Events {
+    fn push(&mut self, summary: &mut RunSummary, line: Prepared) -> bool {
+        match push_common(summary, line) {
+            Some(Prepared::Parsed(line)) => summary.push_read(line),
+            Some(Prepared::Raw(text)) => summary.push_line(&text),
+            _ => false,
+        }
+    }
+
+    fn classify(&self, summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure> {
+        classify(summary, stderr, exit)
+    }
+
+    fn quota_reset(&self, summary: &RunSummary) -> Option<SystemTime> {
+        summary
+            .errors()
+            .last()
+            .and_then(|e| e.raw.get("data").and_then(|d| d.get("responseHeaders")))
+            .and_then(|h| quota::reset_from_headers(h, SystemTime::now()))
+    }
+}
