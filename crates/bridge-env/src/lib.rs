@@ -402,7 +402,10 @@ mod tests {
         let e = OPENCODE
             .find_on(Some(Path::new("opencode-nope")), path)
             .unwrap_err();
-        assert!(e.starts_with("OPENCODE_BIN=opencode-nope was not found on PATH"), "{e}");
+        assert!(
+            e.starts_with("OPENCODE_BIN=opencode-nope was not found on PATH"),
+            "{e}"
+        );
         let e = OPENCODE
             .find_on(Some(&dir.path().join("nope")), path)
             .unwrap_err();
