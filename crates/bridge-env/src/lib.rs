@@ -203,13 +203,13 @@ pub const SERVER_PASSWORD: EnvVar = EnvVar::new(
 pub const OPENCODE_BIN: EnvVar = EnvVar::new(
     "OPENCODE_BIN",
     "`opencode` on PATH",
-    "the opencode binary to run",
+    "the opencode binary to run: a path, or a name looked up on PATH",
 );
 /// `CLAUDE_BIN`: see [`Program::find`] for how it is read.
 pub const CLAUDE_BIN: EnvVar = EnvVar::new(
     "CLAUDE_BIN",
     "`claude` on PATH",
-    "the Claude Code binary, for tasks whose model is a Claude model (sonnet, opus, haiku, claude-...)",
+    "the Claude Code binary (a path, or a name looked up on PATH), for tasks whose model is a Claude model (sonnet, opus, haiku, claude-...)",
 );
 /// `OPENCODE_DB`.
 pub const OPENCODE_DB: EnvVar = EnvVar::new(
