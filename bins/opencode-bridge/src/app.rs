@@ -24,6 +24,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+/// opencode's inline config: the roster server gets it with the bridge's `worker` merged in.
+const CONFIG_CONTENT: &str = bridge_env::OPENCODE_CONFIG_CONTENT.name;
+
 /// Everything the server holds: settings and the client configuration; the policy is read
 /// afresh on every call (marker files may appear at any time).
 pub struct App {
@@ -962,13 +965,13 @@ fn roster_source(
         .env
         .iter()
         .rev()
-        .find(|(k, _)| k == "OPENCODE_CONFIG_CONTENT")
+        .find(|(k, _)| k == CONFIG_CONTENT)
         .map(|(_, v)| v.clone())
-        .or_else(|| std::env::var("OPENCODE_CONFIG_CONTENT").ok());
+        .or_else(|| std::env::var(CONFIG_CONTENT).ok());
     let mut set: Vec<(String, String)> = cfg
         .env
         .iter()
-        .filter(|(k, _)| k != "OPENCODE_CONFIG_CONTENT")
+        .filter(|(k, _)| k != CONFIG_CONTENT)
         .cloned()
         .collect();
     let client = match config_content(
@@ -978,7 +981,7 @@ fn roster_source(
         None,
     ) {
         Ok(content) => {
-            set.push(("OPENCODE_CONFIG_CONTENT".into(), content));
+            set.push((CONFIG_CONTENT.into(), content));
             client
         }
         // The runs would refuse too; the file reader shows the roster meanwhile.

@@ -343,7 +343,7 @@ pub async fn doctor(app: &App) -> (String, bool) {
     for var in ENV_VARS {
         if let Ok(v) = std::env::var(var.name) {
             any = true;
-            let shown = if var.name.contains("PASSWORD") {
+            let shown = if !var.shown {
                 "(set, not shown)".to_string()
             } else {
                 v

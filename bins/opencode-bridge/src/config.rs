@@ -1,152 +1,14 @@
 //! The server's own settings, read once from the environment.
 //!
 //! Library crates read the variables they own themselves (the policy its mode variables, the
-//! supervisor its limits, the client its backend settings); this module holds what only the
-//! binary uses, and the table of every variable that `doctor` and the README show.
+//! supervisor its limits, the client its backend settings), each by its [`bridge_env`] entry;
+//! this module holds what only the binary uses, and renders the table for `--help`.
 
 use std::path::{Path, PathBuf};
 
-/// One environment variable the bridge reads, with its default as shown to people.
-#[derive(Debug, Clone, Copy)]
-pub struct EnvVar {
-    pub name: &'static str,
-    pub default: &'static str,
-    pub meaning: &'static str,
-}
-
-/// Every variable the bridge reads. `doctor` prints the ones that are set.
-pub const ENV_VARS: &[EnvVar] = &[
-    EnvVar {
-        name: "OPENCODE_BRIDGE_ROOT",
-        default: "the server's working directory",
-        meaning: "directory tree delegated tasks may use as cwd",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_MODEL",
-        default: "opencode's default",
-        meaning: "model for delegated runs, provider/model[#variant]",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_AGENT",
-        default: "worker (explorer in sensitive mode)",
-        meaning: "agent used when opencode_start gets none",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_MODE",
-        default: "unset",
-        meaning: "force a routing mode: blueprint, sensitive or insensitive",
-    },
-    EnvVar {
-        name: "OPENCODE_MODE",
-        default: "unset",
-        meaning: "same as OPENCODE_BRIDGE_MODE",
-    },
-    EnvVar {
-        name: "CLAUDE_CONFIG_DIR",
-        default: "unset",
-        meaning: "also searched for an `insensitive` marker file",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_STRUCTURED",
-        default: "auto",
-        meaning: "structured results (outputSchema, structuredContent): auto (every client but Claude Code), on, off",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_MAX_PARALLEL",
-        default: "6",
-        meaning: "delegated tasks running at once (1-64)",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_TIMEOUT_MIN",
-        default: "120",
-        meaning: "per-task timeout in minutes (timeout_minutes overrides it)",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_RETRIES",
-        default: "2",
-        meaning: "automatic retries of transient errors (read-only agents only)",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_RETRY_DELAY_S",
-        default: "20",
-        meaning: "first retry delay in seconds, then x3",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_QUIET_MIN",
-        default: "10",
-        meaning: "a running task silent this many minutes is flagged `quiet` in its status",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_API_TIMEOUT_MS",
-        default: "45000",
-        meaning: "timeout of one call to an opencode server",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_SCAN_DEADLINE_MS",
-        default: "35000",
-        meaning: "a session scan stops here and answers PARTIAL",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_KILL_GRACE_MS",
-        default: "5000",
-        meaning: "SIGTERM to SIGKILL grace when a task is stopped",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_STATE_DIR",
-        default: "$XDG_STATE_HOME/opencode-bridge (~/.local/state/opencode-bridge)",
-        meaning: "the task registry: every task, its outcome and output, across restarts",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_ROSTER",
-        default: "opencode",
-        meaning: "`files`: read the agent files instead of asking opencode for its roster",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_PRUNE_DAYS",
-        default: "7",
-        meaning: "finished tasks older than this many days leave the registry",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_BACKEND",
-        default: "unset: the server if OPENCODE_BRIDGE_SERVER_URL is set, else the store, else `opencode api`",
-        meaning: "where sessions are read: store, server or api",
-    },
-    EnvVar {
-        name: "OPENCODE_BRIDGE_SERVER_URL",
-        default: "unset",
-        meaning: "an `opencode serve` URL for the server backend (and renames)",
-    },
-    EnvVar {
-        name: "OPENCODE_SERVER_USERNAME",
-        default: "opencode",
-        meaning: "Basic auth user for that server",
-    },
-    EnvVar {
-        name: "OPENCODE_SERVER_PASSWORD",
-        default: "unset",
-        meaning: "Basic auth password for that server",
-    },
-    EnvVar {
-        name: "OPENCODE_BIN",
-        default: "`opencode` on PATH",
-        meaning: "the opencode binary to run",
-    },
-    EnvVar {
-        name: "CLAUDE_BIN",
-        default: "`claude` on PATH",
-        meaning: "the Claude Code binary, for tasks whose model is a Claude model (sonnet, opus, haiku, claude-...)",
-    },
-    EnvVar {
-        name: "OPENCODE_DB",
-        default: "$XDG_DATA_HOME/opencode/opencode.db",
-        meaning: "opencode's SQLite store",
-    },
-    EnvVar {
-        name: "RUST_LOG",
-        default: "warn",
-        meaning: "log filter; logs go to stderr only",
-    },
-];
+/// Every variable the bridge reads, declared once in [`bridge_env`]. `doctor` prints the ones
+/// that are set; `--help` and the README list them all (tests check both against it).
+pub use bridge_env::ALL as ENV_VARS;
 
 /// What the binary itself needs (the libraries read their own variables).
 #[derive(Debug, Clone)]
@@ -202,7 +64,7 @@ impl Settings {
     /// default with a warning on stderr.
     pub fn from_env() -> Settings {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-        let explicit = std::env::var_os("OPENCODE_BRIDGE_ROOT")
+        let explicit = std::env::var_os(bridge_env::ROOT.name)
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
         let root_explicit = explicit.is_some();
@@ -210,7 +72,7 @@ impl Settings {
         let home = std::env::var_os("HOME")
             .filter(|v| !v.is_empty())
             .map(|h| absolute(Path::new(&h)));
-        let structured = match std::env::var("OPENCODE_BRIDGE_STRUCTURED") {
+        let structured = match std::env::var(bridge_env::STRUCTURED.name) {
             Ok(v) => Structured::parse(&v).unwrap_or_else(|e| {
                 eprintln!("opencode-bridge: warning: {e}");
                 Structured::Auto
@@ -325,6 +187,81 @@ mod tests {
                 "README misses {}",
                 v.name
             );
+        }
+    }
+
+    /// The README's table rows: (variable, default) as written, backticks kept.
+    fn readme_rows(readme: &str) -> Vec<(String, String, String)> {
+        let start = readme
+            .find("## Environment variables")
+            .expect("README has an `## Environment variables` section");
+        let section = &readme[start..];
+        let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+        section[..end]
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.trim_matches('|').splitn(3, " | ").collect();
+                let cell = |i: usize| cells.get(i).map_or("", |c| c.trim()).to_owned();
+                (cell(0).trim_matches('`').to_owned(), cell(1), cell(2))
+            })
+            .collect()
+    }
+
+    /// Defaults compare without backticks: the README marks code, `--help` is plain text.
+    fn plain(s: &str) -> String {
+        s.replace('`', "")
+    }
+
+    /// The README table as the variable table says it should be (the README's own wording of a
+    /// meaning is kept, since it may link to other docs).
+    fn expected_readme_table(rows: &[(String, String, String)]) -> String {
+        let mut out = String::from("| variable | default | meaning |\n|---|---|---|\n");
+        for v in ENV_VARS {
+            let meaning = rows
+                .iter()
+                .find(|(name, _, _)| name == v.name)
+                .map_or(v.meaning.to_owned(), |(_, _, m)| m.clone());
+            let default = rows
+                .iter()
+                .find(|(name, d, _)| name == v.name && plain(d) == plain(v.default))
+                .map_or(v.default.to_owned(), |(_, d, _)| d.clone());
+            out.push_str(&format!("| `{}` | {default} | {meaning} |\n", v.name));
+        }
+        out
+    }
+
+    /// The README table has one row per variable, in the table's order, with its default.
+    /// On failure the expected table is printed: paste it over the README's.
+    #[test]
+    fn readme_table_agrees_with_the_variable_table() {
+        let readme = include_str!("../../../README.md");
+        let rows = readme_rows(readme);
+        let got: Vec<(String, String)> =
+            rows.iter().map(|(n, d, _)| (n.clone(), plain(d))).collect();
+        let want: Vec<(String, String)> = ENV_VARS
+            .iter()
+            .map(|v| (v.name.to_owned(), plain(v.default)))
+            .collect();
+        assert!(
+            got == want,
+            "README's environment table disagrees with bridge_env::ALL (names, order or \
+             defaults); the expected table:\n\n{}",
+            expected_readme_table(&rows)
+        );
+    }
+
+    /// `--help` shows every variable with its meaning and default, as the table says.
+    #[test]
+    fn help_lists_every_variable_with_its_default() {
+        use clap::CommandFactory;
+        let help = crate::cli::Cli::command().render_long_help().to_string();
+        for v in ENV_VARS {
+            let entry = format!(
+                "  {}\n      {} (default: {})\n",
+                v.name, v.meaning, v.default
+            );
+            assert!(help.contains(&entry), "--help lacks {entry:?}:\n{help}");
         }
     }
 }

@@ -68,12 +68,13 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Logs go to stderr only (stdout carries MCP); `RUST_LOG` filters them, default `warn`.
+/// Logs go to stderr only (stdout carries MCP); `RUST_LOG` filters them (default in
+/// [`bridge_env::RUST_LOG`]).
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let filter = tracing_subscriber::EnvFilter::try_from_env(bridge_env::RUST_LOG.name)
         // rmcp logs every error response at WARN; an unknown tool or a cancelled call is the
         // client's ordinary business, answered to it, so rmcp's own service log starts at ERROR.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp::service=error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(bridge_env::RUST_LOG.default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

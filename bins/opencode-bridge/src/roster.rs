@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// `OPENCODE_BRIDGE_ROSTER=files` skips asking opencode (the file reader only).
-pub const ENV_ROSTER: &str = "OPENCODE_BRIDGE_ROSTER";
+pub const ENV_ROSTER: &str = bridge_env::ROSTER.name;
 
 /// What asking opencode gave, as cached.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -278,10 +278,10 @@ fn config_sources(cwd: &Path) -> Vec<PathBuf> {
     if let Some(g) = &global {
         dir_sources(g, &mut out);
     }
-    if let Some(c) = var("OPENCODE_CONFIG") {
+    if let Some(c) = var(bridge_env::OPENCODE_CONFIG.name) {
         out.push(c);
     }
-    if let Some(d) = var("OPENCODE_CONFIG_DIR") {
+    if let Some(d) = var(bridge_env::OPENCODE_CONFIG_DIR.name) {
         dir_sources(&d, &mut out);
     }
     let worktree = cwd
@@ -349,19 +349,12 @@ fn walk_into(dir: &Path, depth: usize, h: &mut impl Hasher) {
     }
 }
 
-/// A bare program name looked up on `PATH`.
+/// The binary `bin` names, found as everywhere else ([`bridge_env::Program::find`]); as given
+/// when it cannot be found.
 fn which(bin: &Path) -> PathBuf {
-    if bin.components().count() > 1 {
-        return bin.to_path_buf();
-    }
-    std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(bin))
-                .find(|c| c.is_file())
-                .unwrap_or_else(|| bin.to_path_buf())
-        })
-        .unwrap_or_else(|| bin.to_path_buf())
+    bridge_env::OPENCODE
+        .find(Some(bin))
+        .unwrap_or_else(|_| bin.to_path_buf())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::secrets;
 use crate::tier::{ACCEPTED_TIERS, Tier};
 
 /// Env var naming the default agent in blueprint and insensitive modes.
-pub const ENV_DEFAULT_AGENT: &str = "OPENCODE_BRIDGE_AGENT";
+pub const ENV_DEFAULT_AGENT: &str = bridge_env::AGENT.name;
 
 /// Agents sensitive mode always allows.
 const SENSITIVE_ALWAYS: [&str; 4] = ["explorer", "librarian", "deep-research", "oracle"];

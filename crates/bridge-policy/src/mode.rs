@@ -81,11 +81,11 @@ impl fmt::Display for Mode {
 pub const ACCEPTED_MODES: &str = "blueprint, sensitive or insensitive";
 
 /// Env var that forces a mode (checked first among env vars).
-pub const ENV_BRIDGE_MODE: &str = "OPENCODE_BRIDGE_MODE";
+pub const ENV_BRIDGE_MODE: &str = bridge_env::BRIDGE_MODE.name;
 /// Second env var that forces a mode.
-pub const ENV_OPENCODE_MODE: &str = "OPENCODE_MODE";
+pub const ENV_OPENCODE_MODE: &str = bridge_env::OPENCODE_MODE.name;
 /// Env var naming an extra Claude config directory searched for an `insensitive` marker.
-pub const ENV_CLAUDE_CONFIG_DIR: &str = "CLAUDE_CONFIG_DIR";
+pub const ENV_CLAUDE_CONFIG_DIR: &str = bridge_env::CLAUDE_CONFIG_DIR.name;
 
 /// One place a mode can come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -408,7 +408,10 @@ impl Roster {
                 loader.config_file(env, &dir.join(file));
             }
         }
-        if let Some(path) = env.var("OPENCODE_CONFIG").filter(|p| !p.trim().is_empty()) {
+        if let Some(path) = env
+            .var(bridge_env::OPENCODE_CONFIG.name)
+            .filter(|p| !p.trim().is_empty())
+        {
             let path = PathBuf::from(path.trim());
             if !env.exists(&path) {
                 loader.warnings.push(format!(
@@ -449,7 +452,7 @@ impl Roster {
             }
         }
         if let Some(dir) = env
-            .var("OPENCODE_CONFIG_DIR")
+            .var(bridge_env::OPENCODE_CONFIG_DIR.name)
             .filter(|p| !p.trim().is_empty())
         {
             dirs.push((PathBuf::from(dir.trim()), true));
@@ -474,7 +477,7 @@ impl Roster {
             }
         }
         if let Some(content) = env
-            .var("OPENCODE_CONFIG_CONTENT")
+            .var(bridge_env::OPENCODE_CONFIG_CONTENT.name)
             .filter(|c| !c.trim().is_empty())
         {
             match parse_jsonc(&content) {

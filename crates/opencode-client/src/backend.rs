@@ -20,6 +20,7 @@ use crate::http::{BasicAuth, DEFAULT_MAX_REPLY_BYTES, HttpClient, encode_compone
 use crate::model::{Session, SessionFilter, SessionList, SessionTranscript};
 use crate::server::{ServerSource, check_id};
 use crate::source::{Liveness, ScanContext, SessionSource};
+use bridge_env as env;
 use serde_json::json;
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -31,9 +32,11 @@ use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Default service-call timeout (`OPENCODE_BRIDGE_API_TIMEOUT_MS`).
-pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_millis(45_000);
+pub const DEFAULT_API_TIMEOUT: Duration =
+    Duration::from_millis(env::API_TIMEOUT_MS.default_number());
 /// Default session-scan deadline (`OPENCODE_BRIDGE_SCAN_DEADLINE_MS`).
-pub const DEFAULT_SCAN_DEADLINE: Duration = Duration::from_millis(35_000);
+pub const DEFAULT_SCAN_DEADLINE: Duration =
+    Duration::from_millis(env::SCAN_DEADLINE_MS.default_number());
 /// The accepted values of `OPENCODE_BRIDGE_BACKEND`.
 pub const BACKENDS: [&str; 3] = ["store", "server", "api"];
 
@@ -56,7 +59,7 @@ impl BackendKind {
             "server" => Ok(BackendKind::Server),
             "api" => Ok(BackendKind::Api),
             other => Err(ClientError::InvalidArgument {
-                field: "OPENCODE_BRIDGE_BACKEND",
+                field: env::BACKEND.name,
                 detail: format!(
                     "{other:?} is not a backend; use one of {}",
                     BACKENDS.join(", ")
@@ -81,7 +84,8 @@ pub struct ClientConfig {
     pub scan_deadline: Duration,
     /// Replies larger than this are refused (32 MiB).
     pub max_reply_bytes: u64,
-    /// `OPENCODE_BIN`, else `opencode` (found on `PATH`).
+    /// `OPENCODE_BIN`, else `opencode`, as given: [`ClientConfig::opencode_program`] finds it
+    /// (a path, or a bare name on `PATH`).
     pub opencode_bin: PathBuf,
     /// The SQLite store, resolved as opencode does (see [`crate::paths`]): `OPENCODE_DB`
     /// (absolute, or relative to the data dir), else `opencode.db` (or the single channel
@@ -129,25 +133,26 @@ impl ClientConfig {
                 },
             }
         };
-        let backend = get("OPENCODE_BRIDGE_BACKEND")
+        let backend = get(env::BACKEND.name)
             .map(|v| BackendKind::parse(&v))
             .transpose()?;
-        let server_auth = get("OPENCODE_SERVER_PASSWORD").map(|pw| {
+        let server_auth = get(env::SERVER_PASSWORD.name).map(|pw| {
             BasicAuth::new(
-                get("OPENCODE_SERVER_USERNAME").unwrap_or_else(|| "opencode".into()),
+                get(env::SERVER_USERNAME.name)
+                    .unwrap_or_else(|| env::SERVER_USERNAME.default.into()),
                 pw,
             )
         });
         Ok(ClientConfig {
             backend,
-            server_url: get("OPENCODE_BRIDGE_SERVER_URL"),
+            server_url: get(env::SERVER_URL.name),
             server_auth,
-            api_timeout: ms("OPENCODE_BRIDGE_API_TIMEOUT_MS", DEFAULT_API_TIMEOUT)?,
-            scan_deadline: ms("OPENCODE_BRIDGE_SCAN_DEADLINE_MS", DEFAULT_SCAN_DEADLINE)?,
+            api_timeout: ms(env::API_TIMEOUT_MS.name, DEFAULT_API_TIMEOUT)?,
+            scan_deadline: ms(env::SCAN_DEADLINE_MS.name, DEFAULT_SCAN_DEADLINE)?,
             max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
-            opencode_bin: get("OPENCODE_BIN")
+            opencode_bin: get(env::OPENCODE_BIN.name)
                 .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("opencode")),
+                .unwrap_or_else(|| PathBuf::from(env::OPENCODE.name)),
             db_path: default_db_path(&get),
         })
     }
@@ -171,10 +176,19 @@ impl ClientConfig {
         )
     }
 
+    /// The opencode binary to start, found the one way every crate finds it
+    /// ([`bridge_env::Program::find`]); when it cannot be found, `opencode_bin` as given, so
+    /// that starting it fails with the system's error.
+    pub fn opencode_program(&self) -> PathBuf {
+        env::OPENCODE
+            .find(Some(&self.opencode_bin))
+            .unwrap_or_else(|_| self.opencode_bin.clone())
+    }
+
     /// The `opencode api` runner.
     pub fn api_command(&self) -> ApiCommand {
         ApiCommand::new(
-            self.opencode_bin.clone(),
+            self.opencode_program(),
             self.api_timeout,
             self.max_reply_bytes,
         )
@@ -222,7 +236,7 @@ pub fn choose_backend_with(
             .server_url
             .as_deref()
             .ok_or(ClientError::InvalidArgument {
-                field: "OPENCODE_BRIDGE_SERVER_URL",
+                field: env::SERVER_URL.name,
                 detail: "OPENCODE_BRIDGE_BACKEND=server needs the server's URL (http://host:port)"
                     .into(),
             })?;
@@ -262,7 +276,7 @@ pub fn choose_backend_with(
             cfg.db_path.display()
         ));
     }
-    if has_api_command(&cfg.opencode_bin) {
+    if has_api_command(&cfg.opencode_program()) {
         return api(format!(
             "api: no store at {}, and `{}` has an `api` command (opencode v2)",
             cfg.db_path.display(),
@@ -453,7 +467,7 @@ pub fn with_temporary_server<T>(
     f: impl FnOnce(&HttpClient) -> Result<T, ClientError>,
 ) -> Result<T, ClientError> {
     let password = random_password()?;
-    let mut cmd = Command::new(&cfg.opencode_bin);
+    let mut cmd = Command::new(cfg.opencode_program());
     cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
         .current_dir(cwd);
     for k in &env.remove {

@@ -98,7 +98,7 @@ impl HttpClient {
                 "expected http://host:port"
             };
             return Err(ClientError::InvalidArgument {
-                field: "OPENCODE_BRIDGE_SERVER_URL",
+                field: bridge_env::SERVER_URL.name,
                 detail: format!("{base:?}: {hint}"),
             });
         }

@@ -37,7 +37,7 @@ pub fn resolve_store_path(
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<StorePath, ClientError> {
     let data = data_dir(env);
-    if let Some(db) = env("OPENCODE_DB").filter(|v| !v.is_empty()) {
+    if let Some(db) = env(bridge_env::OPENCODE_DB.name).filter(|v| !v.is_empty()) {
         if db == ":memory:" {
             return Err(ClientError::StoreMissing {
                 path: "OPENCODE_DB=:memory: (an in-memory store has no file to read)".into(),

@@ -116,29 +116,10 @@ pub fn claude_model(model: &str) -> (String, Option<String>) {
     }
 }
 
-/// Finds the claude binary: `explicit` (from `CLAUDE_BIN`) if given, else `claude` on `PATH`.
+/// Finds the claude binary from `explicit` (`CLAUDE_BIN`): a path, a bare name looked up on
+/// `PATH`, or unset for `claude` on `PATH` (see [`bridge_env::Program::find`]).
 pub fn resolve_claude(explicit: Option<&Path>) -> Result<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let exec = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if let Some(p) = explicit {
-        return if exec(p) {
-            Ok(p.to_path_buf())
-        } else {
-            Err(format!(
-                "CLAUDE_BIN={} is not an executable file: fix the path or unset it to use `claude` from PATH",
-                p.display()
-            ))
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("claude"))
-        .find(|c| exec(c))
-        .ok_or_else(|| "claude was not found on PATH: install Claude Code (npm i -g @anthropic-ai/claude-code) or set CLAUDE_BIN to its path; a Claude model (sonnet, opus, haiku, claude-…) runs through it".to_owned())
+    bridge_env::CLAUDE.find(explicit)
 }
 
 /// Every long flag [`build_launch`] may pass; `doctor` checks that `claude --help` lists each

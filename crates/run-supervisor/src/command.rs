@@ -9,6 +9,9 @@ use serde_json::{Map, Value};
 
 use crate::spec::{AgentMode, TaskSpec};
 
+/// opencode's inline config, which every run gets with the bridge's overlay merged in.
+const CONFIG_CONTENT: &str = bridge_env::OPENCODE_CONFIG_CONTENT.name;
+
 /// What the installed opencode binary supports, learnt once from `--version` and
 /// `run --help` (never guessed).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -43,34 +46,10 @@ impl Capabilities {
     }
 }
 
-/// Finds the opencode binary: `explicit` (from `OPENCODE_BIN`) if given, else `opencode` on
-/// `PATH`.
+/// Finds the opencode binary from `explicit` (`OPENCODE_BIN`): a path, a bare name looked up
+/// on `PATH`, or unset for `opencode` on `PATH` (see [`bridge_env::Program::find`]).
 pub fn resolve_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
-    if let Some(p) = explicit {
-        return if is_executable(p) {
-            Ok(p.to_path_buf())
-        } else {
-            Err(format!(
-                "OPENCODE_BIN={} is not an executable file: fix the path or unset it to use `opencode` from PATH",
-                p.display()
-            ))
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let cand = dir.join("opencode");
-        if is_executable(&cand) {
-            return Ok(cand);
-        }
-    }
-    Err("opencode was not found on PATH: install it (npm i -g opencode-ai) or set OPENCODE_BIN to its path".to_owned())
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    bridge_env::OPENCODE.find(explicit)
 }
 
 /// Variables that tie a process to another opencode instance; a child run must not inherit
@@ -301,9 +280,9 @@ pub fn build_launch(
         .iter()
         .rev()
         .chain(ctx.base_env.iter().rev())
-        .find(|(k, _)| k == "OPENCODE_CONFIG_CONTENT")
+        .find(|(k, _)| k == CONFIG_CONTENT)
         .map(|(_, v)| v.clone())
-        .or_else(|| std::env::var("OPENCODE_CONFIG_CONTENT").ok());
+        .or_else(|| std::env::var(CONFIG_CONTENT).ok());
     let override_name = (spec.agent_mode == AgentMode::Subagent).then_some(spec.agent.as_str());
     let content = config_content(
         existing.as_deref(),
@@ -311,8 +290,8 @@ pub fn build_launch(
         spec.config_overlay.as_ref(),
         override_name,
     )?;
-    env_set.retain(|(k, _)| k != "OPENCODE_CONFIG_CONTENT" && !DROPPED_ENV.contains(&k.as_str()));
-    env_set.push(("OPENCODE_CONFIG_CONTENT".into(), content));
+    env_set.retain(|(k, _)| k != CONFIG_CONTENT && !DROPPED_ENV.contains(&k.as_str()));
+    env_set.push((CONFIG_CONTENT.into(), content));
 
     let (stdin, prompt_file) = if spec.prompt.len() > ctx.prompt_file_threshold {
         let path = ctx.prompt_file_path.clone();

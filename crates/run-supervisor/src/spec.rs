@@ -1,5 +1,6 @@
 //! What a task is (given by the caller) and how the supervisor is configured.
 
+use bridge_env as env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -76,29 +77,30 @@ impl TaskSpec {
     }
 }
 
-/// Supervisor settings. [`SupervisorConfig::from_env`] reads the `OPENCODE_BRIDGE_*` variables.
+/// Supervisor settings. [`SupervisorConfig::from_env`] reads the `OPENCODE_BRIDGE_*` variables;
+/// every default of one comes from its [`bridge_env`] entry.
 #[derive(Debug, Clone)]
 pub struct SupervisorConfig {
-    /// `OPENCODE_BIN`; `None` looks for `opencode` on PATH.
+    /// `OPENCODE_BIN` (a path, or a bare name on PATH); `None` looks for `opencode` on PATH.
     pub opencode_bin: Option<PathBuf>,
-    /// `CLAUDE_BIN`; `None` looks for `claude` on PATH (used for Claude models: sonnet, opus,
+    /// `CLAUDE_BIN` (a path, or a bare name on PATH); `None` looks for `claude` on PATH (used for Claude models: sonnet, opus,
     /// haiku, claude-…).
     pub claude_bin: Option<PathBuf>,
     /// `OPENCODE_BRIDGE_ROOT` (default: the current directory): every task cwd must be inside.
     pub root: PathBuf,
     /// `OPENCODE_BRIDGE_MODEL`: `provider/model[#variant]` for tasks that name none.
     pub default_model: Option<String>,
-    /// `OPENCODE_BRIDGE_MAX_PARALLEL` (default 6, clamped to 1..=64): tasks running at once.
+    /// [`env::MAX_PARALLEL`] (clamped to 1..=64): tasks running at once.
     pub max_parallel: usize,
-    /// `OPENCODE_BRIDGE_TIMEOUT_MIN` (default 120 min): per-task limit unless the task sets one.
+    /// [`env::TIMEOUT_MIN`]: per-task limit unless the task sets one.
     pub default_timeout: Duration,
-    /// `OPENCODE_BRIDGE_KILL_GRACE_MS` (default 5000): SIGTERM to SIGKILL.
+    /// [`env::KILL_GRACE_MS`]: SIGTERM to SIGKILL.
     pub kill_grace: Duration,
-    /// `OPENCODE_BRIDGE_RETRIES` (default 2): automatic retries of transient failures.
+    /// [`env::RETRIES`]: automatic retries of transient failures.
     pub retries: u32,
-    /// `OPENCODE_BRIDGE_RETRY_DELAY_S` (default 20 s): first retry delay, then ×3 each time.
+    /// [`env::RETRY_DELAY_S`]: first retry delay, then ×3 each time.
     pub retry_delay: Duration,
-    /// `OPENCODE_BRIDGE_QUIET_MIN` (default 10 min): a live run with no event for this long is
+    /// [`env::QUIET_MIN`]: a live run with no event for this long is
     /// flagged as quiet in its status.
     pub quiet_after: Duration,
     /// Context-overflow errors in one attempt after which the run is stopped (default 3): 1.x
@@ -121,7 +123,7 @@ pub struct SupervisorConfig {
     /// `OPENCODE_BRIDGE_STATE_DIR`, else `$XDG_STATE_HOME/opencode-bridge`, else
     /// `~/.local/state/opencode-bridge`.
     pub state_dir: Option<PathBuf>,
-    /// `OPENCODE_BRIDGE_PRUNE_DAYS` (default 7): finished tasks older than this are removed from
+    /// [`env::PRUNE_DAYS`]: finished tasks older than this are removed from
     /// the registry when a supervisor opens it. Nothing else is ever pruned.
     pub prune_after: Duration,
 }
@@ -133,12 +135,12 @@ impl Default for SupervisorConfig {
             claude_bin: None,
             root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             default_model: None,
-            max_parallel: 6,
-            default_timeout: Duration::from_secs(120 * 60),
-            kill_grace: Duration::from_millis(5000),
-            retries: 2,
-            retry_delay: Duration::from_secs(20),
-            quiet_after: Duration::from_secs(10 * 60),
+            max_parallel: env::MAX_PARALLEL.default_number() as usize,
+            default_timeout: Duration::from_secs(env::TIMEOUT_MIN.default_number() * 60),
+            kill_grace: Duration::from_millis(env::KILL_GRACE_MS.default_number()),
+            retries: env::RETRIES.default_number() as u32,
+            retry_delay: Duration::from_secs(env::RETRY_DELAY_S.default_number()),
+            quiet_after: Duration::from_secs(env::QUIET_MIN.default_number() * 60),
             overflow_limit: 3,
             output_cap: 2 * 1024 * 1024,
             prompt_file_threshold: 100_000,
@@ -146,7 +148,7 @@ impl Default for SupervisorConfig {
             env: Vec::new(),
             subreaper: true,
             state_dir: None,
-            prune_after: Duration::from_secs(7 * 24 * 3600),
+            prune_after: Duration::from_secs(env::PRUNE_DAYS.default_number() * 24 * 3600),
         }
     }
 }
@@ -162,39 +164,39 @@ impl SupervisorConfig {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> SupervisorConfig {
         let mut c = SupervisorConfig::default();
         let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
-        if let Some(b) = get("OPENCODE_BIN").filter(|s| !s.trim().is_empty()) {
+        if let Some(b) = get(env::OPENCODE_BIN.name).filter(|s| !s.trim().is_empty()) {
             c.opencode_bin = Some(PathBuf::from(b));
         }
-        if let Some(b) = get("CLAUDE_BIN").filter(|s| !s.trim().is_empty()) {
+        if let Some(b) = get(env::CLAUDE_BIN.name).filter(|s| !s.trim().is_empty()) {
             c.claude_bin = Some(PathBuf::from(b));
         }
-        if let Some(r) = get("OPENCODE_BRIDGE_ROOT").filter(|s| !s.trim().is_empty()) {
+        if let Some(r) = get(env::ROOT.name).filter(|s| !s.trim().is_empty()) {
             c.root = PathBuf::from(r);
         }
-        c.default_model = get("OPENCODE_BRIDGE_MODEL").filter(|s| !s.trim().is_empty());
-        if let Some(n) = num("OPENCODE_BRIDGE_MAX_PARALLEL") {
+        c.default_model = get(env::MODEL.name).filter(|s| !s.trim().is_empty());
+        if let Some(n) = num(env::MAX_PARALLEL.name) {
             c.max_parallel = n.clamp(1, 64) as usize;
         }
-        if let Some(n) = num("OPENCODE_BRIDGE_TIMEOUT_MIN").filter(|&n| n > 0) {
+        if let Some(n) = num(env::TIMEOUT_MIN.name).filter(|&n| n > 0) {
             c.default_timeout = Duration::from_secs(n * 60);
         }
-        if let Some(n) = num("OPENCODE_BRIDGE_KILL_GRACE_MS") {
+        if let Some(n) = num(env::KILL_GRACE_MS.name) {
             c.kill_grace = Duration::from_millis(n);
         }
-        if let Some(n) = num("OPENCODE_BRIDGE_RETRIES") {
+        if let Some(n) = num(env::RETRIES.name) {
             c.retries = n.min(10) as u32;
         }
-        if let Some(n) = num("OPENCODE_BRIDGE_RETRY_DELAY_S") {
+        if let Some(n) = num(env::RETRY_DELAY_S.name) {
             c.retry_delay = Duration::from_secs(n);
         }
-        if let Some(n) = num("OPENCODE_BRIDGE_QUIET_MIN").filter(|&n| n > 0) {
+        if let Some(n) = num(env::QUIET_MIN.name).filter(|&n| n > 0) {
             c.quiet_after = Duration::from_secs(n * 60);
         }
-        if let Some(n) = num("OPENCODE_BRIDGE_PRUNE_DAYS") {
+        if let Some(n) = num(env::PRUNE_DAYS.name) {
             c.prune_after = Duration::from_secs(n.min(36_500) * 24 * 3600);
         }
         let nonempty = |k: &str| get(k).filter(|s| !s.trim().is_empty()).map(PathBuf::from);
-        c.state_dir = nonempty("OPENCODE_BRIDGE_STATE_DIR")
+        c.state_dir = nonempty(env::STATE_DIR.name)
             .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))
             .or_else(|| nonempty("HOME").map(|h| h.join(".local/state/opencode-bridge")));
         c

@@ -1,0 +1,415 @@
+//! Every environment variable opencode-bridge reads, declared once.
+//!
+//! Each variable is an [`EnvVar`] constant: its name, its default as shown to people and what it
+//! means. [`ALL`] lists them in the order `--help`, `doctor` and the README show them. The crates
+//! that read a variable use the constant's `name`, never a literal; numeric defaults are read from
+//! the constant at compile time ([`EnvVar::default_number`]), so the default in `--help` and the
+//! default the code uses cannot drift apart. The binary's tests check the README table and
+//! `--help` against [`ALL`].
+//!
+//! The crate has no dependencies and does no I/O except [`Program::find`], the one lookup of the
+//! `opencode` and `claude` binaries (`OPENCODE_BIN`, `CLAUDE_BIN`), used by every crate that
+//! starts them.
+//!
+//! Not listed: variables of the system (`HOME`, `PATH`, `XDG_*`), the ones only the test kit and
+//! the benchmarks read (`FAKE_*`, `*_TEST_*`, `OPENCODE_BRIDGE_BENCH_BIN`) and the build script's
+//! (`OPENCODE_BRIDGE_LINK_MAP`, `OPENCODE_BRIDGE_NO_SYMBOL_ORDER`).
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// One environment variable the bridge reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvVar {
+    /// The variable's name.
+    pub name: &'static str,
+    /// The default as shown to people (`--help`, the README); for a number, the number itself.
+    pub default: &'static str,
+    /// What it does, in one line.
+    pub meaning: &'static str,
+    /// Whether `doctor` may print the value (not for passwords or inline configs).
+    pub shown: bool,
+}
+
+impl EnvVar {
+    const fn new(name: &'static str, default: &'static str, meaning: &'static str) -> EnvVar {
+        EnvVar {
+            name,
+            default,
+            meaning,
+            shown: true,
+        }
+    }
+
+    const fn hidden(self) -> EnvVar {
+        EnvVar {
+            shown: false,
+            ..self
+        }
+    }
+
+    /// The default as a number. Evaluated in a `const`, a default that is not a decimal number
+    /// fails the build.
+    ///
+    /// ```
+    /// const N: u64 = bridge_env::MAX_PARALLEL.default_number();
+    /// assert_eq!(N, 6);
+    /// ```
+    pub const fn default_number(&self) -> u64 {
+        let digits = self.default.as_bytes();
+        assert!(!digits.is_empty(), "the default is not a number");
+        let mut n: u64 = 0;
+        let mut i = 0;
+        while i < digits.len() {
+            assert!(digits[i].is_ascii_digit(), "the default is not a number");
+            n = n * 10 + (digits[i] - b'0') as u64;
+            i += 1;
+        }
+        n
+    }
+}
+
+/// `OPENCODE_BRIDGE_ROOT`.
+pub const ROOT: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_ROOT",
+    "the server's working directory",
+    "directory tree delegated tasks may use as cwd",
+);
+/// `OPENCODE_BRIDGE_MODEL`.
+pub const MODEL: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_MODEL",
+    "opencode's default",
+    "model for delegated runs, provider/model[#variant]",
+);
+/// `OPENCODE_BRIDGE_AGENT`.
+pub const AGENT: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_AGENT",
+    "worker (explorer in sensitive mode)",
+    "agent used when opencode_start gets none",
+);
+/// `OPENCODE_BRIDGE_MODE`.
+pub const BRIDGE_MODE: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_MODE",
+    "unset",
+    "force a routing mode: blueprint, sensitive or insensitive",
+);
+/// `OPENCODE_MODE`.
+pub const OPENCODE_MODE: EnvVar =
+    EnvVar::new("OPENCODE_MODE", "unset", "same as OPENCODE_BRIDGE_MODE");
+/// `CLAUDE_CONFIG_DIR`.
+pub const CLAUDE_CONFIG_DIR: EnvVar = EnvVar::new(
+    "CLAUDE_CONFIG_DIR",
+    "unset",
+    "also searched for an `insensitive` marker file",
+);
+/// `OPENCODE_BRIDGE_STRUCTURED`.
+pub const STRUCTURED: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_STRUCTURED",
+    "auto",
+    "structured results (outputSchema, structuredContent): auto (every client but Claude Code), on, off",
+);
+/// `OPENCODE_BRIDGE_MAX_PARALLEL`.
+pub const MAX_PARALLEL: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_MAX_PARALLEL",
+    "6",
+    "delegated tasks running at once (1-64)",
+);
+/// `OPENCODE_BRIDGE_TIMEOUT_MIN`.
+pub const TIMEOUT_MIN: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_TIMEOUT_MIN",
+    "120",
+    "per-task timeout in minutes (timeout_minutes overrides it)",
+);
+/// `OPENCODE_BRIDGE_RETRIES`.
+pub const RETRIES: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_RETRIES",
+    "2",
+    "automatic retries of transient errors (read-only agents only)",
+);
+/// `OPENCODE_BRIDGE_RETRY_DELAY_S`.
+pub const RETRY_DELAY_S: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_RETRY_DELAY_S",
+    "20",
+    "first retry delay in seconds, then x3",
+);
+/// `OPENCODE_BRIDGE_QUIET_MIN`.
+pub const QUIET_MIN: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_QUIET_MIN",
+    "10",
+    "a running task silent this many minutes is flagged `quiet` in its status",
+);
+/// `OPENCODE_BRIDGE_API_TIMEOUT_MS`.
+pub const API_TIMEOUT_MS: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_API_TIMEOUT_MS",
+    "45000",
+    "timeout of one call to an opencode server",
+);
+/// `OPENCODE_BRIDGE_SCAN_DEADLINE_MS`.
+pub const SCAN_DEADLINE_MS: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_SCAN_DEADLINE_MS",
+    "35000",
+    "a session scan stops here and answers PARTIAL",
+);
+/// `OPENCODE_BRIDGE_KILL_GRACE_MS`.
+pub const KILL_GRACE_MS: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_KILL_GRACE_MS",
+    "5000",
+    "SIGTERM to SIGKILL grace when a task is stopped",
+);
+/// `OPENCODE_BRIDGE_STATE_DIR`.
+pub const STATE_DIR: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_STATE_DIR",
+    "$XDG_STATE_HOME/opencode-bridge (~/.local/state/opencode-bridge)",
+    "the task registry: every task, its outcome and output, across restarts",
+);
+/// `OPENCODE_BRIDGE_ROSTER`.
+pub const ROSTER: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_ROSTER",
+    "opencode",
+    "`files`: read the agent files instead of asking opencode for its roster",
+);
+/// `OPENCODE_BRIDGE_PRUNE_DAYS`.
+pub const PRUNE_DAYS: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_PRUNE_DAYS",
+    "7",
+    "finished tasks older than this many days leave the registry",
+);
+/// `OPENCODE_BRIDGE_BACKEND`.
+pub const BACKEND: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_BACKEND",
+    "unset: the server if OPENCODE_BRIDGE_SERVER_URL is set, else the store, else `opencode api`",
+    "where sessions are read: store, server or api",
+);
+/// `OPENCODE_BRIDGE_SERVER_URL`.
+pub const SERVER_URL: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_SERVER_URL",
+    "unset",
+    "an `opencode serve` URL for the server backend (and renames)",
+);
+/// `OPENCODE_SERVER_USERNAME`.
+pub const SERVER_USERNAME: EnvVar = EnvVar::new(
+    "OPENCODE_SERVER_USERNAME",
+    "opencode",
+    "Basic auth user for that server",
+);
+/// `OPENCODE_SERVER_PASSWORD`.
+pub const SERVER_PASSWORD: EnvVar = EnvVar::new(
+    "OPENCODE_SERVER_PASSWORD",
+    "unset",
+    "Basic auth password for that server",
+)
+.hidden();
+/// `OPENCODE_BIN`: see [`Program::find`] for how it is read.
+pub const OPENCODE_BIN: EnvVar = EnvVar::new(
+    "OPENCODE_BIN",
+    "`opencode` on PATH",
+    "the opencode binary to run: a path, or a name looked up on PATH",
+);
+/// `CLAUDE_BIN`: see [`Program::find`] for how it is read.
+pub const CLAUDE_BIN: EnvVar = EnvVar::new(
+    "CLAUDE_BIN",
+    "`claude` on PATH",
+    "the Claude Code binary (a path, or a name looked up on PATH), for tasks whose model is a Claude model (sonnet, opus, haiku, claude-...)",
+);
+/// `OPENCODE_DB`.
+pub const OPENCODE_DB: EnvVar = EnvVar::new(
+    "OPENCODE_DB",
+    "$XDG_DATA_HOME/opencode/opencode.db",
+    "opencode's SQLite store",
+);
+/// `OPENCODE_CONFIG` (opencode's own; read to know its roster).
+pub const OPENCODE_CONFIG: EnvVar = EnvVar::new(
+    "OPENCODE_CONFIG",
+    "unset",
+    "opencode's extra config file, read for the agent roster",
+);
+/// `OPENCODE_CONFIG_DIR` (opencode's own; read to know its roster).
+pub const OPENCODE_CONFIG_DIR: EnvVar = EnvVar::new(
+    "OPENCODE_CONFIG_DIR",
+    "unset",
+    "opencode's extra config directory, read for the agent roster",
+);
+/// `OPENCODE_CONFIG_CONTENT` (opencode's own): read for the roster, and merged under the
+/// overlay every delegated run gets.
+pub const OPENCODE_CONFIG_CONTENT: EnvVar = EnvVar::new(
+    "OPENCODE_CONFIG_CONTENT",
+    "unset",
+    "opencode's inline config (JSON), read for the roster and kept under each run's overlay",
+)
+.hidden();
+/// `RUST_LOG`.
+pub const RUST_LOG: EnvVar = EnvVar::new(
+    "RUST_LOG",
+    "warn,rmcp::service=error",
+    "log filter; logs go to stderr only",
+);
+
+/// Every variable the bridge reads, in the order `--help`, `doctor` and the README show them.
+pub const ALL: &[EnvVar] = &[
+    ROOT,
+    MODEL,
+    AGENT,
+    BRIDGE_MODE,
+    OPENCODE_MODE,
+    CLAUDE_CONFIG_DIR,
+    STRUCTURED,
+    MAX_PARALLEL,
+    TIMEOUT_MIN,
+    RETRIES,
+    RETRY_DELAY_S,
+    QUIET_MIN,
+    API_TIMEOUT_MS,
+    SCAN_DEADLINE_MS,
+    KILL_GRACE_MS,
+    STATE_DIR,
+    ROSTER,
+    PRUNE_DAYS,
+    BACKEND,
+    SERVER_URL,
+    SERVER_USERNAME,
+    SERVER_PASSWORD,
+    OPENCODE_BIN,
+    CLAUDE_BIN,
+    OPENCODE_DB,
+    OPENCODE_CONFIG,
+    OPENCODE_CONFIG_DIR,
+    OPENCODE_CONFIG_CONTENT,
+    RUST_LOG,
+];
+
+/// A binary the bridge starts, chosen by a variable.
+#[derive(Debug, Clone, Copy)]
+pub struct Program {
+    /// The variable that names it.
+    pub var: EnvVar,
+    /// Its name on `PATH` when the variable is unset.
+    pub name: &'static str,
+    /// What to tell the user when it is not on `PATH`.
+    pub missing: &'static str,
+}
+
+/// opencode (`OPENCODE_BIN`).
+pub const OPENCODE: Program = Program {
+    var: OPENCODE_BIN,
+    name: "opencode",
+    missing: "opencode was not found on PATH: install it (npm i -g opencode-ai) or set OPENCODE_BIN to its path",
+};
+
+/// Claude Code (`CLAUDE_BIN`).
+pub const CLAUDE: Program = Program {
+    var: CLAUDE_BIN,
+    name: "claude",
+    missing: "claude was not found on PATH: install Claude Code (npm i -g @anthropic-ai/claude-code) or set CLAUDE_BIN to its path; a Claude model (sonnet, opus, haiku, claude-…) runs through it",
+};
+
+impl Program {
+    /// The binary to run, from the variable's value (`None` or empty: unset), the way a shell
+    /// reads a command name:
+    ///
+    /// - a value with a `/` is a path (relative ones to the current directory), which must be
+    ///   an executable file;
+    /// - a bare name (`OPENCODE_BIN=opencode-dev`) is looked up on `PATH`;
+    /// - unset, [`name`](Self::name) is looked up on `PATH`.
+    ///
+    /// The error says what to fix.
+    pub fn find(&self, value: Option<&Path>) -> Result<PathBuf, String> {
+        self.find_on(value, std::env::var_os("PATH").as_deref())
+    }
+
+    /// [`find`](Self::find) with the given `PATH`.
+    pub fn find_on(&self, value: Option<&Path>, path: Option<&OsStr>) -> Result<PathBuf, String> {
+        let value = value.filter(|v| !v.as_os_str().is_empty());
+        let Some(value) = value else {
+            return on_path(Path::new(self.name), path).ok_or_else(|| self.missing.to_owned());
+        };
+        if value.as_os_str().as_encoded_bytes().contains(&b'/') {
+            return if is_executable(value) {
+                Ok(value.to_path_buf())
+            } else {
+                Err(format!(
+                    "{}={} is not an executable file: fix the path or unset it to use `{}` from PATH",
+                    self.var.name,
+                    value.display(),
+                    self.name
+                ))
+            };
+        }
+        on_path(value, path).ok_or_else(|| {
+            format!(
+                "{}={} was not found on PATH: give its full path, or unset it to use `{}` from PATH",
+                self.var.name,
+                value.display(),
+                self.name
+            )
+        })
+    }
+}
+
+fn on_path(name: &Path, path: Option<&OsStr>) -> Option<PathBuf> {
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(name))
+        .find(|c| is_executable(c))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn names_are_unique() {
+        for (i, a) in ALL.iter().enumerate() {
+            assert!(
+                ALL[i + 1..].iter().all(|b| b.name != a.name),
+                "{} twice",
+                a.name
+            );
+        }
+    }
+
+    #[test]
+    fn numeric_defaults_parse() {
+        assert_eq!(TIMEOUT_MIN.default_number(), 120);
+        assert_eq!(API_TIMEOUT_MS.default_number(), 45_000);
+    }
+
+    #[test]
+    fn a_path_a_bare_name_or_unset() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = |name: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        };
+        let oc = exe("opencode");
+        let dev = exe("opencode-dev");
+        let path = Some(dir.path().as_os_str());
+        assert_eq!(OPENCODE.find_on(None, path), Ok(oc.clone()));
+        assert_eq!(OPENCODE.find_on(Some(Path::new("")), path), Ok(oc.clone()));
+        assert_eq!(
+            OPENCODE.find_on(Some(Path::new("opencode-dev")), path),
+            Ok(dev.clone())
+        );
+        assert_eq!(OPENCODE.find_on(Some(&dev), None), Ok(dev.clone()));
+        let e = OPENCODE
+            .find_on(Some(Path::new("opencode-nope")), path)
+            .unwrap_err();
+        assert!(
+            e.starts_with("OPENCODE_BIN=opencode-nope was not found on PATH"),
+            "{e}"
+        );
+        let e = OPENCODE
+            .find_on(Some(&dir.path().join("nope")), path)
+            .unwrap_err();
+        assert!(e.contains("is not an executable file"), "{e}");
+        assert_eq!(CLAUDE.find_on(None, path), Err(CLAUDE.missing.to_owned()));
+    }
+}
