@@ -23,11 +23,11 @@ use crate::classify::{ExitInfo, Failure, FailureKind, classify};
 use crate::claude::{self, ClaudeStream, Runner};
 use crate::command::{self, Capabilities, LaunchContext};
 use crate::events::{ReadLine, RunSummary, TokenUsage, ToolCall};
-use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
 use crate::quota;
 use crate::registry::{self, Registry, StoredOutput, StoredTask};
 use crate::spec::{SupervisorConfig, TaskSpec};
+use bridge_proc::{self as procs, ProcId};
 
 /// Finished tasks kept in the table; older finished ones are forgotten first.
 pub const MAX_FINISHED_TASKS: usize = 200;
