@@ -9,19 +9,21 @@
 /// roster's server, `claude -p` runs, version probes). One list for every place that starts
 /// opencode; why each is here:
 ///
-/// | variable | set by | why it is dropped |
+/// | variable | what it is (opencode 1.18.33 unless said) | why it is dropped |
 /// |---|---|---|
-/// | `OPENCODE_SERVER_PASSWORD` | the user, for `opencode serve` | the Basic-auth password of another server; a child would authenticate to (or protect itself with) the wrong one. A temporary server sets its own after removal. |
-/// | `OPENCODE_SERVER_USERNAME` | the user, with the password | the same, for the user name. |
-/// | `OPENCODE_PID` | every opencode at start-up, for its children (observed in 1.18) | names the parent instance; a child would take itself for part of it. |
-/// | `OPENCODE_RUN_ID` | opencode 1.x for the processes of a run | an inherited run id makes 1.x fail with "Session not found". |
-/// | `OPENCODE_SESSION_ID` | opencode for tool processes of a session | the parent's session, not the child's. |
-/// | `OPENCODE_WORKSPACE_ID` | opencode for workspace servers (observed in 1.18) | routes the child's server into the parent's workspace. |
-/// | `OPENCODE_CLIENT` | opencode's front ends (`acp`, the desktop app; observed in 1.18) | the client kind of the parent; it goes into the child's user agent and behaviour. |
-/// | `OPENCODE_ROUTE` | the opencode TUI/desktop for their children | the parent's routing. |
-/// | `OPENCODE_CALLER` | opencode front ends for their children | who called the parent, not the bridge. |
-/// | `OPENCODE_EDITOR_SSE_PORT` | editor integrations of opencode | the parent's editor event port; a child would talk to the parent's editor. |
-/// | `OPENCODE` | every opencode at start-up, `"1"` (observed in 1.18) | "running inside opencode": the child is not. |
+/// | `OPENCODE_SERVER_PASSWORD` | the Basic-auth password `opencode serve` and its clients use | another server's password: a child would protect itself with it or present it to the wrong server. A temporary server sets its own after removal. |
+/// | `OPENCODE_SERVER_USERNAME` | the user name that goes with it | the same. |
+/// | `OPENCODE_PID` | set by every opencode at start-up, for its children | names the parent instance, not the child. |
+/// | `OPENCODE_RUN_ID` | a run's id (opencode 1.x before 1.18; not in 1.18.33) | an inherited run id made 1.x fail with "Session not found". |
+/// | `OPENCODE_SESSION_ID` | the parent's session (earlier versions; not in 1.18.33) | the child has its own session. |
+/// | `OPENCODE_WORKSPACE_ID` | set for workspace servers; a server with it routes requests into that workspace | the child would serve the parent's workspace. |
+/// | `OPENCODE_CLIENT` | the front end (`acp`, the desktop app), used in the user agent | the child is not that client. |
+/// | `OPENCODE_ROUTE` | the TUI's initial route (JSON) | would open the child on the parent's screen. |
+/// | `OPENCODE_CALLER` | who called the parent (earlier versions; not in 1.18.33) | the caller is the bridge, not the parent's. |
+/// | `OPENCODE_EDITOR_SSE_PORT` | the editor integration's event port (as `CLAUDE_CODE_SSE_PORT`) | a child would talk to the parent's editor. |
+/// | `OPENCODE` | `"1"`, set by every opencode at start-up for its children | "running inside opencode": the child is not. |
+///
+/// Entries a version no longer sets cost nothing and keep older versions right.
 ///
 /// The rename and roster servers of `opencode-client` used to drop only `OPENCODE_PID` and
 /// `OPENCODE_RUN_ID`; they are opencode instances like a run, so they drop the same list.

@@ -14,7 +14,7 @@
 //!   sweep of known descendants), subreaping;
 //! - [`group`]: a child leading its own process group, stopped and reaped on every path;
 //! - [`capture`]: a short command in its own group, with a timeout and capped output;
-//! - [`env`]: [`DROPPED_ENV`], the variables a child opencode must not inherit.
+//! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit.
 //!
 //! Depends on no crate of the bridge; Linux only (`/proc`).
 
