@@ -16,7 +16,6 @@
 //! - rename: `PATCH /api/session/{id}` `{title}`; where the service has no such route (1.18.33
 //!   answers it with its web page), `PATCH /session/{id}` `{title}`.
 
-use crate::child::GroupChild;
 use crate::decode::{decode_part, decode_tokens, model_of_json};
 use crate::error::ClientError;
 use crate::http::{
@@ -29,12 +28,12 @@ use crate::model::{
 use crate::remote::{self, Remote, keep_newest, session_record, str_of};
 use crate::server::{check_id, message_from_v1};
 use crate::source::{ScanContext, SessionSource};
+use bridge_proc::{CaptureError, CaptureLimits};
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Mutex, mpsc};
+use std::process::Command;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Default number of sessions asked for per page of `/api/session`.
@@ -79,56 +78,26 @@ impl ApiCommand {
         if let Some(b) = body {
             cmd.arg("-d").arg(b.to_string());
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let started = Instant::now();
-        let mut child = GroupChild::spawn(&mut cmd).map_err(|e| ClientError::ApiCommand {
-            detail: format!("cannot start {}: {e}", self.program.display()),
-        })?;
-        let limit = self.max_reply_bytes;
-        let mut stdout = child.child.stdout.take().expect("stdout is piped");
-        let mut stderr = child.child.stderr.take().expect("stderr is piped");
-        let (out_tx, out_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = (&mut stdout).take(limit + 1).read_to_end(&mut buf);
-            let over = buf.len() as u64 > limit;
-            // Past the cap, drain (and drop) the rest so the child never blocks on a full pipe.
-            if over {
-                let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-            }
-            let _ = out_tx.send((buf, over));
-        });
-        let (err_tx, err_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = (&mut stderr).take(64 * 1024).read_to_end(&mut buf);
-            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-            let _ = err_tx.send(buf);
-        });
-        let timed_out = || ClientError::ServiceTimeout {
-            url: SERVICE_LABEL.into(),
-            timeout_ms: self.timeout.as_millis() as u64,
+        let limits = CaptureLimits {
+            stdout_bytes: self.max_reply_bytes,
+            stderr_bytes: 64 * 1024,
         };
-        if !child.wait_exit(self.timeout.saturating_sub(started.elapsed())) {
-            child.kill_and_reap();
-            return Err(timed_out());
-        }
-        // The leader exited; anything it left in its group would keep the pipes open.
-        let status = child.kill_and_reap();
-        let left = self
-            .timeout
-            .saturating_sub(started.elapsed())
-            .max(Duration::from_millis(500));
-        let (out, over) = out_rx.recv_timeout(left).map_err(|_| timed_out())?;
-        let err = err_rx.recv_timeout(left).unwrap_or_default();
-        if over {
+        let c = bridge_proc::run_capture(&mut cmd, self.timeout, limits).map_err(|e| match e {
+            CaptureError::Spawn(e) => ClientError::ApiCommand {
+                detail: format!("cannot start {}: {e}", self.program.display()),
+            },
+            CaptureError::TimedOut => ClientError::ServiceTimeout {
+                url: SERVICE_LABEL.into(),
+                timeout_ms: self.timeout.as_millis() as u64,
+            },
+        })?;
+        if c.stdout_over {
             return Err(ClientError::ReplyTooLarge {
                 url: SERVICE_LABEL.into(),
-                limit_bytes: limit,
+                limit_bytes: self.max_reply_bytes,
             });
         }
+        let (status, out, err) = (c.status, c.stdout, c.stderr);
         match status {
             Some(st) if st.success() => Ok(out),
             other => Err(command_error(

@@ -14,13 +14,13 @@
 //! [`rename_with_ephemeral_server`]): the store itself is never written.
 
 use crate::api::{ApiCommand, ApiSource};
-use crate::child::GroupChild;
 use crate::error::ClientError;
 use crate::http::{BasicAuth, DEFAULT_MAX_REPLY_BYTES, HttpClient, encode_component, query};
 use crate::model::{Session, SessionFilter, SessionList, SessionTranscript};
 use crate::server::{ServerSource, check_id};
 use crate::source::{Liveness, ScanContext, SessionSource};
 use bridge_env as env;
+use bridge_proc::{CaptureLimits, DROPPED_ENV, GroupChild};
 use serde_json::json;
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -325,40 +325,16 @@ pub fn help_lists_api(help: &str) -> bool {
     })
 }
 
+/// `program args…`'s stdout then stderr (each up to 1 MiB), or `None` when it cannot start,
+/// does not finish within `timeout`, or prints invalid UTF-8.
 fn run_capture(program: &Path, args: &[&str], timeout: Duration) -> Option<String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .ok()?;
-    let mut out = child.stdout.take()?;
-    let mut err = child.stderr.take()?;
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = (&mut out).take(1 << 20).read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = (&mut err).take(1 << 20).read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
-    let mut text = t_out.join().unwrap_or_default();
-    text.push_str(&t_err.join().unwrap_or_default());
+    let limits = CaptureLimits {
+        stdout_bytes: 1 << 20,
+        stderr_bytes: 1 << 20,
+    };
+    let c = bridge_proc::run_capture(Command::new(program).args(args), timeout, limits).ok()?;
+    let mut text = String::from_utf8(c.stdout).unwrap_or_default();
+    text.push_str(&String::from_utf8(c.stderr).unwrap_or_default());
     Some(text)
 }
 
@@ -418,7 +394,7 @@ pub fn rename_with_ephemeral_server(
     };
     let env = ChildEnv {
         set: Vec::new(),
-        remove: vec!["OPENCODE_PID".into(), "OPENCODE_RUN_ID".into()],
+        remove: DROPPED_ENV.iter().map(|k| k.to_string()).collect(),
     };
     with_temporary_server(
         cfg,
@@ -487,8 +463,8 @@ pub fn with_temporary_server<T>(
                 detail: format!("cannot start `{} serve`: {e}", cfg.opencode_bin.display()),
             })?,
         );
-    let stdout = server.0.child.stdout.take().expect("stdout is piped");
-    let stderr = server.0.child.stderr.take().expect("stderr is piped");
+    let stdout = server.0.child_mut().stdout.take().expect("stdout is piped");
+    let stderr = server.0.child_mut().stderr.take().expect("stderr is piped");
     let (tx, rx) = mpsc::channel();
     // What the server printed besides its URL, to explain an early exit (bounded).
     let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));

@@ -14,7 +14,6 @@
 pub mod agents;
 pub mod api;
 pub mod backend;
-mod child;
 pub mod decode;
 pub mod error;
 pub mod filter;

@@ -53,20 +53,8 @@ pub fn resolve_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
 }
 
 /// Variables that tie a process to another opencode instance; a child run must not inherit
-/// them (an inherited server password or run id makes 1.x fail with "Session not found").
-pub const DROPPED_ENV: &[&str] = &[
-    "OPENCODE_SERVER_PASSWORD",
-    "OPENCODE_SERVER_USERNAME",
-    "OPENCODE_PID",
-    "OPENCODE_RUN_ID",
-    "OPENCODE_SESSION_ID",
-    "OPENCODE_WORKSPACE_ID",
-    "OPENCODE_CLIENT",
-    "OPENCODE_ROUTE",
-    "OPENCODE_CALLER",
-    "OPENCODE_EDITOR_SSE_PORT",
-    "OPENCODE",
-];
+/// them. The one list lives in `bridge-proc` (each entry explained there).
+pub use bridge_proc::DROPPED_ENV;
 
 /// Runs `bin args…` (stdin closed, at most 30 s) and returns its stdout then its stderr.
 pub async fn output_text(

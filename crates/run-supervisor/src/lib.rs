@@ -15,7 +15,8 @@
 //! - [`changes`]: the files an editing task changed, with a short diff stat.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
-//! signalled, each after checking its start time.
+//! signalled, each after checking its start time. Every signal goes through `bridge-proc`
+//! ([`ProcId`], `bridge_proc::terminate_tree`), where that check lives.
 
 #![deny(unsafe_code)]
 
@@ -25,7 +26,6 @@ pub mod classify;
 pub mod claude;
 pub mod command;
 pub mod events;
-mod procs;
 pub mod proctable;
 pub mod quota;
 pub mod registry;
@@ -35,13 +35,13 @@ mod supervisor;
 
 use std::path::PathBuf;
 
+pub use bridge_proc::ProcId;
 pub use capture::{Cut, cut_text};
 pub use changes::{ChangeSource, ChangedFiles, FileChange};
 pub use classify::{ExitInfo, Failure, FailureKind};
 pub use claude::Runner;
 pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
-pub use procs::ProcId;
 pub use proctable::{OpencodeProcess, ProcessKind};
 pub use spec::{AgentMode, SupervisorConfig, TaskSpec};
 pub use supervisor::{

@@ -23,12 +23,12 @@ use crate::classify::{ExitInfo, Failure, FailureKind};
 use crate::claude::{self, Runner};
 use crate::command::{self, Capabilities, LaunchContext};
 use crate::events::{RunSummary, TokenUsage, ToolCall};
-use crate::procs::{self, ProcId};
 use crate::proctable::{self, OpencodeProcess};
 use crate::quota;
 use crate::registry::{self, Registry, StoredOutput, StoredTask};
 use crate::runner::{OwnRun, Prepared, Stream, backend};
 use crate::spec::{SupervisorConfig, TaskSpec};
+use bridge_proc::{self as procs, ProcId};
 
 /// Finished tasks kept in the table; older finished ones are forgotten first.
 pub const MAX_FINISHED_TASKS: usize = 200;

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use crate::changes::ChangedFiles;
 use crate::classify::{Failure, FailureKind};
 use crate::events::{TokenUsage, ToolCall};
-use crate::procs::ProcId;
 use crate::supervisor::TaskState;
+use bridge_proc::ProcId;
 
 mod writer;
 pub(crate) use writer::Writer;

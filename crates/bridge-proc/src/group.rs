@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 
 /// A spawned child leading its own process group.
 #[derive(Debug)]
-pub(crate) struct GroupChild {
-    pub(crate) child: Child,
+pub struct GroupChild {
+    child: Child,
     status: Option<ExitStatus>,
 }
 
 impl GroupChild {
     /// Spawns `cmd` as the leader of a new process group.
-    pub(crate) fn spawn(cmd: &mut Command) -> std::io::Result<GroupChild> {
+    pub fn spawn(cmd: &mut Command) -> std::io::Result<GroupChild> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
         Ok(GroupChild {
@@ -27,8 +27,14 @@ impl GroupChild {
         })
     }
 
+    /// The leader's `Child`, to take its pipes. Do not wait on it or kill it directly: that
+    /// would reap the leader behind this guard's back (use [`GroupChild::stop`] and friends).
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
     /// Whether the leader has exited (it is not reaped by this).
-    pub(crate) fn has_exited(&self) -> bool {
+    pub fn has_exited(&self) -> bool {
         if self.status.is_some() {
             return true;
         }
@@ -49,7 +55,7 @@ impl GroupChild {
     }
 
     /// Waits up to `timeout` for the leader to exit (without reaping it).
-    pub(crate) fn wait_exit(&self, timeout: Duration) -> bool {
+    pub fn wait_exit(&self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         loop {
             if self.has_exited() {
@@ -63,7 +69,7 @@ impl GroupChild {
     }
 
     /// Sends `sig` to the whole group, as long as the leader is not reaped yet.
-    pub(crate) fn signal_group(&self, sig: nix::sys::signal::Signal) {
+    pub fn signal_group(&self, sig: nix::sys::signal::Signal) {
         if self.status.is_some() {
             return;
         }
@@ -73,13 +79,13 @@ impl GroupChild {
     }
 
     /// SIGKILLs whatever is left of the group, then reaps the leader.
-    pub(crate) fn kill_and_reap(&mut self) -> Option<ExitStatus> {
+    pub fn kill_and_reap(&mut self) -> Option<ExitStatus> {
         self.signal_group(nix::sys::signal::Signal::SIGKILL);
         self.reap()
     }
 
     /// SIGTERM to the group, `grace` for the leader to exit, SIGKILL to the group, reap.
-    pub(crate) fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+    pub fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
         if self.status.is_none() {
             self.signal_group(nix::sys::signal::Signal::SIGTERM);
             self.wait_exit(grace);

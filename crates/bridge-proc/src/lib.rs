@@ -1,0 +1,36 @@
+//! Process control for the bridge, in one audited place: which processes may be signalled, and
+//! how.
+//!
+//! **Invariant: never signal a process we did not start; every signal after a start-time
+//! check.** A single process is known by a [`ProcId`] (pid and start time) and signalled only
+//! through [`ProcId::signal`], which first checks that the pid still has that start time, so a
+//! reused pid is never hit. A process group is signalled only while its leader is known to be
+//! ours: in [`tree`] after the leader's start-time check, in [`GroupChild`] while the leader is
+//! not yet reaped (until then its pid, and so the group id, cannot be reused).
+//!
+//! - [`ident`]: [`ProcId`], the start time from `/proc/<pid>/stat`;
+//! - [`tree`]: descendants from the `/proc` walk (also those that left the group with `setsid`),
+//!   the kill sequence (SIGTERM to the group and every known descendant, a grace, SIGKILL, a
+//!   sweep of known descendants), subreaping;
+//! - [`group`]: a child leading its own process group, stopped and reaped on every path;
+//! - [`capture`]: a short command in its own group, with a timeout and capped output;
+//! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit.
+//!
+//! Depends on no crate of the bridge; Linux only (`/proc`).
+
+#![deny(missing_docs)]
+
+pub mod capture;
+pub mod env;
+pub mod group;
+pub mod ident;
+pub mod tree;
+
+pub use capture::{CaptureError, CaptureLimits, Captured, run_capture};
+pub use env::DROPPED_ENV;
+pub use group::GroupChild;
+pub use ident::{ProcId, start_time};
+pub use tree::{
+    become_subreaper, reap_if_our_zombie, refresh_known, refresh_known_recent, sweep,
+    terminate_tree,
+};
