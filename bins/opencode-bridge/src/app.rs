@@ -516,11 +516,7 @@ impl App {
     /// For a task lost with its bridge: what its session says now (the run may have finished on
     /// its own after the bridge died). Empty when not lost or the session cannot be read.
     async fn lost_note(&self, snap: &run_supervisor::TaskSnapshot) -> String {
-        let lost = snap
-            .failure
-            .as_ref()
-            .is_some_and(|f| f.message.starts_with("lost:"));
-        let Some(sid) = snap.session_id.clone().filter(|_| lost) else {
+        let Some(sid) = snap.session_id.clone().filter(|_| snap.lost) else {
             return String::new();
         };
         let Ok((source, _why)) = self.source() else {

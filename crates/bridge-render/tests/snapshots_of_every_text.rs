@@ -250,6 +250,7 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
         continues: None,
         orphaned: false,
         other_bridge: None,
+        lost: false,
     }
 }
 

@@ -162,6 +162,9 @@ pub struct TaskSnapshot {
     pub orphaned: bool,
     /// pid of another live bridge (sharing the state directory) that runs this task.
     pub other_bridge: Option<i32>,
+    /// The bridge that ran it and its run both went away before it ended: it is `failed`
+    /// (kind `exit`) and its outcome is unknown; the session may say more.
+    pub lost: bool,
 }
 
 /// The output of a task.
@@ -322,9 +325,18 @@ impl Supervisor {
                 .ok()
         });
         if let Some(reg) = &registry {
-            let pruned = reg.prune(config.prune_after);
-            if pruned > 0 {
-                tracing::info!(pruned, "finished tasks pruned from the registry");
+            // Decided once, at open: old finished tasks go, and tasks whose bridge and run are
+            // both gone are recorded lost (the only write to a task of another bridge besides
+            // cancelling an orphan).
+            let (pruned, lost) = reg.sweep(config.prune_after, |t| {
+                let lost = judge(t) == Owner::Lost;
+                if lost {
+                    settle_lost(t, registry::now_ms());
+                }
+                lost
+            });
+            if pruned > 0 || lost > 0 {
+                tracing::info!(pruned, lost, "registry swept");
             }
         }
         let writer = registry.clone().map(registry::Writer::new);
@@ -525,44 +537,24 @@ impl Supervisor {
         all.into_values().collect()
     }
 
-    /// A task of the registry that is not in memory, with a dead owner's unfinished task
-    /// settled first when its run is gone too.
+    /// A task of the registry that is not in memory. A dead owner's unfinished task whose run
+    /// is gone too is shown lost (ended at its last record); reading never writes: the
+    /// registry records it lost when a supervisor next opens it.
     fn stored(&self, id: TaskId) -> Option<StoredTask> {
         let reg = self.shared.registry.as_ref()?;
         if self.shared.lock().tasks.contains_key(&id) {
             return None;
         }
         let mut t = reg.read_task(id)?;
-        if self.judge(&t) == Owner::Lost {
-            t.state = TaskState::Failed.as_str().into();
-            t.failure = Some(registry::StoredFailure::from(&Failure::with_advice(
-                FailureKind::Exit,
-                format!(
-                    "lost: the bridge that ran it (pid {}) stopped before the run ended, and the run is gone too; its outcome is unknown",
-                    t.owner.pid
-                ),
-                "Read what the session did with opencode_session_output (its id is in the status, when one was known), or start the task again.",
-            )));
-            t.finished_ms = Some(registry::now_ms());
-            t.run = None;
-            t.updated_ms = registry::now_ms();
-            reg.write_task(&t);
+        if judge(&t) == Owner::Lost {
+            let last = t.updated_ms;
+            settle_lost(&mut t, last);
         }
         Some(t)
     }
 
     fn judge(&self, t: &StoredTask) -> Owner {
-        if t.state().is_finished() {
-            return Owner::Finished;
-        }
-        let owner = ProcId::from(t.owner);
-        if owner.is_alive() {
-            return Owner::Alive(owner.pid);
-        }
-        match t.run.map(ProcId::from).filter(ProcId::is_alive) {
-            Some(run) => Owner::Orphan(run),
-            None => Owner::Lost,
-        }
+        judge(t)
     }
 
     fn version(&self) -> Option<String> {
@@ -967,6 +959,7 @@ fn snapshot(
         continues: r.continues.clone(),
         orphaned: false,
         other_bridge: None,
+        lost: false,
     }
 }
 
@@ -992,6 +985,39 @@ fn attempt_wall(r: &Record) -> Option<SystemTime> {
     let at = r.attempt_started?;
     let wall = r.accepted_wall + at.saturating_duration_since(r.accepted);
     Some(registry::from_ms(registry::to_ms(wall)))
+}
+
+/// Who answers for a task of the registry.
+fn judge(t: &StoredTask) -> Owner {
+    if t.state().is_finished() {
+        return Owner::Finished;
+    }
+    let owner = ProcId::from(t.owner);
+    if owner.is_alive() {
+        return Owner::Alive(owner.pid);
+    }
+    match t.run.map(ProcId::from).filter(ProcId::is_alive) {
+        Some(run) => Owner::Orphan(run),
+        None => Owner::Lost,
+    }
+}
+
+/// Records a task as lost, ended at `at_ms`.
+fn settle_lost(t: &mut StoredTask, at_ms: u64) {
+    t.state = TaskState::Failed.as_str().into();
+    t.failure = Some(registry::StoredFailure::from(&Failure::with_advice(
+        FailureKind::Exit,
+        format!(
+            "lost: the bridge that ran it (pid {}) stopped before the run ended, and the run is gone too; its outcome is unknown",
+            t.owner.pid
+        ),
+        "Read what the session did with opencode_session_output (its id is in the status, when one was known), or start the task again.",
+    )));
+    t.lost = true;
+    t.finished_ms = Some(at_ms);
+    t.run = None;
+    t.version = registry::FORMAT_VERSION;
+    t.updated_ms = registry::now_ms();
 }
 
 /// Who is in charge of a task found in the registry.
@@ -1041,6 +1067,7 @@ fn stored_snapshot(t: &StoredTask, owner: &Owner) -> TaskSnapshot {
         continues: t.continues.clone(),
         orphaned,
         other_bridge,
+        lost: t.lost,
     }
 }
 
@@ -1098,6 +1125,7 @@ fn records(
         session_id: r.summary.session_id().clone(),
         run: r.root.filter(|_| !state.is_finished()).map(Into::into),
         failure: r.failure.as_ref().map(Into::into),
+        lost: false,
         exit_code: r.exit.and_then(|e| e.code),
         tokens: r.summary.tokens().into(),
         cost: r.summary.cost(),

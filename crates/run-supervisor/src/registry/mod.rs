@@ -177,6 +177,11 @@ pub(crate) struct StoredTask {
     /// The running attempt's `opencode run` process.
     pub run: Option<StoredProc>,
     pub failure: Option<StoredFailure>,
+    /// Its bridge and its run went away before it ended: the outcome is unknown (a failure
+    /// of kind `exit` whose message says so). Version 1 files said it only by the message's
+    /// `lost:` prefix; [`Registry::read_task`] sets this for them.
+    #[serde(default)]
+    pub lost: bool,
     pub exit_code: Option<i32>,
     pub tokens: StoredTokens,
     pub cost: f64,
@@ -369,7 +374,14 @@ impl Registry {
     /// The stored record of a task (`None`: unknown id or unreadable record).
     pub fn read_task(&self, id: u64) -> Option<StoredTask> {
         let bytes = std::fs::read(self.task_dir(id).join("task.json")).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let mut t: StoredTask = serde_json::from_slice(&bytes).ok()?;
+        if t.version < 2 {
+            t.lost = t
+                .failure
+                .as_ref()
+                .is_some_and(|f| f.message.starts_with("lost:"));
+        }
+        Some(t)
     }
 
     /// The stored output of a task.
@@ -392,13 +404,27 @@ impl Registry {
     }
 
     /// Removes finished tasks that ended more than `age` ago. Returns how many were removed.
+    #[cfg(test)]
     pub fn prune(&self, age: Duration) -> usize {
+        self.sweep(age, |_| false).0
+    }
+
+    /// One pass over every task: removes finished tasks that ended more than `age` ago, and
+    /// writes back every unfinished task that `settle` changed (returned true for). Returns
+    /// how many were removed and how many settled.
+    pub fn sweep(&self, age: Duration, mut settle: impl FnMut(&mut StoredTask) -> bool) -> (usize, usize) {
         let cutoff = now_ms().saturating_sub(age.as_millis() as u64);
-        let mut removed = 0;
+        let (mut removed, mut settled) = (0, 0);
         for id in self.ids() {
-            let Some(t) = self.read_task(id) else {
+            let Some(mut t) = self.read_task(id) else {
                 continue;
             };
+            if !t.state().is_finished() {
+                if settle(&mut t) && self.write_task(&t) {
+                    settled += 1;
+                }
+                continue;
+            }
             let ended = t.finished_ms.filter(|_| t.state().is_finished());
             if let Some(end) = ended
                 && end < cutoff
@@ -407,7 +433,7 @@ impl Registry {
                 removed += 1;
             }
         }
-        removed
+        (removed, settled)
     }
 }
 
@@ -439,6 +465,7 @@ mod tests {
             session_id: None,
             run: None,
             failure: Some(StoredFailure::from(&Failure::new(FailureKind::Quota, "q"))),
+            lost: false,
             exit_code: Some(1),
             tokens: StoredTokens::default(),
             cost: 0.0,
