@@ -8,7 +8,7 @@ use crate::structured;
 use crate::tools::{
     Call, OutputArgs, REPLY_CAP_CHARS, SESSIONS_DEFAULT_LIMIT, SessionsArgs, StartArgs,
 };
-use bridge_policy::roster::{Access, AgentMode as PolicyAgentMode};
+use bridge_policy::roster::Access;
 use bridge_policy::view::PolicyView;
 use bridge_policy::{DelegationRequest, Mode, Roster, SystemEnv, evaluate};
 use bridge_render as render;
@@ -16,7 +16,7 @@ use opencode_client::backend::{ClientConfig, choose_backend_with};
 use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
-use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec, WaitReport};
+use run_supervisor::{Supervisor, SupervisorConfig, TaskId, TaskSpec, WaitReport};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -411,11 +411,7 @@ impl App {
                 })
             });
         let mut spec = TaskSpec::new(&delegation.prompt, &cwd, &agent.name, &title);
-        spec.agent_mode = match agent.opencode_mode {
-            PolicyAgentMode::Primary => AgentMode::Primary,
-            PolicyAgentMode::Subagent => AgentMode::Subagent,
-            PolicyAgentMode::All => AgentMode::All,
-        };
+        spec.agent_mode = agent.opencode_mode;
         spec.read_only = agent.access == Access::ReadOnly;
         // Asks are approved only for editing agents: a read-only run must not have its `ask`
         // rules turned into writes (its overlay also denies edit, bash and task).
