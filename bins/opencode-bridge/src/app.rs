@@ -8,16 +8,15 @@ use crate::structured;
 use crate::tools::{
     Call, OutputArgs, REPLY_CAP_CHARS, SESSIONS_DEFAULT_LIMIT, SessionsArgs, StartArgs,
 };
-use bridge_policy::{
-    Access, AgentMode as PolicyAgentMode, DelegationRequest, PolicyView, Roster, SystemEnv,
-    evaluate,
-};
+use bridge_policy::roster::Access;
+use bridge_policy::view::PolicyView;
+use bridge_policy::{DelegationRequest, Mode, Roster, SystemEnv, evaluate};
 use bridge_render as render;
 use opencode_client::backend::{ClientConfig, choose_backend_with};
 use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
-use run_supervisor::{AgentMode, Supervisor, SupervisorConfig, TaskId, TaskSpec, WaitReport};
+use run_supervisor::{Supervisor, SupervisorConfig, TaskId, TaskSpec, WaitReport};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -155,7 +154,7 @@ impl App {
     /// The MCP server instructions: the active policy for the root in a few lines.
     pub fn instructions(&self) -> String {
         let roster = self.roster.roster_if_cached(&self.settings.root);
-        let text = match bridge_policy::detect_mode(&SystemEnv, &self.settings.root, None) {
+        let text = match bridge_policy::mode::detect_mode(&SystemEnv, &self.settings.root, None) {
             Ok(decision) => {
                 render::instructions(&PolicyView::from_parts(&SystemEnv, decision, &roster))
             }
@@ -187,7 +186,7 @@ impl App {
 
     async fn call_uncapped(&self, call: Call, progress: Progress) -> Result<Reply, String> {
         match call {
-            Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode.as_deref()).await,
+            Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode).await,
             Call::Sessions(args) => self.sessions(args).await,
             Call::SessionOutput(args) => self.session_output(args).await.map(Reply::text),
             Call::Rename { id, title } => self.rename(id, title).await.map(Reply::text),
@@ -376,14 +375,10 @@ impl App {
         };
         let env = SystemEnv;
         let roster = self.roster(&cwd).await;
-        let request = DelegationRequest {
-            tier: Some(&args.tier),
-            agent: args.agent.as_deref(),
-            mechanical: args.mechanical,
-            mode: args.mode.as_deref(),
-            prompt: &args.prompt,
-            cwd: &cwd,
-        };
+        let mut request = DelegationRequest::new(args.tier, &args.prompt, &cwd);
+        request.agent = args.agent.as_deref();
+        request.mechanical = args.mechanical;
+        request.mode = args.mode;
         let delegation = evaluate(&request, &env, &roster).map_err(|r| r.message)?;
         let agent = &delegation.agent;
         if agent.access == Access::Editing
@@ -419,11 +414,7 @@ impl App {
                 })
             });
         let mut spec = TaskSpec::new(&delegation.prompt, &cwd, &agent.name, &title);
-        spec.agent_mode = match agent.opencode_mode {
-            PolicyAgentMode::Primary => AgentMode::Primary,
-            PolicyAgentMode::Subagent => AgentMode::Subagent,
-            PolicyAgentMode::All => AgentMode::All,
-        };
+        spec.agent_mode = agent.opencode_mode;
         spec.read_only = agent.access == Access::ReadOnly;
         // Asks are approved only for editing agents: a read-only run must not have its `ask`
         // rules turned into writes (its overlay also denies edit, bash and task).
@@ -586,7 +577,7 @@ impl App {
     }
 
     /// `opencode_policy`.
-    async fn policy(&self, cwd: Option<&str>, mode: Option<&str>) -> Result<Reply, String> {
+    async fn policy(&self, cwd: Option<&str>, mode: Option<Mode>) -> Result<Reply, String> {
         let dir = self.resolve_dir(cwd);
         let warning = if cwd.is_some() && !dir.is_dir() {
             format!(
@@ -597,7 +588,7 @@ impl App {
             String::new()
         };
         let decision =
-            bridge_policy::detect_mode(&SystemEnv, &dir, mode).map_err(|e| e.to_string())?;
+            bridge_policy::mode::detect_mode(&SystemEnv, &dir, mode).map_err(|e| e.to_string())?;
         let roster = self.roster(&dir).await;
         let view = PolicyView::from_parts(&SystemEnv, decision, &roster);
         let data = structured::PolicyOut::new(
@@ -972,7 +963,7 @@ fn roster_source(
         .collect();
     let client = match config_content(
         existing.as_deref(),
-        &bridge_policy::worker_agent_config(),
+        &bridge_policy::roster::worker_agent_config(),
         None,
         None,
     ) {

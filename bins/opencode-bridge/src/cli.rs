@@ -4,7 +4,8 @@
 use crate::app::App;
 use crate::config::ENV_VARS;
 use crate::tools;
-use bridge_policy::{PolicyView, SystemEnv};
+use bridge_policy::SystemEnv;
+use bridge_policy::view::PolicyView;
 use bridge_render as render;
 use clap::{Parser, Subcommand};
 use serde_json::{Map, Value, json};
@@ -299,10 +300,10 @@ pub async fn doctor(app: &App) -> (String, bool) {
     let roster = app.roster(&app.settings.root).await;
     let asked_ms = started.elapsed().as_millis();
     let (ok_roster, origin) = match roster.origin() {
-        bridge_policy::RosterOrigin::Opencode { via } => {
+        bridge_policy::roster::RosterOrigin::Opencode { via } => {
             (true, format!("from {via}, {asked_ms} ms"))
         }
-        bridge_policy::RosterOrigin::Files { why } => (
+        bridge_policy::roster::RosterOrigin::Files { why } => (
             false,
             format!(
                 "read from the agent files by the bridge, not from opencode{}",

@@ -10,7 +10,7 @@
 //! and epoch milliseconds for sessions (as opencode stores them), and closed sets of words
 //! (states, failure kinds, modes, access) are enums in the schema.
 
-use bridge_policy::PolicyView;
+use bridge_policy::view::PolicyView;
 use opencode_client::{Session, SessionList, SessionState};
 use rmcp::schemars::{self, JsonSchema};
 use run_supervisor::claude::fmt_utc;
@@ -620,8 +620,8 @@ impl PolicyOut {
                     name: a.name.clone(),
                     description: a.description.clone(),
                     access: match a.access {
-                        bridge_policy::Access::ReadOnly => AccessView::ReadOnly,
-                        bridge_policy::Access::Editing => AccessView::Editing,
+                        bridge_policy::roster::Access::ReadOnly => AccessView::ReadOnly,
+                        bridge_policy::roster::Access::Editing => AccessView::Editing,
                     },
                     access_note: a.access_note.clone(),
                     opencode_mode: a.opencode_mode.as_str().to_owned(),

@@ -5,6 +5,7 @@
 //! properties (never `["type","null"]`), every object rejects unknown properties, and the
 //! validator below accepts exactly what the schema describes (a test checks both agree).
 
+use bridge_policy::{Mode, Tier};
 use serde_json::{Map, Value, json};
 
 /// Tool names, in the order `tools/list` returns them.
@@ -22,10 +23,20 @@ pub const TOOL_NAMES: [&str; 11] = [
     "opencode_processes",
 ];
 
-/// Tiers accepted by the schema; only the first two are delegated.
-pub const TIERS: [&str; 4] = ["easy", "medium", "hard", "unsure"];
-/// Routing modes.
-pub const MODES: [&str; 3] = ["blueprint", "sensitive", "insensitive"];
+/// Tiers accepted by the schema (the policy's names, in the order of [`Tier::ALL`]); only the
+/// first two are delegated.
+pub const TIERS: [&str; 4] = [
+    Tier::Easy.as_str(),
+    Tier::Medium.as_str(),
+    Tier::Hard.as_str(),
+    Tier::Unsure.as_str(),
+];
+/// Routing modes (the policy's names, in the order of [`Mode::ALL`]).
+pub const MODES: [&str; 3] = [
+    Mode::Blueprint.as_str(),
+    Mode::Sensitive.as_str(),
+    Mode::Insensitive.as_str(),
+];
 /// Session states accepted by the `state` filter.
 pub const STATES: [&str; 5] = ["running", "succeeded", "failed", "interrupted", "stale"];
 /// Values of `children`.
@@ -276,7 +287,7 @@ pub enum Call {
     },
     Policy {
         cwd: Option<String>,
-        mode: Option<String>,
+        mode: Option<Mode>,
     },
     Sessions(SessionsArgs),
     SessionOutput(OutputArgs),
@@ -287,16 +298,16 @@ pub enum Call {
     Processes,
 }
 
-/// Arguments of `opencode_start`.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// Arguments of `opencode_start`. Tier and mode are the policy's types, parsed here once.
+#[derive(Debug, Clone, PartialEq)]
 pub struct StartArgs {
-    pub tier: String,
+    pub tier: Tier,
     pub prompt: String,
     pub cwd: Option<String>,
     pub lane: Option<String>,
     pub agent: Option<String>,
     pub title: Option<String>,
-    pub mode: Option<String>,
+    pub mode: Option<Mode>,
     pub mechanical: bool,
     pub model: Option<String>,
     pub timeout_minutes: Option<u64>,
@@ -349,13 +360,13 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
     a.check_unknown()?;
     Ok(match tool {
         "opencode_start" => Call::Start(StartArgs {
-            tier: a.required_enum("tier", &TIERS)?,
+            tier: a.required_choice("tier", &Tier::ALL, Tier::as_str)?,
             prompt: a.required_str("prompt")?,
             cwd: a.opt_str("cwd")?,
             lane: a.opt_str("lane")?,
             agent: a.opt_str("agent")?,
             title: a.opt_str("title")?,
-            mode: a.opt_enum("mode", &MODES)?,
+            mode: a.opt_choice("mode", &Mode::ALL, Mode::as_str)?,
             mechanical: a.opt_bool("mechanical")?.unwrap_or(false),
             model: a.opt_model("model")?,
             timeout_minutes: a.opt_int("timeout_minutes", 1, 1440)?,
@@ -390,7 +401,7 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
         },
         "opencode_policy" => Call::Policy {
             cwd: a.opt_str("cwd")?,
-            mode: a.opt_enum("mode", &MODES)?,
+            mode: a.opt_choice("mode", &Mode::ALL, Mode::as_str)?,
         },
         "opencode_sessions" => Call::Sessions(SessionsArgs {
             state: a.opt_enum("state", &STATES)?,
@@ -594,6 +605,34 @@ impl Args<'_> {
         })
     }
 
+    /// One of a closed set of the policy's values (`all`, spelt by `name`), in any letter
+    /// case, parsed into its type; errors word for word as [`Args::opt_enum`].
+    fn opt_choice<T: Copy>(
+        &self,
+        field: &str,
+        all: &[T],
+        name: fn(T) -> &'static str,
+    ) -> Result<Option<T>, String> {
+        let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
+        let chosen = self.opt_enum(field, &names)?;
+        Ok(chosen.and_then(|n| all.iter().copied().find(|&t| name(t) == n)))
+    }
+
+    /// A required [`Args::opt_choice`]; errors word for word as [`Args::required_enum`].
+    fn required_choice<T: Copy>(
+        &self,
+        field: &str,
+        all: &[T],
+        name: fn(T) -> &'static str,
+    ) -> Result<T, String> {
+        let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
+        let chosen = self.required_enum(field, &names)?;
+        all.iter()
+            .copied()
+            .find(|&t| name(t) == chosen)
+            .ok_or_else(|| format!("bad argument `{field}`: {chosen:?} is not accepted"))
+    }
+
     fn opt_bool(&self, field: &str) -> Result<Option<bool>, String> {
         match self.get(field) {
             None => Ok(None),
@@ -742,8 +781,8 @@ mod tests {
             json!({"tier": "Easy", "prompt": "x", "mode": "SENSITIVE"}),
         ) {
             Ok(Call::Start(a)) => {
-                assert_eq!(a.tier, "easy");
-                assert_eq!(a.mode.as_deref(), Some("sensitive"));
+                assert_eq!(a.tier, Tier::Easy);
+                assert_eq!(a.mode, Some(Mode::Sensitive));
             }
             other => panic!("{other:?}"),
         }

@@ -2,6 +2,7 @@
 
 /// A configuration problem that stops the policy from deciding.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PolicyError {
     /// A mode source holds a value that is not a mode name.
     #[error(

@@ -25,16 +25,30 @@ const SENSITIVE_DEFAULT: &str = "explorer";
 
 /// What the caller asked for. The working directory must already be checked against the
 /// allowed root (that is the supervisor's job).
+///
+/// Inputs are typed: text from a tool call is parsed once where it comes in ([`Tier::parse`],
+/// [`Mode::parse`], or [`Tier::from_arg`] and [`Mode::from_arg`] for the refusal a model
+/// can act on). More fields may be added; build one with [`DelegationRequest::new`].
+///
+/// ```
+/// use bridge_policy::{DelegationRequest, Mode, Tier};
+/// use std::path::Path;
+/// let req = DelegationRequest::new(Tier::Easy, "Fix the typo in README.md", Path::new("/p"))
+///     .with_agent("fixer")
+///     .with_mode(Mode::Insensitive);
+/// assert_eq!((req.agent, req.mode, req.mechanical), (Some("fixer"), Some(Mode::Insensitive), false));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DelegationRequest<'a> {
-    /// The `tier` argument as given (`None` when missing).
-    pub tier: Option<&'a str>,
-    /// The `agent` argument (`None` for the default agent).
+    /// How hard the job is; only easy and medium jobs are delegated.
+    pub tier: Tier,
+    /// The agent asked for (`None` for the default agent).
     pub agent: Option<&'a str>,
-    /// The `mechanical` argument.
+    /// Whether the caller declares the job purely mechanical (renames, moves, formatting).
     pub mechanical: bool,
-    /// The `mode` argument (only when the user asked for a mode).
-    pub mode: Option<&'a str>,
+    /// The mode the user asked for (`None` unless the user asked for one).
+    pub mode: Option<Mode>,
     /// The task text.
     pub prompt: &'a str,
     /// The working directory of the run.
@@ -42,10 +56,11 @@ pub struct DelegationRequest<'a> {
 }
 
 impl<'a> DelegationRequest<'a> {
-    /// A request with a tier, a prompt and a working directory; other fields at their defaults.
-    pub fn new(tier: &'a str, prompt: &'a str, cwd: &'a Path) -> Self {
+    /// A request with a tier, a prompt and a working directory: default agent, no mode asked
+    /// for, not mechanical.
+    pub fn new(tier: Tier, prompt: &'a str, cwd: &'a Path) -> Self {
         DelegationRequest {
-            tier: Some(tier),
+            tier,
             agent: None,
             mechanical: false,
             mode: None,
@@ -53,10 +68,29 @@ impl<'a> DelegationRequest<'a> {
             cwd,
         }
     }
+
+    /// This request, asking for `agent`.
+    pub fn with_agent(mut self, agent: &'a str) -> Self {
+        self.agent = Some(agent);
+        self
+    }
+
+    /// This request, with the mode the user asked for.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// This request, declared mechanical (or not).
+    pub fn with_mechanical(mut self, mechanical: bool) -> Self {
+        self.mechanical = mechanical;
+        self
+    }
 }
 
 /// An accepted delegation: everything the supervisor needs to start the run.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Delegation {
     /// The routing mode and where it came from.
     pub mode: ModeDecision,
@@ -77,6 +111,7 @@ pub struct Delegation {
 /// Why a delegation was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RefusalKind {
     /// Tier missing, unknown, hard or unsure.
     Tier,
@@ -94,6 +129,7 @@ pub enum RefusalKind {
 
 /// A refusal: its kind and a message saying what to do instead.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Refusal {
     /// The kind of refusal.
     pub kind: RefusalKind,
@@ -127,7 +163,7 @@ impl Refusal {
 /// blank, else `worker`.
 ///
 /// ```
-/// use bridge_policy::{default_agent, FakeEnv, Mode};
+/// use bridge_policy::{agents::default_agent, FakeEnv, Mode};
 /// let env = FakeEnv::new().with_var("OPENCODE_BRIDGE_AGENT", "fixer");
 /// assert_eq!(default_agent(&env, Mode::Blueprint), "fixer");
 /// assert_eq!(default_agent(&env, Mode::Sensitive), "explorer");
@@ -159,7 +195,7 @@ pub struct AllowedAgent {
 /// not (`installed` says which).
 ///
 /// ```
-/// use bridge_policy::{allowed_agents, Mode, Roster};
+/// use bridge_policy::{agents::allowed_agents, Mode, Roster};
 /// let roster = Roster::default();
 /// let names: Vec<_> = allowed_agents(Mode::Sensitive, &roster).into_iter().map(|a| a.name).collect();
 /// assert_eq!(names, ["explorer", "librarian", "deep-research", "oracle", "fixer", "worker"]);
@@ -189,20 +225,20 @@ pub fn allowed_agents(mode: Mode, roster: &Roster) -> Vec<AllowedAgent> {
 
 /// Decides a delegation request.
 ///
-/// Checks, in order: the tier (required; only easy and medium pass), the mode (an unrecognised
-/// value refuses), the prompt (not empty, no secret), the agent (allowed in the mode, known to
+/// Checks, in order: the tier (only easy and medium pass), the mode (an unrecognised value in
+/// an env var refuses), the prompt (not empty, no secret), the agent (allowed in the mode, known to
 /// opencode). On success the prompt is prefixed with the run instructions.
 ///
 /// # Errors
 /// A [`Refusal`] whose message says what to do instead.
 ///
 /// ```
-/// use bridge_policy::{evaluate, DelegationRequest, FakeEnv, RefusalKind, Roster};
+/// use bridge_policy::{evaluate, DelegationRequest, FakeEnv, RefusalKind, Roster, Tier};
 /// use std::path::Path;
 /// let env = FakeEnv::new().with_var("OPENCODE_MODE", "sensitive");
 /// let cwd = Path::new("/p");
 /// let roster = Roster::load(&env, cwd);
-/// let mut req = DelegationRequest::new("medium", "Rename foo to bar in src/", cwd);
+/// let mut req = DelegationRequest::new(Tier::Medium, "Rename foo to bar in src/", cwd);
 /// req.agent = Some("worker");
 /// let refusal = evaluate(&req, &env, &roster).unwrap_err();
 /// assert_eq!(refusal.kind, RefusalKind::Agent);
@@ -333,34 +369,55 @@ fn tier_help() -> &'static str {
     "opencode_policy has the full rules."
 }
 
-fn check_tier(tier: Option<&str>) -> Result<Tier, Refusal> {
-    let Some(raw) = tier.filter(|t| !t.trim().is_empty()) else {
-        return Err(Refusal::new(
-            RefusalKind::Tier,
-            format!(
-                "Not delegated: tier is required (easy or medium are delegated; hard and unsure stay with you). {}",
-                tier_help()
-            ),
-        ));
-    };
-    match Tier::parse(raw) {
-        None => Err(Refusal::new(
-            RefusalKind::Tier,
-            format!(
-                "Not delegated: tier {:?} is not one of {ACCEPTED_TIERS}. {}",
-                raw.chars().take(40).collect::<String>(),
-                tier_help()
-            ),
-        )),
-        Some(t) if !t.is_delegable() => Err(Refusal::new(
-            RefusalKind::Tier,
-            format!(
-                "Not delegated: {t} work stays with you; do it yourself, or split off the easy/medium parts and delegate only those. {}",
-                tier_help()
-            ),
-        )),
-        Some(t) => Ok(t),
+impl Tier {
+    /// The tier of a tool call's `tier` argument given as text, or the refusal for a missing
+    /// (or blank) or unknown one. Hard and unsure parse: [`evaluate`] refuses them.
+    ///
+    /// # Errors
+    /// A [`Refusal`] of kind [`RefusalKind::Tier`] whose message says what to do instead.
+    ///
+    /// ```
+    /// use bridge_policy::{RefusalKind, Tier};
+    /// assert_eq!(Tier::from_arg(Some(" Medium")), Ok(Tier::Medium));
+    /// let refusal = Tier::from_arg(Some("trivial")).unwrap_err();
+    /// assert_eq!(refusal.kind, RefusalKind::Tier);
+    /// assert!(refusal.message.starts_with("Not delegated: tier \"trivial\" is not one of easy, medium, hard or unsure."));
+    /// assert!(Tier::from_arg(None).unwrap_err().message.contains("tier is required"));
+    /// ```
+    pub fn from_arg(tier: Option<&str>) -> Result<Tier, Refusal> {
+        let Some(raw) = tier.filter(|t| !t.trim().is_empty()) else {
+            return Err(Refusal::new(
+                RefusalKind::Tier,
+                format!(
+                    "Not delegated: tier is required (easy or medium are delegated; hard and unsure stay with you). {}",
+                    tier_help()
+                ),
+            ));
+        };
+        Tier::parse(raw).ok_or_else(|| {
+            Refusal::new(
+                RefusalKind::Tier,
+                format!(
+                    "Not delegated: tier {:?} is not one of {ACCEPTED_TIERS}. {}",
+                    raw.chars().take(40).collect::<String>(),
+                    tier_help()
+                ),
+            )
+        })
     }
+}
+
+fn check_tier(tier: Tier) -> Result<Tier, Refusal> {
+    if tier.is_delegable() {
+        return Ok(tier);
+    }
+    Err(Refusal::new(
+        RefusalKind::Tier,
+        format!(
+            "Not delegated: {tier} work stays with you; do it yourself, or split off the easy/medium parts and delegate only those. {}",
+            tier_help()
+        ),
+    ))
 }
 
 fn check_agent_allowed(

@@ -23,7 +23,7 @@ pub const VERIFICATION_RULES: &[&str] = &[
 /// - every run is told never to commit or push.
 ///
 /// ```
-/// use bridge_policy::{run_instructions, AgentInfo, AgentSource, Mode};
+/// use bridge_policy::{instructions::run_instructions, roster::{AgentInfo, AgentSource}, Mode};
 /// let explorer = AgentInfo::from_config("explorer", &serde_json::json!({"permission": {"edit": "deny", "bash": "deny"}}), AgentSource::ConfigContent);
 /// let text = run_instructions(&explorer, Mode::Sensitive, false);
 /// assert!(text.contains("READ-ONLY"));

@@ -46,8 +46,35 @@ impl Mode {
         }
     }
 
+    /// The mode of a tool call's `mode` argument given as text: `None` when missing or blank
+    /// (which counts as not asked for), the mode when it names one.
+    ///
+    /// # Errors
+    /// [`PolicyError::InvalidMode`] for any other value: a typo of `sensitive` must not weaken
+    /// the policy.
+    ///
+    /// ```
+    /// use bridge_policy::Mode;
+    /// assert_eq!(Mode::from_arg(Some("SENSITIVE")), Ok(Some(Mode::Sensitive)));
+    /// assert_eq!(Mode::from_arg(Some(" ")), Ok(None));
+    /// let err = Mode::from_arg(Some("careful")).unwrap_err();
+    /// assert!(err.to_string().starts_with("the mode argument is \"careful\""));
+    /// ```
+    pub fn from_arg(mode: Option<&str>) -> Result<Option<Mode>, PolicyError> {
+        match mode {
+            None => Ok(None),
+            Some(v) if v.trim().is_empty() => Ok(None),
+            Some(v) => Mode::parse(v)
+                .map(Some)
+                .ok_or_else(|| PolicyError::InvalidMode {
+                    setting: "the mode argument".to_owned(),
+                    value: clip(v),
+                }),
+        }
+    }
+
     /// The lowercase name (`"blueprint"`, `"sensitive"`, `"insensitive"`).
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Mode::Blueprint => "blueprint",
             Mode::Sensitive => "sensitive",
@@ -90,6 +117,7 @@ pub const ENV_CLAUDE_CONFIG_DIR: &str = bridge_env::CLAUDE_CONFIG_DIR.name;
 /// One place a mode can come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ModeSource {
     /// The `mode` argument of the tool call (the user asked for it).
     Argument,
@@ -161,6 +189,7 @@ impl fmt::Display for ModeSource {
 /// What one source said.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", content = "detail", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Reading {
     /// It names this mode.
     Says(Mode),
@@ -197,6 +226,7 @@ pub struct Consulted {
 
 /// The outcome of mode detection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ModeDecision {
     /// The mode in force.
     pub mode: Mode,
@@ -218,7 +248,7 @@ impl ModeDecision {
 /// The nearest ancestor of `cwd` (itself included) holding a `.claude` or `.git` entry.
 ///
 /// ```
-/// use bridge_policy::{project_root, FakeEnv};
+/// use bridge_policy::{mode::project_root, FakeEnv};
 /// use std::path::Path;
 /// let env = FakeEnv::new().with_dir("/w/repo/.git").with_dir("/w/repo/sub/pkg");
 /// assert_eq!(project_root(&env, Path::new("/w/repo/sub/pkg")).as_deref(), Some(Path::new("/w/repo")));
@@ -232,16 +262,17 @@ pub fn project_root(env: &dyn Environment, cwd: &Path) -> Option<PathBuf> {
 
 /// Detects the routing mode for work in `cwd`.
 ///
-/// `mode_arg` is the tool call's `mode` argument (pass it only when the user asked for a mode).
+/// `mode_arg` is the mode the user asked for, if any (a tool call's text goes through
+/// [`Mode::from_arg`] first).
 /// Every source is consulted; sensitive wins whenever any source says so; otherwise the first
 /// source naming a mode decides, in the order the module docs list; otherwise blueprint.
 ///
 /// # Errors
-/// [`PolicyError::InvalidMode`] when the argument or an env var holds an unrecognised value:
+/// [`PolicyError::InvalidMode`] when an env var holds an unrecognised value:
 /// such a value is never ignored, because a typo of `sensitive` must not weaken the policy.
 ///
 /// ```
-/// use bridge_policy::{detect_mode, FakeEnv, Mode};
+/// use bridge_policy::{mode::detect_mode, FakeEnv, Mode};
 /// use std::path::Path;
 ///
 /// let env = FakeEnv::new()
@@ -259,18 +290,14 @@ pub fn project_root(env: &dyn Environment, cwd: &Path) -> Option<PathBuf> {
 pub fn detect_mode(
     env: &dyn Environment,
     cwd: &Path,
-    mode_arg: Option<&str>,
+    mode_arg: Option<Mode>,
 ) -> Result<ModeDecision, PolicyError> {
     let root = project_root(env, cwd);
     let mut consulted = Vec::with_capacity(7);
 
     let arg_reading = match mode_arg {
         None => Reading::NotSet,
-        Some(v) if v.trim().is_empty() => Reading::Empty,
-        Some(v) => Reading::Says(Mode::parse(v).ok_or_else(|| PolicyError::InvalidMode {
-            setting: "the mode argument".to_owned(),
-            value: clip(v),
-        })?),
+        Some(mode) => Reading::Says(mode),
     };
     consulted.push(Consulted {
         source: ModeSource::Argument,

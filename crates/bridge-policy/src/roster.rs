@@ -77,7 +77,7 @@ pub enum Shell {
 
 /// An agent's opencode mode. opencode 1.x replaces a `subagent` passed to `run --agent` by its
 /// default agent (it says so on stderr); [`config_overlay`] gives the config that avoids that.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentMode {
     /// Can be run directly.
@@ -85,6 +85,7 @@ pub enum AgentMode {
     /// Only reachable through another agent's task tool.
     Subagent,
     /// Both (opencode's default for configured agents).
+    #[default]
     All,
 }
 
@@ -111,6 +112,7 @@ impl AgentMode {
 /// Where an agent's final definition came from (the last layer that touched it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "path", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AgentSource {
     /// One of opencode's own agents.
     OpencodeBuiltIn,
@@ -166,7 +168,7 @@ impl AgentInfo {
     /// Builds the info of an agent from its (merged) opencode config entry.
     ///
     /// ```
-    /// use bridge_policy::{Access, AgentInfo, AgentMode, AgentSource, Shell};
+    /// use bridge_policy::roster::{Access, AgentInfo, AgentMode, AgentSource, Shell};
     /// let cfg = serde_json::json!({"mode": "subagent", "permission": {"edit": "deny", "bash": {"rg *": "allow", "*": "deny"}}});
     /// let a = AgentInfo::from_config("explorer", &cfg, AgentSource::ConfigContent);
     /// assert_eq!((a.access, a.shell, a.opencode_mode), (Access::ReadOnly, Shell::Restricted, AgentMode::Subagent));
@@ -271,7 +273,7 @@ pub const WORKER: &str = "worker";
 /// it through `OPENCODE_CONFIG_CONTENT` (see [`config_overlay`]).
 ///
 /// ```
-/// let w = bridge_policy::worker_agent_config();
+/// let w = bridge_policy::roster::worker_agent_config();
 /// assert_eq!(w["mode"], "primary");
 /// ```
 pub fn worker_agent_config() -> Value {
@@ -290,7 +292,7 @@ pub fn worker_agent_config() -> Value {
 /// the agent runs as it is.
 ///
 /// ```
-/// use bridge_policy::{config_overlay, AgentInfo, AgentSource};
+/// use bridge_policy::roster::{config_overlay, AgentInfo, AgentSource};
 /// let sub = AgentInfo::from_config("fixer", &serde_json::json!({"mode": "subagent"}), AgentSource::ConfigContent);
 /// assert_eq!(config_overlay(&sub).unwrap(), serde_json::json!({"agent": {"fixer": {"mode": "all"}}}));
 /// let ro = AgentInfo::from_config("oracle", &serde_json::json!({"permission": {"edit": "deny", "bash": {"git diff*": "allow", "*": "deny"}}}), AgentSource::ConfigContent);
@@ -327,7 +329,7 @@ pub fn read_only_permissions() -> Value {
 /// ```
 /// use serde_json::json;
 /// let mut base = json!({"agent": {"a": {"mode": "subagent", "model": "x/y"}}});
-/// bridge_policy::merge_config(&mut base, &json!({"agent": {"a": {"mode": "all"}}}));
+/// bridge_policy::roster::merge_config(&mut base, &json!({"agent": {"a": {"mode": "all"}}}));
 /// assert_eq!(base, json!({"agent": {"a": {"mode": "all", "model": "x/y"}}}));
 /// ```
 pub fn merge_config(base: &mut Value, overlay: &Value) {
@@ -389,7 +391,7 @@ impl Roster {
     /// unparsable files become [`Roster::warnings`].
     ///
     /// ```
-    /// use bridge_policy::{Access, FakeEnv, Roster};
+    /// use bridge_policy::{roster::Access, FakeEnv, Roster};
     /// use std::path::Path;
     /// let env = FakeEnv::new().with_home("/h").with_file(
     ///     "/h/.config/opencode/agents/explorer.md",
@@ -493,7 +495,7 @@ impl Roster {
     /// A roster made of the given agents (for tests and embedders).
     ///
     /// ```
-    /// use bridge_policy::{AgentInfo, AgentSource, Roster};
+    /// use bridge_policy::{roster::{AgentInfo, AgentSource}, Roster};
     /// let a = AgentInfo::from_config("explorer", &serde_json::json!({"mode": "subagent"}), AgentSource::ConfigContent);
     /// let roster = Roster::from_agents([a]);
     /// assert_eq!(roster.names(), ["explorer"]);
@@ -513,7 +515,7 @@ impl Roster {
     /// no other; one that no file defines is [`AgentSource::Plugin`].
     ///
     /// ```
-    /// use bridge_policy::{Access, AgentSource, Roster};
+    /// use bridge_policy::{roster::{Access, AgentSource}, Roster};
     /// let listed = serde_json::json!([
     ///   {"name": "build", "mode": "primary", "native": true, "permission": [{"permission": "*", "pattern": "*", "action": "allow"}]},
     ///   {"name": "title", "mode": "primary", "native": true, "hidden": true, "permission": []},

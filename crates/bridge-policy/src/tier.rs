@@ -43,7 +43,7 @@ impl Tier {
     }
 
     /// The lowercase name.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Tier::Easy => "easy",
             Tier::Medium => "medium",
@@ -116,10 +116,13 @@ pub const TIERS_FILE: &str = "opencode-bridge-tiers.json";
 /// reported in `problems` and the defaults apply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TierLists {
+    /// Kinds of work to delegate (easy or medium).
     pub delegate: Vec<String>,
+    /// Kinds of work to keep (hard).
     pub keep: Vec<String>,
     /// The project file the lists came from, if any.
     pub path: Option<PathBuf>,
+    /// Problems with the project file (each one line); the defaults apply where it is wrong.
     pub problems: Vec<String>,
 }
 
@@ -138,7 +141,7 @@ impl TierLists {
     /// The lists for work in `cwd`, read through `env`.
     ///
     /// ```
-    /// use bridge_policy::{FakeEnv, TierLists};
+    /// use bridge_policy::{tier::TierLists, FakeEnv};
     /// use std::path::Path;
     /// let env = FakeEnv::new()
     ///     .with_dir("/p/.git")

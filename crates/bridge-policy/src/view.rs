@@ -15,6 +15,7 @@ use crate::tier::{TIER_RULES, TierLists};
 
 /// One roster agent as shown to the caller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct AgentView {
     /// Its name.
     pub name: String,
@@ -43,6 +44,7 @@ pub struct ModeSummary {
 
 /// The policy in force for one working directory, as data.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct PolicyView {
     /// The mode decision: mode, deciding source, every consulted source, project root.
     pub decision: ModeDecision,
@@ -98,7 +100,7 @@ impl PolicyView {
     /// [`PolicyError::InvalidMode`] when a mode source holds an unrecognised value.
     ///
     /// ```
-    /// use bridge_policy::{FakeEnv, Mode, PolicyView};
+    /// use bridge_policy::{view::PolicyView, FakeEnv, Mode};
     /// use std::path::Path;
     /// let env = FakeEnv::new().with_var("OPENCODE_BRIDGE_MODE", "insensitive");
     /// let view = PolicyView::build(&env, Path::new("/w"), None).unwrap();
@@ -108,7 +110,7 @@ impl PolicyView {
     pub fn build(
         env: &dyn Environment,
         cwd: &Path,
-        mode_arg: Option<&str>,
+        mode_arg: Option<Mode>,
     ) -> Result<PolicyView, PolicyError> {
         let decision = detect_mode(env, cwd, mode_arg)?;
         let roster = Roster::load(env, cwd);

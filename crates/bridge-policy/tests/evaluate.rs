@@ -3,10 +3,9 @@
 
 use std::path::Path;
 
-use bridge_policy::{
-    Access, AgentInfo, AgentMode, AgentSource, DelegationRequest, FakeEnv, Mode, PolicyView,
-    RefusalKind, Roster, Shell, evaluate,
-};
+use bridge_policy::roster::{Access, AgentInfo, AgentMode, AgentSource, Shell};
+use bridge_policy::view::PolicyView;
+use bridge_policy::{DelegationRequest, FakeEnv, Mode, RefusalKind, Roster, Tier, evaluate};
 use serde_json::json;
 
 const CWD: &str = "/w/proj";
@@ -33,7 +32,7 @@ fn full_roster() -> Roster {
     );
     agents.push(AgentInfo::from_config(
         "worker",
-        &bridge_policy::worker_agent_config(),
+        &bridge_policy::roster::worker_agent_config(),
         AgentSource::Bridge,
     ));
     Roster::from_agents(agents)
@@ -47,19 +46,15 @@ fn env_in(mode: Option<&str>) -> FakeEnv {
     }
 }
 
-fn request<'a>(
-    tier: Option<&'a str>,
-    agent: Option<&'a str>,
-    mechanical: bool,
-) -> DelegationRequest<'a> {
-    DelegationRequest {
+fn request<'a>(tier: Tier, agent: Option<&'a str>, mechanical: bool) -> DelegationRequest<'a> {
+    let mut request = DelegationRequest::new(
         tier,
-        agent,
-        mechanical,
-        mode: None,
-        prompt: "Rename parse_date to parse_iso_date in src/ and update callers",
-        cwd: Path::new(CWD),
-    }
+        "Rename parse_date to parse_iso_date in src/ and update callers",
+        Path::new(CWD),
+    );
+    request.agent = agent;
+    request.mechanical = mechanical;
+    request
 }
 
 #[test]
@@ -79,7 +74,10 @@ fn tiers() {
         ),
     ];
     for (tier, expected) in cases {
-        let got = evaluate(&request(tier, None, false), &env, &roster);
+        // The tier arrives as text: parsed once (missing and unknown tiers refused there),
+        // then the typed request is evaluated (hard and unsure refused there).
+        let got =
+            Tier::from_arg(tier).and_then(|t| evaluate(&request(t, None, false), &env, &roster));
         match (got, expected) {
             (Ok(d), Ok(t)) => assert_eq!(d.tier.as_str(), t),
             (Err(r), Err(text)) => {
@@ -121,11 +119,7 @@ fn agents_per_mode_with_and_without_mechanical() {
         let env = env_in(Some(mode.as_str()));
         for name in all {
             for mechanical in [false, true] {
-                let got = evaluate(
-                    &request(Some("easy"), Some(name), mechanical),
-                    &env,
-                    &roster,
-                );
+                let got = evaluate(&request(Tier::Easy, Some(name), mechanical), &env, &roster);
                 let allowed = match mode {
                     Mode::Blueprint | Mode::Insensitive => true,
                     Mode::Sensitive => match name {
@@ -167,7 +161,7 @@ fn sensitive_refuses_agents_outside_its_list_even_if_installed() {
     agents.push(agent("build", false));
     let roster = Roster::from_agents(agents);
     let env = env_in(Some("sensitive"));
-    let r = evaluate(&request(Some("easy"), Some("build"), true), &env, &roster).unwrap_err();
+    let r = evaluate(&request(Tier::Easy, Some("build"), true), &env, &roster).unwrap_err();
     assert_eq!(r.kind, RefusalKind::Agent);
     assert!(
         r.message.contains("from env OPENCODE_BRIDGE_MODE"),
@@ -196,7 +190,7 @@ fn default_agent() {
         ),
     ];
     for (env, expected) in cases {
-        let d = evaluate(&request(Some("easy"), None, false), &env, &roster).unwrap();
+        let d = evaluate(&request(Tier::Easy, None, false), &env, &roster).unwrap();
         assert_eq!(d.agent.name, expected);
     }
 }
@@ -207,7 +201,7 @@ fn unknown_agents_are_refused_with_the_usable_list() {
     let env = env_in(None);
     let roster = Roster::load(&env, Path::new(CWD));
     let r = evaluate(
-        &request(Some("easy"), Some("librarian"), false),
+        &request(Tier::Easy, Some("librarian"), false),
         &env,
         &roster,
     )
@@ -222,7 +216,7 @@ fn unknown_agents_are_refused_with_the_usable_list() {
     assert!(r.message.contains("worker"), "{}", r.message);
     // the default from OPENCODE_BRIDGE_AGENT is named as such
     let env = env_in(None).with_var("OPENCODE_BRIDGE_AGENT", "ghost");
-    let r = evaluate(&request(Some("easy"), None, false), &env, &roster).unwrap_err();
+    let r = evaluate(&request(Tier::Easy, None, false), &env, &roster).unwrap_err();
     assert!(
         r.message
             .contains("(the default from OPENCODE_BRIDGE_AGENT)"),
@@ -231,7 +225,7 @@ fn unknown_agents_are_refused_with_the_usable_list() {
     );
     // sensitive without the roster: explorer (the default) is missing; worker is usable for mechanical jobs
     let env = env_in(Some("sensitive"));
-    let r = evaluate(&request(Some("easy"), None, false), &env, &roster).unwrap_err();
+    let r = evaluate(&request(Tier::Easy, None, false), &env, &roster).unwrap_err();
     assert!(
         r.message.contains("\"explorer\" (the default agent)"),
         "{}",
@@ -248,13 +242,13 @@ fn unknown_agents_are_refused_with_the_usable_list() {
 fn invalid_mode_and_secrets_and_empty_prompts_are_refused() {
     let roster = full_roster();
     let env = env_in(None).with_var("OPENCODE_MODE", "sensitve");
-    let r = evaluate(&request(Some("easy"), None, false), &env, &roster).unwrap_err();
+    let r = evaluate(&request(Tier::Easy, None, false), &env, &roster).unwrap_err();
     assert_eq!(r.kind, RefusalKind::Mode);
     assert!(r.message.contains("OPENCODE_MODE"), "{}", r.message);
 
     let env = env_in(None);
     let secret = "AKIAQ3EGRT7BZXJ4PLMN";
-    let mut req = request(Some("easy"), None, false);
+    let mut req = request(Tier::Easy, None, false);
     let prompt = format!("Upload the logs\nwith key {secret}\n");
     req.prompt = &prompt;
     let r = evaluate(&req, &env, &roster).unwrap_err();
@@ -280,12 +274,7 @@ fn invalid_mode_and_secrets_and_empty_prompts_are_refused() {
 fn final_prompt_carries_the_run_instructions() {
     let roster = full_roster();
     let env = env_in(None);
-    let d = evaluate(
-        &request(Some("easy"), Some("explorer"), false),
-        &env,
-        &roster,
-    )
-    .unwrap();
+    let d = evaluate(&request(Tier::Easy, Some("explorer"), false), &env, &roster).unwrap();
     assert!(d.prompt.starts_with("Rules for this delegated task:\n"));
     assert!(d.prompt.contains("READ-ONLY"));
     assert!(!d.prompt.contains("build and tests"));
@@ -302,12 +291,7 @@ fn final_prompt_carries_the_run_instructions() {
         )
     );
 
-    let d = evaluate(
-        &request(Some("medium"), Some("fixer"), false),
-        &env,
-        &roster,
-    )
-    .unwrap();
+    let d = evaluate(&request(Tier::Medium, Some("fixer"), false), &env, &roster).unwrap();
     assert!(d.prompt.contains("run the project's build and tests"));
     assert!(
         d.prompt.contains("Follow the blueprint"),
@@ -317,7 +301,7 @@ fn final_prompt_carries_the_run_instructions() {
     assert!(d.prompt.contains("Never commit or push"));
 
     let env = env_in(Some("sensitive"));
-    let d = evaluate(&request(Some("easy"), Some("worker"), true), &env, &roster).unwrap();
+    let d = evaluate(&request(Tier::Easy, Some("worker"), true), &env, &roster).unwrap();
     assert!(d.prompt.contains("MECHANICAL"));
     assert!(!d.prompt.contains("Follow the blueprint"));
     assert_eq!(
@@ -338,7 +322,7 @@ fn edit_denied_agent_with_a_free_shell_is_editing_but_told_read_only() {
         (Access::Editing, false, Shell::Full)
     );
     assert_eq!(a.opencode_mode, AgentMode::Primary);
-    let text = bridge_policy::run_instructions(&a, Mode::Blueprint, false);
+    let text = bridge_policy::instructions::run_instructions(&a, Mode::Blueprint, false);
     assert!(text.contains("READ-ONLY"));
 }
 
@@ -455,7 +439,7 @@ fn policy_view_has_everything_render_needs() {
             && !view.tiers.delegate.is_empty()
             && !view.tiers.keep.is_empty()
     );
-    assert_eq!(view.tiers, bridge_policy::TierLists::default());
+    assert_eq!(view.tiers, bridge_policy::tier::TierLists::default());
     assert!(
         view.verification_rules
             .iter()
@@ -491,7 +475,7 @@ fn a_project_file_replaces_the_delegate_and_keep_lists() {
     assert_eq!(view.tiers.keep, ["pricing code"]);
     assert_eq!(
         view.tiers.delegate,
-        bridge_policy::TierLists::default().delegate
+        bridge_policy::tier::TierLists::default().delegate
     );
     assert!(
         view.tiers.problems[0].contains("unknown key `other`"),
@@ -504,7 +488,7 @@ fn a_project_file_replaces_the_delegate_and_keep_lists() {
     let view = PolicyView::build(&env, Path::new(CWD), None).unwrap();
     assert_eq!(
         view.tiers.delegate,
-        bridge_policy::TierLists::default().delegate
+        bridge_policy::tier::TierLists::default().delegate
     );
     assert_eq!(view.tiers.path, None);
     assert!(

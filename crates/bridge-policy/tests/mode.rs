@@ -3,9 +3,8 @@
 
 use std::path::Path;
 
-use bridge_policy::{
-    FakeEnv, MarkerKind, Mode, ModeSource, PolicyError, Reading, detect_mode, project_root,
-};
+use bridge_policy::mode::{MarkerKind, ModeDecision, ModeSource, Reading, project_root};
+use bridge_policy::{FakeEnv, Mode, PolicyError};
 
 const HOME: &str = "/home/u";
 const PROJECT: &str = "/home/u/work/proj";
@@ -31,6 +30,12 @@ fn home_insensitive(env: FakeEnv) -> FakeEnv {
 fn claude_config_insensitive(env: FakeEnv) -> FakeEnv {
     env.with_var("CLAUDE_CONFIG_DIR", "/cfg/claude-b")
         .with_file("/cfg/claude-b/insensitive", "")
+}
+
+/// Mode detection with the `mode` argument as a tool call gives it (text): parsed once by
+/// [`Mode::from_arg`], then detected with the typed mode.
+fn detect_mode(env: &FakeEnv, cwd: &Path, arg: Option<&str>) -> Result<ModeDecision, PolicyError> {
+    bridge_policy::mode::detect_mode(env, cwd, Mode::from_arg(arg)?)
 }
 
 fn env_source(name: &'static str) -> ModeSource {

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bridge_policy::{
-    Access, AgentMode, AgentSource, Environment, FakeEnv, Roster, Shell, SystemEnv, config_overlay,
-    merge_config, worker_agent_config,
+use bridge_policy::roster::{
+    Access, AgentMode, AgentSource, Shell, config_overlay, merge_config, worker_agent_config,
 };
+use bridge_policy::{Environment, FakeEnv, Roster, SystemEnv};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agents")

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use bridge_policy::{DelegationRequest, FakeEnv, PolicyView, RefusalKind, Roster, evaluate};
+use bridge_policy::view::PolicyView;
+use bridge_policy::{DelegationRequest, FakeEnv, RefusalKind, Roster, Tier, evaluate};
 
 const ALLOWED: &str = "AKIAZ7Q4M2KD8XW3PL6T";
 const OTHER: &str = "ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi";
@@ -20,7 +21,12 @@ fn world(allow: &str) -> FakeEnv {
 fn run(env: &FakeEnv, cwd: &str, prompt: &str) -> Result<(), bridge_policy::Refusal> {
     let cwd = Path::new(cwd);
     let roster = Roster::load(env, cwd);
-    evaluate(&DelegationRequest::new("easy", prompt, cwd), env, &roster).map(|_| ())
+    evaluate(
+        &DelegationRequest::new(Tier::Easy, prompt, cwd),
+        env,
+        &roster,
+    )
+    .map(|_| ())
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! The `opencode_policy` text and the MCP server instructions.
 
-use bridge_policy::{Access, AgentMode, AgentSource, PolicyView, Roster};
+use bridge_policy::Roster;
+use bridge_policy::roster::{Access, AgentMode, AgentSource};
+use bridge_policy::view::PolicyView;
 
 /// `opencode_policy`: the mode and why, every source consulted, the allowed agents, tier rules,
 /// verification rules and the roster.
@@ -52,7 +54,7 @@ pub fn policy(view: &PolicyView) -> String {
         Some(p) => format!("the project's, from {}", p.display()),
         None => format!(
             "the defaults; a project replaces them with .claude/{}",
-            bridge_policy::TIERS_FILE
+            bridge_policy::tier::TIERS_FILE
         ),
     };
     out.push_str(&format!("delegate (easy/medium; {from}):\n"));

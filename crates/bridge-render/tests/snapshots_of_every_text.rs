@@ -1,7 +1,8 @@
 //! Snapshots of every text the tools return, from fixed values (times are relative to a fixed
 //! "now", so nothing needs redacting here; the binary's tests redact ids, times and paths).
 
-use bridge_policy::{FakeEnv, PolicyView};
+use bridge_policy::FakeEnv;
+use bridge_policy::view::PolicyView;
 use bridge_render::tasks::{self, Started};
 use bridge_render::{OutputMode, instructions, policy, renamed, session_list, transcript};
 use opencode_client::{

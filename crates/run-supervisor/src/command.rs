@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bridge_policy::roster::merge_config;
 use serde_json::{Map, Value};
 
 use crate::spec::{AgentMode, TaskSpec};
@@ -112,23 +113,6 @@ pub fn split_model(spec: &str) -> (String, Option<String>) {
     }
 }
 
-/// Deep-merges `over` into `base`: objects merge key by key, anything else in `over` wins.
-pub fn merge_json(base: &mut Value, over: &Value) {
-    match (base, over) {
-        (Value::Object(b), Value::Object(o)) => {
-            for (k, v) in o {
-                match b.get_mut(k) {
-                    Some(existing) => merge_json(existing, v),
-                    None => {
-                        b.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        (b, o) => *b = o.clone(),
-    }
-}
-
 /// Builds the `OPENCODE_CONFIG_CONTENT` for a run: the bridge's `worker` agent underneath,
 /// the caller's existing config content on top (never clobbered), then the task's own overlay,
 /// and, for an agent that
@@ -148,10 +132,10 @@ pub fn config_content(
         if !user.is_object() {
             return Err("OPENCODE_CONFIG_CONTENT is not a JSON object: fix it or unset it".into());
         }
-        merge_json(&mut cfg, &user);
+        merge_config(&mut cfg, &user);
     }
     if let Some(o) = overlay.filter(|o| o.is_object()) {
-        merge_json(&mut cfg, o);
+        merge_config(&mut cfg, o);
     }
     if let Some(name) = subagent_override {
         let agents = cfg

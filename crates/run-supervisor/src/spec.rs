@@ -4,18 +4,10 @@ use bridge_env as env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How opencode itself knows the agent (`mode` in its definition).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AgentMode {
-    /// `mode: primary`: `run --agent` uses it as is.
-    Primary,
-    /// `mode: subagent`: 1.x would silently run its default agent instead, so the supervisor
-    /// switches the mode to `all` for this run through `OPENCODE_CONFIG_CONTENT`.
-    Subagent,
-    /// `mode: all` (opencode's default): usable as is.
-    #[default]
-    All,
-}
+/// How opencode itself knows the agent (`mode` in its definition): the policy's type. For
+/// [`AgentMode::Subagent`], which opencode 1.x would silently replace by its default agent, the
+/// supervisor switches the mode to `all` for the run through `OPENCODE_CONFIG_CONTENT`.
+pub use bridge_policy::roster::AgentMode;
 
 /// One delegated task, as the caller (the MCP server, after policy checks) hands it over.
 #[derive(Debug, Clone)]
