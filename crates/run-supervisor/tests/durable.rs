@@ -312,18 +312,31 @@ async fn reading_a_lost_task_writes_nothing_and_the_next_open_records_it() {
     let w = World::new();
     let sup = w.supervisor();
     // Its bridge and run die while this supervisor runs.
-    write_record(w.state.path(), 8, dead_bridge(), Some(dead_bridge()), &w.proj());
+    write_record(
+        w.state.path(),
+        8,
+        dead_bridge(),
+        Some(dead_bridge()),
+        &w.proj(),
+    );
     let record = || std::fs::read_to_string(w.state.path().join("tasks/8/task.json")).unwrap();
     let s = sup.status(8).unwrap();
     assert_eq!(s.state, TaskState::Failed);
     assert!(s.lost, "{s:?}");
     assert!(sup.list().iter().any(|t| t.id == 8 && t.lost));
-    assert!(record().contains("\"running\""), "a read wrote: {}", record());
+    assert!(
+        record().contains("\"running\""),
+        "a read wrote: {}",
+        record()
+    );
     drop(sup);
     // Decided once, when a supervisor opens the registry.
     let again = w.supervisor();
     let text = record();
-    assert!(text.contains("\"lost\": true") && text.contains("\"failed\""), "{text}");
+    assert!(
+        text.contains("\"lost\": true") && text.contains("\"failed\""),
+        "{text}"
+    );
     let s = again.status(8).unwrap();
     assert!(s.lost && s.failure.unwrap().message.starts_with("lost:"));
 }

@@ -412,7 +412,11 @@ impl Registry {
     /// One pass over every task: removes finished tasks that ended more than `age` ago, and
     /// writes back every unfinished task that `settle` changed (returned true for). Returns
     /// how many were removed and how many settled.
-    pub fn sweep(&self, age: Duration, mut settle: impl FnMut(&mut StoredTask) -> bool) -> (usize, usize) {
+    pub fn sweep(
+        &self,
+        age: Duration,
+        mut settle: impl FnMut(&mut StoredTask) -> bool,
+    ) -> (usize, usize) {
         let cutoff = now_ms().saturating_sub(age.as_millis() as u64);
         let (mut removed, mut settled) = (0, 0);
         for id in self.ids() {
