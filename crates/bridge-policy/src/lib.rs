@@ -25,9 +25,3 @@ pub use tier::Tier;
 pub mod agents {
     pub use crate::evaluate::{AllowedAgent, ENV_DEFAULT_AGENT, allowed_agents, default_agent};
 }
-
-// `run-supervisor`'s supervisor.rs calls `bridge_policy::worker_agent_config()`; that file is
-// being reworked on another branch, so the old path stays (hidden) until it moves to
-// `roster::worker_agent_config`.
-#[doc(hidden)]
-pub use roster::worker_agent_config;

@@ -348,7 +348,7 @@ impl Supervisor {
                     ..Inner::default()
                 }),
                 caps: OnceCell::new(),
-                worker_agent: bridge_policy::worker_agent_config(),
+                worker_agent: bridge_policy::roster::worker_agent_config(),
                 registry,
                 writer,
             }),
