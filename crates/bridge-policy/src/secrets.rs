@@ -271,6 +271,11 @@ enum Check {
     /// A value given to a name (`name`, optional `pre`, one of `dq`/`sq`/`bq`/`bare`), judged by
     /// how secret-ish the name is.
     Named,
+    /// [`Check::Named`] where the regex stops where the value starts (`name`, optional `pre`,
+    /// `q` and `sep`) and the value is read by code ([`read_value`]), only once the name is
+    /// secret-ish: a rejected name is then never followed by a scan of its value, which on one
+    /// long line would be read again from every name in it (quadratic).
+    NamedHead(ValueSyntax),
     /// An `Authorization: Bearer|Basic|token` value.
     Auth,
 }
@@ -320,7 +325,8 @@ const KIND_NEAR_PASSWORD: &str = "password next to a password word";
 const NAME: &str = r"[A-Za-z0-9_.-]*(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)[A-Za-z0-9_.-]*";
 /// The secret words of [`NAME`]: one of them is in every name it matches.
 const NAME_WORDS: &str = r"(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)";
-/// A value: double, single or back-quoted, or bare up to a delimiter.
+/// A value: double, single or back-quoted, or bare up to a delimiter ([`ValueSyntax::Any`] reads
+/// the same by code).
 const VALUE: &str =
     r#"(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|`(?P<bq>[^`\n]*)`|(?P<bare>[^\s"'`,;()\[\]{}<>]+))"#;
 
@@ -343,11 +349,11 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s/'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection, Scope::Text),
         ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)["']?(?P<user>[^\s:"']{1,64}):(?P<pass>[^\s"']{3,128})"#.into(), Check::Connection, Scope::TextAnchor("(?:-u|--user)")),
         ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection, Scope::Text),
-        (KIND_STRONG, format!(r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{NAME})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*{VALUE}"#), Check::Named, Scope::TextAnchor(NAME_WORDS)),
+        (KIND_STRONG, format!(r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{NAME})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*"#), Check::NamedHead(ValueSyntax::Any), Scope::TextAnchor(NAME_WORDS)),
         (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named, Scope::LinesAnchor("(?i:key|token|secret|password)")),
         (KIND_STRONG, r#"<(?P<name>[A-Za-z_][\w.:-]{0,60})(?:\s[^<>\n]*)?>(?P<dq>[^<\n]{1,300})</"#.into(), Check::Named, Scope::Text),
         (KIND_STRONG, r#"\b(?:key|name)[ \t]*=[ \t]*"(?P<name>[^"\n]{1,80})"[ \t]+value[ \t]*=[ \t]*"(?P<dq>[^"\n]*)""#.into(), Check::Named, Scope::Text),
-        (KIND_STRONG, r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})=(?P<bare>[^&\s#"'<>]{8,})"#.into(), Check::Named, Scope::Text),
+        (KIND_STRONG, r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})="#.into(), Check::NamedHead(ValueSyntax::Query), Scope::Text),
         (KIND_STRONG, r#"(?i)(?:^|[\s(])--?(?P<name>password|passwd|pass|token|api-key|apikey|secret|client-secret|auth-token|access-token)[= ]"#.to_owned() + VALUE, Check::Named, Scope::TextAnchor("(?i:pass|token|api-key|apikey|secret)")),
         (KIND_STRONG, r#"(?i)\b(?P<name>password|passwd|passphrase)[ \t]+(?P<bare>[^\s"']{8,})"#.into(), Check::Named, Scope::Text),
     ];
@@ -366,7 +372,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             };
             Rule {
                 kind,
-                regex: Regex::new(&pattern)
+                regex: Regex::new(&ascii_boundaries(&pattern))
                     .unwrap_or_else(|e| panic!("secret pattern for {kind}: {e}")),
                 check,
                 literals,
@@ -397,6 +403,18 @@ static PREFILTER: LazyLock<prefilter::Prefilter> = LazyLock::new(|| {
     rules.push((prefilter::required_literals(WORD_WORDS), true));
     prefilter::Prefilter::new(&rules)
 });
+
+/// `pattern` with its word boundaries `\b` made ASCII ones, `(?-u:\b)`. A Unicode `\b` keeps
+/// the regex engine's fast DFAs off any text with a non-ASCII character (smart quotes, an
+/// accented name, U+FFFD): they give up there and a slower engine reads the rest of the text.
+/// The two differ only beside a non-ASCII character, and every `\b` here stands beside an
+/// ASCII letter, digit or `_` of the match, where the ASCII boundary holds wherever the Unicode
+/// one does (it also holds between that character and a non-ASCII letter): the rules find what
+/// they found and a little more. (The one loss, a case-folded non-ASCII letter right after the
+/// boundary, KELVIN SIGN for `k` in `(?i)\bkey`, is not a secret name anyone writes.)
+fn ascii_boundaries(pattern: &str) -> String {
+    pattern.replace(r"\b", r"(?-u:\b)")
+}
 
 /// The index in [`RULES`] of a kind that has no regex of its own.
 fn rule_of(kind: &str) -> usize {
@@ -480,18 +498,20 @@ fn run_rule(
                     let ok = pass.is_some_and(|p| connection_password(user, p.as_str()));
                     (ok, pass.map_or(whole.range(), |p| p.range()), index)
                 }
-                Check::Named => {
+                Check::Named | Check::NamedHead(_) => {
                     let name_match = caps.name("name");
                     let name = name_match.map_or("", |m| m.as_str());
                     let pre = caps.name("pre").map_or("", |m| m.as_str());
                     let retry = name_match.map_or(whole.end(), |m| m.end());
-                    let Some((m, quoted)) = named_value(&caps) else {
+                    // a whole-pattern rule's value, read before the name is judged
+                    let matched = named_value(&caps).map(|(m, quoted)| (m.range(), quoted));
+                    if matched.is_none() && rule.check == Check::Named {
                         pos = whole.end().max(whole.start() + 1);
                         while pos < text.len() && !text.is_char_boundary(pos) {
                             pos += 1;
                         }
                         continue;
-                    };
+                    }
                     // `name, value` only for a quoted name: ("X-Api-Key", "…")
                     let comma = caps.name("sep").is_some_and(|s| s.as_str() == ",");
                     let strength = named_strength(pre, name);
@@ -506,14 +526,26 @@ fn run_rule(
                         }
                         continue;
                     }
+                    let (span, quoted) = match (matched, rule.check) {
+                        (Some(found), _) => found,
+                        (None, Check::NamedHead(syntax)) => {
+                            // no value: the whole pattern does not match here
+                            let Some(found) = read_value(hay, whole.end(), syntax) else {
+                                continue;
+                            };
+                            // the next search starts after the value (and its closing quote)
+                            pos = pos.max(found.0.end + usize::from(found.1));
+                            found
+                        }
+                        (None, _) => continue,
+                    };
+                    let value = &text[span.clone()];
                     match strength {
-                        Strength::Strong if assigned_secret(m.as_str(), quoted) => {
-                            (true, m.range(), index)
+                        Strength::Strong if assigned_secret(value, quoted) => (true, span, index),
+                        Strength::Strong | Strength::Weak if weak_value(value) => {
+                            (true, span, weak)
                         }
-                        Strength::Strong | Strength::Weak if weak_value(m.as_str()) => {
-                            (true, m.range(), weak)
-                        }
-                        _ => (false, m.range(), index),
+                        _ => (false, span, index),
                     }
                 }
             };
@@ -546,6 +578,45 @@ fn named_value<'t>(caps: &regex::Captures<'t>) -> Option<(regex::Match<'t>, bool
         return Some((m, true));
     }
     caps.name("bare").map(|m| (m, false))
+}
+
+/// How the value after a [`Check::NamedHead`] match is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueSyntax {
+    /// As [`VALUE`]: double, single or back-quoted on one line, or bare up to whitespace or one
+    /// of `"'`,;()[]{}<>`.
+    Any,
+    /// A URL query value: 8 or more characters up to whitespace or one of `&#"'<>`.
+    Query,
+}
+
+/// Reads the value that starts at `at` of `hay`: its span (inside the quotes) and whether it
+/// was quoted; `None` when there is none. Each byte is read once per call, and a call is only
+/// made for a secret-ish name, after which the next search starts past the value.
+fn read_value(hay: &str, at: usize, syntax: ValueSyntax) -> Option<(Range<usize>, bool)> {
+    let rest = hay.get(at..)?;
+    let bare_end = |stops: &str| {
+        rest.find(|c: char| c.is_whitespace() || stops.contains(c))
+            .unwrap_or(rest.len())
+    };
+    match syntax {
+        ValueSyntax::Any => {
+            let first = rest.chars().next()?;
+            if matches!(first, '"' | '\'' | '`') {
+                let body = &rest[1..];
+                let close = body.find([first, '\n'])?;
+                return body[close..]
+                    .starts_with(first)
+                    .then(|| (at + 1..at + 1 + close, true));
+            }
+            let end = bare_end("\"'`,;()[]{}<>");
+            (end > 0).then(|| (at..at + end, false))
+        }
+        ValueSyntax::Query => {
+            let end = bare_end("&#\"'<>");
+            (rest[..end].chars().count() >= 8).then(|| (at..at + end, false))
+        }
+    }
 }
 
 /// How secret-ish a name is.
@@ -1038,12 +1109,12 @@ fn weak_value(value: &str) -> bool {
 
 /// Lines that hold hashes, public keys or lockfile lines: no near-word findings there.
 static HASHY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)ssh-(?:rsa|ed25519|dss)|ecdsa-sha2|BEGIN (?:PUBLIC KEY|CERTIFICATE)|\bsha(?:1|256|384|512)\b|sha(?:256|384|512)[-:]|\bh1:|integrity|checksum|\bdigest\b|\bmd5\b|\bcommit\b|\betag\b|fingerprint|\bnonce\b")
+    Regex::new(&ascii_boundaries(r"(?i)ssh-(?:rsa|ed25519|dss)|ecdsa-sha2|BEGIN (?:PUBLIC KEY|CERTIFICATE)|\bsha(?:1|256|384|512)\b|sha(?:256|384|512)[-:]|\bh1:|integrity|checksum|\bdigest\b|\bmd5\b|\bcommit\b|\betag\b|fingerprint|\bnonce\b"))
         .expect("hashy pattern")
 });
 /// Identifiers that may be secret words.
 static WORD: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)(?:\b(?P<pre>[a-z0-9]+)[ \t]+)?(?P<w>[a-z0-9_.-]*(?:pass|pwd|secret|token|key|cred|auth|bearer|sig)[a-z0-9_.-]*)")
+    Regex::new(&ascii_boundaries(r"(?i)(?:\b(?P<pre>[a-z0-9]+)[ \t]+)?(?P<w>[a-z0-9_.-]*(?:pass|pwd|secret|token|key|cred|auth|bearer|sig)[a-z0-9_.-]*)"))
         .expect("word pattern")
 });
 /// Candidate tokens.
