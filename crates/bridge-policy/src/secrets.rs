@@ -292,6 +292,8 @@ struct Rule {
     /// superset the regex engine scans fast even where Unicode word boundaries make the rule
     /// itself slow), to find the lines worth running the rule on.
     probe: Option<Regex>,
+    /// For a [`Check::NamedHead`] rule: the regex that reads the groups of one of its matches.
+    groups: Option<Regex>,
 }
 
 /// How a rule is prefiltered: by literals from its own pattern, by an anchor pattern's literals
@@ -325,6 +327,28 @@ const KIND_NEAR_PASSWORD: &str = "password next to a password word";
 const NAME: &str = r"[A-Za-z0-9_.-]*(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)[A-Za-z0-9_.-]*";
 /// The secret words of [`NAME`]: one of them is in every name it matches.
 const NAME_WORDS: &str = r"(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)";
+/// The head of an assignment to a name (`name` matching `name`; `pre`, the word before; `q`, a
+/// quote before the name; `sep`), up to where the value starts.
+fn assignment_head(name: &str) -> String {
+    format!(
+        r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{name})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*"#
+    )
+}
+/// The head of a URL query parameter, up to where its value starts.
+const QUERY_HEAD: &str = r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})="#;
+
+/// The regex that reads the groups of a [`Check::NamedHead`] match: the rule's head with any
+/// name allowed (the rule already required the secret word), anchored at both ends of the
+/// match. Anchored, it takes the parse the rule's own regex took: the rule's regex prefers a
+/// `pre` word and drops it only when the name then lacks a secret word, and a name without
+/// `pre` cannot cover the same span as `pre`, a blank and a name (names hold no blanks).
+fn head_groups(syntax: ValueSyntax) -> Regex {
+    let head = match syntax {
+        ValueSyntax::Any => assignment_head("[A-Za-z0-9_.-]+"),
+        ValueSyntax::Query => QUERY_HEAD.to_owned(),
+    };
+    Regex::new(&format!("^(?:{head})$")).expect("head groups pattern")
+}
 /// A value: double, single or back-quoted, or bare up to a delimiter ([`ValueSyntax::Any`] reads
 /// the same by code).
 const VALUE: &str =
@@ -349,11 +373,11 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s/'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection, Scope::Text),
         ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)["']?(?P<user>[^\s:"']{1,64}):(?P<pass>[^\s"']{3,128})"#.into(), Check::Connection, Scope::TextAnchor("(?:-u|--user)")),
         ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection, Scope::Text),
-        (KIND_STRONG, format!(r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{NAME})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*"#), Check::NamedHead(ValueSyntax::Any), Scope::TextAnchor(NAME_WORDS)),
+        (KIND_STRONG, assignment_head(NAME), Check::NamedHead(ValueSyntax::Any), Scope::TextAnchor(NAME_WORDS)),
         (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named, Scope::LinesAnchor("(?i:key|token|secret|password)")),
         (KIND_STRONG, r#"<(?P<name>[A-Za-z_][\w.:-]{0,60})(?:\s[^<>\n]*)?>(?P<dq>[^<\n]{1,300})</"#.into(), Check::Named, Scope::Text),
         (KIND_STRONG, r#"\b(?:key|name)[ \t]*=[ \t]*"(?P<name>[^"\n]{1,80})"[ \t]+value[ \t]*=[ \t]*"(?P<dq>[^"\n]*)""#.into(), Check::Named, Scope::Text),
-        (KIND_STRONG, r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})="#.into(), Check::NamedHead(ValueSyntax::Query), Scope::Text),
+        (KIND_STRONG, QUERY_HEAD.into(), Check::NamedHead(ValueSyntax::Query), Scope::Text),
         (KIND_STRONG, r#"(?i)(?:^|[\s(])--?(?P<name>password|passwd|pass|token|api-key|apikey|secret|client-secret|auth-token|access-token)[= ]"#.to_owned() + VALUE, Check::Named, Scope::TextAnchor("(?i:pass|token|api-key|apikey|secret)")),
         (KIND_STRONG, r#"(?i)\b(?P<name>password|passwd|passphrase)[ \t]+(?P<bare>[^\s"']{8,})"#.into(), Check::Named, Scope::Text),
     ];
@@ -378,6 +402,10 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
                 literals,
                 one_line,
                 probe,
+                groups: match check {
+                    Check::NamedHead(syntax) => Some(head_groups(syntax)),
+                    _ => None,
+                },
             }
         })
         .chain([KIND_WEAK, KIND_NEAR, KIND_NEAR_PASSWORD].map(|kind| Rule {
@@ -387,6 +415,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             literals: Some(Vec::new()),
             one_line: false,
             probe: None,
+            groups: None,
         }))
         .collect()
 });
@@ -468,6 +497,10 @@ fn run_rule(
 ) {
     let hay = &text[..within.end];
     let mut pos = within.start;
+    if let Check::NamedHead(syntax) = rule.check {
+        run_head_rule(text, hay, pos, rule, syntax, index, weak, out);
+        return;
+    }
     {
         while pos <= hay.len()
             && let Some(caps) = rule.regex.captures_at(hay, pos)
@@ -498,56 +531,37 @@ fn run_rule(
                     let ok = pass.is_some_and(|p| connection_password(user, p.as_str()));
                     (ok, pass.map_or(whole.range(), |p| p.range()), index)
                 }
-                Check::Named | Check::NamedHead(_) => {
+                Check::Named => {
                     let name_match = caps.name("name");
-                    let name = name_match.map_or("", |m| m.as_str());
                     let pre = caps.name("pre").map_or("", |m| m.as_str());
                     let retry = name_match.map_or(whole.end(), |m| m.end());
-                    // a whole-pattern rule's value, read before the name is judged
-                    let matched = named_value(&caps).map(|(m, quoted)| (m.range(), quoted));
-                    if matched.is_none() && rule.check == Check::Named {
+                    let Some((m, quoted)) = named_value(&caps) else {
                         pos = whole.end().max(whole.start() + 1);
                         while pos < text.len() && !text.is_char_boundary(pos) {
                             pos += 1;
                         }
                         continue;
-                    }
-                    // `name, value` only for a quoted name: ("X-Api-Key", "…")
-                    let comma = caps.name("sep").is_some_and(|s| s.as_str() == ",");
-                    let strength = named_strength(pre, name);
-                    // `arn:…:secret:prod/x`, `/v1/token/abc`: part of a path, not a name
-                    let inside = name_match
-                        .and_then(|m| text[..m.start()].chars().last())
-                        .is_some_and(|c| c == ':' || c == '/');
-                    if strength == Strength::None || inside || (comma && caps.name("q").is_none()) {
-                        pos = retry.max(whole.start() + 1);
-                        while pos < text.len() && !text.is_char_boundary(pos) {
-                            pos += 1;
-                        }
-                        continue;
-                    }
-                    let (span, quoted) = match (matched, rule.check) {
-                        (Some(found), _) => found,
-                        (None, Check::NamedHead(syntax)) => {
-                            // no value: the whole pattern does not match here
-                            let Some(found) = read_value(hay, whole.end(), syntax) else {
-                                continue;
-                            };
-                            // the next search starts after the value (and its closing quote)
-                            pos = pos.max(found.0.end + usize::from(found.1));
-                            found
-                        }
-                        (None, _) => continue,
                     };
-                    let value = &text[span.clone()];
-                    match strength {
-                        Strength::Strong if assigned_secret(value, quoted) => (true, span, index),
-                        Strength::Strong | Strength::Weak if weak_value(value) => {
-                            (true, span, weak)
+                    let head = Head {
+                        pre,
+                        name: name_match.map_or(whole.start()..whole.start(), |m| m.range()),
+                        comma: caps.name("sep").is_some_and(|s| s.as_str() == ","),
+                        quoted_name: caps.name("q").is_some(),
+                    };
+                    match judge_name(text, &head) {
+                        Some(strength) => {
+                            judge_value(m.as_str(), m.range(), quoted, strength, index, weak)
                         }
-                        _ => (false, span, index),
+                        None => {
+                            pos = retry.max(whole.start() + 1);
+                            while pos < text.len() && !text.is_char_boundary(pos) {
+                                pos += 1;
+                            }
+                            continue;
+                        }
                     }
                 }
+                Check::NamedHead(_) => unreachable!("head rules run in run_head_rule"),
             };
             while pos < text.len() && !text.is_char_boundary(pos) {
                 pos += 1;
@@ -564,6 +578,113 @@ fn run_rule(
                     value: span,
                 });
             }
+        }
+    }
+}
+
+/// The name part of a `Named`/`NamedHead` match.
+struct Head<'t> {
+    /// The word before the name (`client` in `client secret: …`), or "".
+    pre: &'t str,
+    /// The name's span in the text.
+    name: Range<usize>,
+    /// Whether name and value are separated by a comma.
+    comma: bool,
+    /// Whether the name was quoted.
+    quoted_name: bool,
+}
+
+/// How secret-ish the name of a match is; `None` when it is not a secret name here.
+fn judge_name(text: &str, head: &Head<'_>) -> Option<Strength> {
+    let strength = named_strength(head.pre, &text[head.name.clone()]);
+    // `arn:…:secret:prod/x`, `/v1/token/abc`: part of a path, not a name
+    let inside = text[..head.name.start]
+        .chars()
+        .last()
+        .is_some_and(|c| c == ':' || c == '/');
+    // `name, value` only for a quoted name: ("X-Api-Key", "…")
+    let bad_comma = head.comma && !head.quoted_name;
+    (strength != Strength::None && !inside && !bad_comma).then_some(strength)
+}
+
+/// Whether the value given to a name of `strength` counts, and as which rule.
+fn judge_value(
+    value: &str,
+    span: Range<usize>,
+    quoted: bool,
+    strength: Strength,
+    index: usize,
+    weak: usize,
+) -> (bool, Range<usize>, usize) {
+    match strength {
+        Strength::Strong if assigned_secret(value, quoted) => (true, span, index),
+        Strength::Strong | Strength::Weak if weak_value(value) => (true, span, weak),
+        _ => (false, span, index),
+    }
+}
+
+/// Runs a [`Check::NamedHead`] rule over `hay` from `pos`. The rule's regex only finds where a
+/// match is (its lazy DFA; no capture groups); the groups are read from that span with the
+/// rule's small `groups` regex, whose automaton lacks the secret-word alternation that makes
+/// the rule's own one large (on a line of long names, reading groups with the rule's regex cost
+/// its whole automaton per byte). The value is read by [`read_value`] for a secret name only.
+#[allow(clippy::too_many_arguments)]
+fn run_head_rule(
+    text: &str,
+    hay: &str,
+    mut pos: usize,
+    rule: &Rule,
+    syntax: ValueSyntax,
+    index: usize,
+    weak: usize,
+    out: &mut Vec<Hit>,
+) {
+    let groups = rule
+        .groups
+        .as_ref()
+        .expect("a head rule has a groups regex");
+    while pos <= hay.len()
+        && let Some(whole) = rule.regex.find_at(hay, pos)
+    {
+        pos = whole.end().max(pos + 1);
+        let at = whole.start();
+        // the span matched the rule, so it matches the looser groups regex (anchored)
+        let Some(caps) = groups.captures(whole.as_str()) else {
+            continue;
+        };
+        let shift = |m: regex::Match<'_>| at + m.start()..at + m.end();
+        let name = caps.name("name").map_or(at..at, shift);
+        let head = Head {
+            pre: caps.name("pre").map_or("", |m| m.as_str()),
+            name: name.clone(),
+            comma: caps.name("sep").is_some_and(|s| s.as_str() == ","),
+            quoted_name: caps.name("q").is_some(),
+        };
+        let Some(strength) = judge_name(text, &head) else {
+            // right after the name, so that `vendorkeyClient(token="…")` still finds `token=`
+            pos = name.end.max(at + 1);
+            while pos < text.len() && !text.is_char_boundary(pos) {
+                pos += 1;
+            }
+            continue;
+        };
+        // no value: the whole pattern does not match here
+        let Some((span, quoted)) = read_value(hay, whole.end(), syntax) else {
+            continue;
+        };
+        // the next search starts after the value (and its closing quote)
+        pos = pos.max(span.end + usize::from(quoted));
+        while pos < text.len() && !text.is_char_boundary(pos) {
+            pos += 1;
+        }
+        let (ok, span, rule_index) =
+            judge_value(&text[span.clone()], span, quoted, strength, index, weak);
+        if ok {
+            out.push(Hit {
+                rule: rule_index,
+                offset: span.start,
+                value: span,
+            });
         }
     }
 }
@@ -1117,6 +1238,13 @@ static WORD: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&ascii_boundaries(r"(?i)(?:\b(?P<pre>[a-z0-9]+)[ \t]+)?(?P<w>[a-z0-9_.-]*(?:pass|pwd|secret|token|key|cred|auth|bearer|sig)[a-z0-9_.-]*)"))
         .expect("word pattern")
 });
+/// The groups of one [`WORD`] match: `pre` and `w` with any `w` (the match has its secret
+/// word), anchored at both ends; it takes the parse [`WORD`] took (see [`head_groups`]) without
+/// [`WORD`]'s large automaton.
+static WORD_GROUPS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:(?P<pre>[a-z0-9]+)[ \t]+)?(?P<w>[a-z0-9_.-]*)$")
+        .expect("word groups pattern")
+});
 /// Candidate tokens.
 static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"[A-Za-z0-9+/_\-.~%!#$&*?^@]{8,300}={0,2}").expect("token pattern")
@@ -1126,7 +1254,10 @@ static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
 /// (the same names recur through a prompt).
 fn line_word<'t>(line: &'t str, seen: &mut HashMap<(&'t str, &'t str), Strength>) -> Strength {
     let mut best = Strength::None;
-    for caps in WORD.captures_iter(line) {
+    for found in WORD.find_iter(line) {
+        let Some(caps) = WORD_GROUPS.captures(found.as_str()) else {
+            continue;
+        };
         let w = caps.name("w").map_or("", |m| m.as_str());
         let pre = caps.name("pre").map_or("", |m| m.as_str());
         let s = *seen
