@@ -180,19 +180,15 @@ pub fn scan_allowing(text: &str, allow: &Allowlist) -> Option<SecretFinding> {
 /// assert_eq!(lines, [2, 4]);
 /// ```
 pub fn findings(text: &str, allow: &Allowlist) -> Vec<SecretFinding> {
-    let mut best: Vec<(usize, usize)> = Vec::new(); // (line, rule)
     let lines = prefilter::Lines::new(text);
-    for hit in hits(text) {
-        if !allow.is_empty() && allow.allows(&text[hit.value.clone()]) {
-            continue;
-        }
-        let line = lines.index(hit.offset) + 1;
-        match best.iter_mut().find(|(l, _)| *l == line) {
-            Some(entry) => entry.1 = entry.1.min(hit.rule),
-            None => best.push((line, hit.rule)),
-        }
-    }
+    let mut best: Vec<(usize, usize)> = hits_in(text, &lines) // (line, rule)
+        .into_iter()
+        .filter(|hit| allow.is_empty() || !allow.allows(&text[hit.value.clone()]))
+        .map(|hit| (lines.index(hit.offset) + 1, hit.rule))
+        .collect();
+    // per line the lowest rule (the most specific kind): sorted, the first of each line
     best.sort_unstable();
+    best.dedup_by_key(|(line, _)| *line);
     best.into_iter()
         .map(|(line, rule)| SecretFinding {
             kind: RULES[rule].kind,
@@ -454,10 +450,14 @@ fn rule_of(kind: &str) -> usize {
 }
 
 fn hits(text: &str) -> Vec<Hit> {
+    hits_in(text, &prefilter::Lines::new(text))
+}
+
+/// [`hits`], given the text's line structure.
+fn hits_in(text: &str, lines: &prefilter::Lines) -> Vec<Hit> {
     let mut out = Vec::new();
     let weak = rule_of(KIND_WEAK);
-    let lines = prefilter::Lines::new(text);
-    let candidates = PREFILTER.candidates(text, &lines);
+    let candidates = PREFILTER.candidates(text, lines);
     for (index, rule) in RULES.iter().enumerate() {
         if !PREFILTER.may_match(&candidates, index) {
             continue;
@@ -480,7 +480,7 @@ fn hits(text: &str) -> Vec<Hit> {
         }
     }
     let word_lines = PREFILTER.lines(&candidates, RULES.len()).unwrap_or(&[]);
-    near_word_hits(text, &lines, word_lines, &mut out);
+    near_word_hits(text, lines, word_lines, &mut out);
     out
 }
 
@@ -1343,7 +1343,9 @@ fn has_password_word(line: &str) -> bool {
 /// A token that is random enough to be a secret wherever it stands next to a secret word.
 fn strongly_random(token: &str) -> bool {
     let body = token.trim_end_matches('=');
-    if body.len() < 20 || body.contains("://") || is_placeholder(body) {
+    // the cheap tests first: most tokens near a secret word are words, paths or hashes, and
+    // the placeholder test (40 substring searches) is the dearest (last, below)
+    if body.len() < 20 || body.contains("://") {
         return false;
     }
     if body.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
@@ -1356,20 +1358,22 @@ fn strongly_random(token: &str) -> bool {
     let mixed = upper && lower && digits > 0 || (upper ^ lower) && digits >= 4;
     alnum * 10 >= body.len() * 8
         && mixed
-        && entropy(body) >= 3.7
-        && distinct(body) >= 12
         && class_switch_rate(body) >= 0.3
+        && distinct(body) >= 12
+        && entropy(body) >= 3.7
+        && !is_placeholder(body)
 }
 
 /// A password-like word: letters of both cases, a digit and a symbol, mostly alphanumeric.
 fn password_like(token: &str) -> bool {
-    if !(8..=64).contains(&token.len()) || is_placeholder(token) || token.contains("://") {
+    if !(8..=64).contains(&token.len()) || token.contains("://") {
         return false;
     }
     let alnum = token.chars().filter(char::is_ascii_alphanumeric).count();
     char_classes(token.trim_end_matches('=')) == 4
         && alnum * 10 >= token.len() * 6
         && !token.contains(['/', '\\'])
+        && !is_placeholder(token)
         && assigned_secret(token, true)
 }
 
