@@ -1884,6 +1884,79 @@ mod tests {
         assert_eq!(findings(text, &Allowlist::default()).len(), 2);
     }
 
+    /// `unit` repeated past 100 KB, as the fuzz harness grows an input.
+    fn grown(unit: &str) -> String {
+        unit.repeat(100 * 1024 / unit.len() + 1)
+    }
+
+    /// `text` with `insert` put in at byte `at` (a char boundary).
+    fn with_inserted(text: &str, at: usize, insert: &str) -> String {
+        format!("{}{insert}{}", &text[..at], &text[at..])
+    }
+
+    /// Fuzz input `slow-secret-word-runs-on-one-line` (fuzz/corpus/secret_scan/): 340 long
+    /// names holding `secret`, each followed by `=`, on one 100 KB line. Once quadratic (each
+    /// rejected name re-read the rest of the line as its value); the names are not secret
+    /// names, and a real assignment in the middle of that line is still found. (Its time is
+    /// measured by the bench, `--only secrets`, not asserted here.)
+    #[test]
+    fn one_line_of_secret_word_names_is_read_right() {
+        let unit = format!("{}secret{}=", "a".repeat(47), "a".repeat(247));
+        assert_eq!(unit.len(), 301);
+        let big = grown(&unit);
+        assert_eq!(findings(&big, &Allowlist::default()), []);
+        let real = with_inserted(&big, unit.len() * 170, " client_secret = \"Zq8#rT2!vLp9\" ");
+        let found = findings(&real, &Allowlist::default());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].kind, found[0].line), (KIND_STRONG, 1));
+        // the same shape with `token` and with a URL query (the query rule re-read the same way)
+        assert_eq!(
+            scan(&grown(&format!(
+                "{}token{}=",
+                "a".repeat(47),
+                "a".repeat(247)
+            ))),
+            None
+        );
+        let query = grown("?x=");
+        assert_eq!(scan(&query), None);
+        let real = with_inserted(&query, 3 * 5000, "&access_token=Zq8rT2vLp9Xk3mN7 ");
+        assert_eq!(
+            scan(&real).map(|f| (f.kind, f.line)),
+            Some((KIND_STRONG, 1))
+        );
+    }
+
+    /// Fuzz input `slow-long-nonascii-line` (fuzz/corpus/secret_scan/): a secret word, a long
+    /// hex-and-`u` token and two U+FFFD, repeated to one 100 KB line. The non-ASCII characters
+    /// kept the regex engine's DFAs off the Unicode `\b` of the rules; with ASCII boundaries the
+    /// verdict is the same: the token is a placeholder (a run of one letter), and a random token
+    /// in its place is found on that line.
+    #[test]
+    fn long_non_ascii_line_is_read_right() {
+        let unit = "Set up the CI secret. The va\u{fffd}ue is 44021uuuuuuuuuuuuuuuuuuuuu84ee6af8b2901466f5c5c5aaefbd0467fb8 and it should be exposed as enc\u{fffd}ryptionKey.";
+        let big = grown(unit);
+        assert_eq!(findings(&big, &Allowlist::default()), []);
+        let real = big.replacen(
+            "44021uuuuuuuuuuuuuuuuuuuuu84ee6af8b2901466f5c5c5aaefbd0467fb8",
+            "q9XzL2mT7vB4nK8sW3pR6yH1",
+            1,
+        );
+        let found = findings(&real, &Allowlist::default());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].kind, found[0].line), (KIND_NEAR, 1));
+        // a vendor format on such a line: the word boundary beside non-ASCII text still holds
+        let vendor = with_inserted(
+            &big,
+            unit.len() * 300,
+            "é ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi é",
+        );
+        assert_eq!(
+            scan(&vendor).map(|f| (f.kind, f.line)),
+            Some(("GitHub token", 1))
+        );
+    }
+
     #[test]
     fn base64_roundtrip() {
         assert_eq!(base64_decode("dXNlcjpwYXNz").unwrap(), b"user:pass");
