@@ -288,7 +288,8 @@ struct Rule {
     /// superset the regex engine scans fast even where Unicode word boundaries make the rule
     /// itself slow), to find the lines worth running the rule on.
     probe: Option<Regex>,
-    /// For a [`Check::NamedHead`] rule: the regex that reads the groups of one of its matches.
+    /// For the assignment [`Check::NamedHead`] rule: the regex that reads the groups of one of
+    /// its matches (`None` for the query rule).
     groups: Option<Regex>,
 }
 
@@ -333,16 +334,14 @@ fn assignment_head(name: &str) -> String {
 /// The head of a URL query parameter, up to where its value starts.
 const QUERY_HEAD: &str = r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})="#;
 
-/// The regex that reads the groups of a [`Check::NamedHead`] match: the rule's head with any
+/// The regex that reads the groups of an assignment-head match ([`QUERY_HEAD`] needs none: its
+/// name is all but the first and last byte): the rule's head with any
 /// name allowed (the rule already required the secret word), anchored at both ends of the
 /// match. Anchored, it takes the parse the rule's own regex took: the rule's regex prefers a
 /// `pre` word and drops it only when the name then lacks a secret word, and a name without
 /// `pre` cannot cover the same span as `pre`, a blank and a name (names hold no blanks).
-fn head_groups(syntax: ValueSyntax) -> Regex {
-    let head = match syntax {
-        ValueSyntax::Any => assignment_head("[A-Za-z0-9_.-]+"),
-        ValueSyntax::Query => QUERY_HEAD.to_owned(),
-    };
+fn head_groups() -> Regex {
+    let head = assignment_head("[A-Za-z0-9_.-]+");
     Regex::new(&format!("^(?:{head})$")).expect("head groups pattern")
 }
 /// A value: double, single or back-quoted, or bare up to a delimiter ([`ValueSyntax::Any`] reads
@@ -399,7 +398,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
                 one_line,
                 probe,
                 groups: match check {
-                    Check::NamedHead(syntax) => Some(head_groups(syntax)),
+                    Check::NamedHead(ValueSyntax::Any) => Some(head_groups()),
                     _ => None,
                 },
             }
@@ -548,7 +547,7 @@ fn run_rule(
                         comma: caps.name("sep").is_some_and(|s| s.as_str() == ","),
                         quoted_name: caps.name("q").is_some(),
                     };
-                    match judge_name(text, &head) {
+                    match judge_name(text, &head, &mut HashMap::new()) {
                         Some(strength) => {
                             judge_value(m.as_str(), m.range(), quoted, strength, index, weak)
                         }
@@ -594,9 +593,17 @@ struct Head<'t> {
     quoted_name: bool,
 }
 
-/// How secret-ish the name of a match is; `None` when it is not a secret name here.
-fn judge_name(text: &str, head: &Head<'_>) -> Option<Strength> {
-    let strength = named_strength(head.pre, &text[head.name.clone()]);
+/// How secret-ish the name of a match is; `None` when it is not a secret name here. `seen`
+/// remembers the strength of names already judged in this text (the same names recur).
+fn judge_name<'t>(
+    text: &'t str,
+    head: &Head<'t>,
+    seen: &mut HashMap<(&'t str, &'t str), Strength>,
+) -> Option<Strength> {
+    let name = &text[head.name.clone()];
+    let strength = *seen
+        .entry((head.pre, name))
+        .or_insert_with(|| named_strength(head.pre, name));
     // `arn:…:secret:prod/x`, `/v1/token/abc`: part of a path, not a name
     let inside = text[..head.name.start]
         .chars()
@@ -639,28 +646,36 @@ fn run_head_rule(
     weak: usize,
     out: &mut Vec<Hit>,
 ) {
-    let groups = rule
-        .groups
-        .as_ref()
-        .expect("a head rule has a groups regex");
+    let mut seen = HashMap::new();
     while pos <= hay.len()
         && let Some(whole) = rule.regex.find_at(hay, pos)
     {
         pos = whole.end().max(pos + 1);
         let at = whole.start();
-        // the span matched the rule, so it matches the looser groups regex (anchored)
-        let Some(caps) = groups.captures(whole.as_str()) else {
-            continue;
+        let head = match &rule.groups {
+            // the span matched the rule, so it matches the looser groups regex (anchored)
+            Some(groups) => {
+                let Some(caps) = groups.captures(whole.as_str()) else {
+                    continue;
+                };
+                let shift = |m: regex::Match<'_>| at + m.start()..at + m.end();
+                Head {
+                    pre: caps.name("pre").map_or("", |m| m.as_str()),
+                    name: caps.name("name").map_or(at..at, shift),
+                    comma: caps.name("sep").is_some_and(|s| s.as_str() == ","),
+                    quoted_name: caps.name("q").is_some(),
+                }
+            }
+            // `?name=`: the name is all but the first and the last byte
+            None => Head {
+                pre: "",
+                name: at + 1..whole.end() - 1,
+                comma: false,
+                quoted_name: false,
+            },
         };
-        let shift = |m: regex::Match<'_>| at + m.start()..at + m.end();
-        let name = caps.name("name").map_or(at..at, shift);
-        let head = Head {
-            pre: caps.name("pre").map_or("", |m| m.as_str()),
-            name: name.clone(),
-            comma: caps.name("sep").is_some_and(|s| s.as_str() == ","),
-            quoted_name: caps.name("q").is_some(),
-        };
-        let Some(strength) = judge_name(text, &head) else {
+        let name = head.name.clone();
+        let Some(strength) = judge_name(text, &head, &mut seen) else {
             // right after the name, so that `vendorkeyClient(token="…")` still finds `token=`
             pos = name.end.max(at + 1);
             while pos < text.len() && !text.is_char_boundary(pos) {
@@ -1255,11 +1270,15 @@ static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
 fn line_word<'t>(line: &'t str, seen: &mut HashMap<(&'t str, &'t str), Strength>) -> Strength {
     let mut best = Strength::None;
     for found in WORD.find_iter(line) {
-        let Some(caps) = WORD_GROUPS.captures(found.as_str()) else {
-            continue;
+        let (pre, w) = if found.as_str().contains([' ', '\t']) {
+            let Some(caps) = WORD_GROUPS.captures(found.as_str()) else {
+                continue;
+            };
+            let w = caps.name("w").map_or("", |m| m.as_str());
+            (caps.name("pre").map_or("", |m| m.as_str()), w)
+        } else {
+            ("", found.as_str()) // no blank, no `pre`: the match is the word
         };
-        let w = caps.name("w").map_or("", |m| m.as_str());
-        let pre = caps.name("pre").map_or("", |m| m.as_str());
         let s = *seen
             .entry((pre, w))
             .or_insert_with(|| named_strength(pre, w));
