@@ -285,8 +285,9 @@ struct Rule {
     /// Its matches never span a line break (and it has no `$`): it may run line by line.
     one_line: bool,
     /// For a one-line rule without literals: the pattern without its `\b` assertions (a
-    /// superset the regex engine scans fast even where Unicode word boundaries make the rule
-    /// itself slow), to find the lines worth running the rule on.
+    /// superset, a plain DFA scan), to find the lines worth running the rule on. (Made when
+    /// the rules' `\b` were Unicode ones and kept the fast engines off; with ASCII ones, see
+    /// [`ascii_boundaries`], it only spares running the rule with its groups on every line.)
     probe: Option<Regex>,
     /// For the assignment [`Check::NamedHead`] rule: the regex that reads the groups of one of
     /// its matches (`None` for the query rule).
@@ -308,7 +309,7 @@ enum Scope {
 }
 
 /// Vendor formats that run only on the lines where their `\b`-less pattern matches: one-line
-/// shapes without a literal, whose Unicode word boundaries keep the fast engines off.
+/// shapes without a literal (see [`Rule::probe`]).
 const PROBED: &[&str] = &["Mailgun signing key", "Asana token"];
 
 /// The kind of a strongly secret-named value (password, secret, token, API key …).
