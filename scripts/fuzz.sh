@@ -18,12 +18,9 @@ cd "$(dirname "$0")/.."
 
 secs="${1:-20}"
 if [ "$#" -gt 0 ]; then shift; fi
-# A short smoke run (CI: 15 s a target) checks panics and invariants only: secret_scan's 100 KB
-# time bound is for dedicated runs, where the known slow inputs (fuzz/artifacts-found/) still
-# exceed it (open in issue 13). SECRET_SCAN_TIME_BOUND=1 keeps it on anyway.
-if [ "$secs" -lt 60 ]; then
-  export SECRET_SCAN_TIME_BOUND="${SECRET_SCAN_TIME_BOUND:-0}"
-fi
+# secret_scan checks its 100 KB time bound in every run, the short CI smoke run included (see
+# fuzz/harness/secret_scan.rs for the bound and why it is that); SECRET_SCAN_TIME_BOUND=0 leaves
+# it out by hand.
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
   targets=(event_lines store_rows service_json tool_args secret_scan)

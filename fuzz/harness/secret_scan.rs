@@ -3,11 +3,19 @@
 //! One input is any bytes, read as lossy UTF-8 text. Checked besides "no panic": `scan` agrees
 //! with the first of `findings`, every finding's line exists in the text, `redact` leaves no
 //! span `secret_spans` reported, and an input grown to 100 KB (the input repeated) is scanned
-//! within a time bound: 250 ms in an optimised build without debug assertions (the guard takes
-//! about 10 ms on 100 KB there, 30 ms on the slowest input found so far, `key=` repeated), 2 s
-//! with them (`scripts/fuzz.sh` builds with `-a`: the regex engine's own debug assertions make
-//! it about 20x slower; `key=` repeated took 650 ms on the loaded machine). Either catches a
-//! quadratic rescan.
+//! within a time bound, wall time, checked in every run (the CI smoke run too):
+//!
+//! - 250 ms in an optimised build without debug assertions: the guard takes about 4-6 ms on
+//!   100 KB there (bench), the slowest shapes tried about 50 ms (a prompt that is all findings).
+//! - 5 s with debug assertions (`scripts/fuzz.sh` builds with `-a`). Measured in that build on
+//!   2026-12-01 (load average 7): the slowest shapes tried (`key: AKIA…` or `password = "…"` on
+//!   every line, `--password ` repeated) took about 0.2 s of CPU and 0.35 s of wall time, the
+//!   kept slow inputs (`regress-slow-*`) about 0.1 s (each run's start-up, compiling the rules,
+//!   taken off). 5 s leaves room for an ASan build (2-3x) on a 2-core machine shared with other
+//!   builds (4x and more), stays under libFuzzer's `-timeout=10` of `scripts/fuzz.sh`, and still
+//!   catches a quadratic rescan: the fixed secret-word input took 11 s in this build, `;a=`
+//!   repeated 38 s even in release. Slower constant factors are the bench's to show
+//!   (`cargo run --release -p bridge-bench -- --only secrets`), not this bound's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -36,7 +44,7 @@ pub fn run(data: &[u8]) {
     if TIME_BOUND.load(Ordering::Relaxed) && !text.is_empty() && text.len() < 100 * 1024 {
         let big = text.repeat(100 * 1024 / text.len() + 1);
         let bound = if cfg!(debug_assertions) {
-            Duration::from_secs(2)
+            Duration::from_secs(5)
         } else {
             Duration::from_millis(250)
         };

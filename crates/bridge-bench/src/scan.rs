@@ -37,7 +37,7 @@ fn process_count() -> usize {
 }
 
 /// CPU time of the calling thread, in ms.
-fn thread_cpu_ms() -> f64 {
+pub(crate) fn thread_cpu_ms() -> f64 {
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as f64 * 1000.0 + t.tv_nsec() as f64 / 1e6)
         .unwrap_or(0.0)

@@ -1,6 +1,8 @@
 //! `--only secrets`: the secret guard on the evaluation set `fixtures/secrets/eval/` (and the
-//! older corpus beside it): recall, false positives and scan throughput per format family, and
-//! the time to scan one 100 KB prompt. Figures only, no assertions.
+//! older corpus beside it): recall, false positives and scan throughput per format family, the
+//! time to scan one 100 KB prompt, and the time to scan each slow input the fuzzer found, grown
+//! to 100 KB the way the fuzz harness grows it (wall time, and the scanning thread's CPU time,
+//! which a loaded machine inflates less). Figures only, no assertions.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -8,7 +10,8 @@ use std::time::Instant;
 
 use bridge_policy::secrets::scan;
 
-use crate::{Row, median};
+use crate::scan::thread_cpu_ms;
+use crate::{Row, median, min};
 
 fn corpus(name: &str) -> Result<Vec<(String, String)>, String> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -98,15 +101,19 @@ pub fn secret_guard(reps: usize) -> Result<Vec<Row>, String> {
     }
     let _ = scan(&big); // compiles the regexes once
     let mut times = Vec::new();
+    let mut cpu = Vec::new();
     for _ in 0..reps {
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), thread_cpu_ms());
         let _ = scan(&big);
         times.push(t.elapsed().as_secs_f64() * 1000.0);
+        cpu.push(thread_cpu_ms() - c);
     }
     println!(
-        "secret guard: a {} KB prompt scanned in {:.2} ms (median of {reps})",
+        "secret guard: a {} KB prompt scanned in {:.2} ms (median of {reps}, min {:.2} ms; CPU median {:.2} ms)",
         big.len() / 1024,
-        median(&times)
+        median(&times),
+        min(&times),
+        median(&cpu)
     );
     rows.push(Row::le(
         "secret scan of a 100 KB prompt (median)",
@@ -114,5 +121,59 @@ pub fn secret_guard(reps: usize) -> Result<Vec<Row>, String> {
         median(&times),
         "ms",
     ));
+    for name in SLOW_INPUTS {
+        let (data, from) = slow_input(name)?;
+        // as `fuzz/harness/secret_scan.rs` does: lossy UTF-8, repeated past 100 KB
+        let text = String::from_utf8_lossy(&data);
+        let big = text.repeat(100 * 1024 / text.len() + 1);
+        let _ = scan(&big);
+        let mut times = Vec::new();
+        let mut cpu = Vec::new();
+        let started = Instant::now();
+        // at least 3 runs; fewer than `reps` when one run is slow
+        while times.len() < 3 || (times.len() < reps && started.elapsed().as_secs_f64() < 2.0) {
+            let (t, c) = (Instant::now(), thread_cpu_ms());
+            let _ = scan(&big);
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            cpu.push(thread_cpu_ms() - c);
+        }
+        println!(
+            "secret guard: fuzz input {name} ({from}) grown to {} KB scanned in {:.2} ms (median of {}, min {:.2} ms; CPU median {:.2} ms)",
+            big.len() / 1024,
+            median(&times),
+            times.len(),
+            min(&times),
+            median(&cpu)
+        );
+        rows.push(Row::le(
+            &format!("secret scan of fuzz input {name} at 100 KB (median)"),
+            10.0,
+            median(&times),
+            "ms",
+        ));
+    }
     Ok(rows)
+}
+
+/// The slow inputs the `secret_scan` fuzz target found (docs/FUZZING.md).
+const SLOW_INPUTS: &[&str] = &[
+    "slow-secret-word-runs-on-one-line",
+    "slow-long-nonascii-line",
+];
+
+/// A slow input's bytes and where they were read: a regression seed once fixed
+/// (`fuzz/corpus/secret_scan/regress-<name>`), else `fuzz/artifacts-found/secret_scan-<name>`.
+fn slow_input(name: &str) -> Result<(Vec<u8>, String), String> {
+    let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let mut tried = Vec::new();
+    for rel in [
+        format!("corpus/secret_scan/regress-{name}"),
+        format!("artifacts-found/secret_scan-{name}"),
+    ] {
+        match std::fs::read(fuzz.join(&rel)) {
+            Ok(data) => return Ok((data, format!("fuzz/{rel}"))),
+            Err(e) => tried.push(format!("fuzz/{rel}: {e}")),
+        }
+    }
+    Err(tried.join("; "))
 }
