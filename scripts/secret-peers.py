@@ -18,7 +18,7 @@ Install them once (not part of the test suite; only the package registries are n
   python3 -m venv DIR/venv && DIR/venv/bin/pip install detect-secrets
 
 DIR defaults to $SECRET_PEERS_DIR, else /work/peer-tools. A peer that is not installed is
-skipped. Our own figures come from `cargo test -p bridge-policy --test secret_guard`.
+skipped. Our own figures come from `cargo test -p bridge-policy --test tests secret_guard::`.
 """
 import argparse
 import collections

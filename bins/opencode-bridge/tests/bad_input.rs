@@ -6,7 +6,7 @@
 //! 16 MiB. Each gets exactly one answer whose error text is one line, and after each the server
 //! still answers a ping.
 
-mod common;
+use crate::common;
 
 use common::{World, binary};
 use serde_json::{Map, Value, json};

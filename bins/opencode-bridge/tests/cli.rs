@@ -1,6 +1,6 @@
 //! The subcommands for a person at a terminal: they print exactly what the tools return.
 
-mod common;
+use crate::common;
 
 use common::{Server, World, fake_opencode, fixture_store, redact};
 use serde_json::{Value, json};

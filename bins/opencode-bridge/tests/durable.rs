@@ -4,7 +4,7 @@
 //! waiting on real runs, a follow-up in an existing session, the files a real run wrote, and
 //! a real run outliving a killed bridge.
 
-mod common;
+use crate::common;
 
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
 use common::{Server, World, fake_opencode, hung_http_server};

@@ -3,7 +3,7 @@
 //! home directory refuses editing agents and every start names the root, the process table
 //! finds our run whatever the opencode binary is called, misspelled arguments get a guess.
 
-mod common;
+use crate::common;
 
 use common::{Server, World, fake_claude, fake_opencode};
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! another process for 10 s. Each session call answers a one-line error well within its
 //! deadline, and the server goes on answering.
 
-mod common;
+use crate::common;
 
 use common::{Server, World, hung_http_server};
 use serde_json::json;

@@ -4,7 +4,7 @@
 //! lists, a bare `opencode-bridge` at a terminal says what it is doing, and the fuzz script
 //! installs its tool into the test cache.
 
-mod common;
+use crate::common;
 
 use common::{World, fake_claude, fake_opencode, fixture_store};
 use run_supervisor::claude::RUNNER_FLAGS;

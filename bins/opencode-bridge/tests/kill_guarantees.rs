@@ -6,7 +6,7 @@
 //! environment on), so survivors are found by scanning `/proc/*/environ`, besides checking the
 //! recorded pids. The timeout case waits the smallest timeout the tool accepts (1 minute).
 
-mod common;
+use crate::common;
 
 use common::{Server, World};
 use serde_json::json;

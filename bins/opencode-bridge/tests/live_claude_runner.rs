@@ -1,7 +1,7 @@
 //! The `claude -p` runner and sync runs over raw JSON-RPC with the built binary: the real Claude
 //! Code against our fake Anthropic endpoint, and the real opencode against our fake LLM.
 
-mod common;
+use crate::common;
 
 use bridge_testkit::fake_claude_api::{CLAUDE_OK_TEXT, FakeClaudeApi};
 use bridge_testkit::fake_llm::OK_TEXT;

@@ -2,7 +2,7 @@
 //! opencode 1.18.33 with our fake LLM, a roster of public-config shapes (ask rules, shell
 //! allowlists, plugin agents, a hidden agent), driven through the bridge binary.
 
-mod common;
+use crate::common;
 
 use bridge_testkit::fake_llm::ESCAPE_FILES;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};

@@ -2,7 +2,7 @@
 //! while a second client thread asks `opencode_status` every millisecond over the same stdio
 //! connection. Every request gets exactly one response, and every task succeeds.
 
-mod common;
+use crate::common;
 
 use common::{World, binary};
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! Raw JSON-RPC against the built binary, independent of rmcp: the handshakes Claude Code uses,
 //! the tool list, valid and invalid calls, cancellation, and exit on stdin EOF.
 
-mod common;
+use crate::common;
 
 use common::{Server, World, hung_http_server, redact};
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! Task tools against a stand-in `opencode` (a shell script): start returns at once, status and
 //! list see the task, cancel and stdin EOF stop its whole process group, refusals say why.
 
-mod common;
+use crate::common;
 
 use common::{Server, World, fake_opencode, redact};
 use serde_json::json;

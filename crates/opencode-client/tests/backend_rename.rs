@@ -1,8 +1,7 @@
 //! Rename with only the store at hand: a temporary `opencode serve` (here a script standing in
 //! for it) is started, asked to PATCH the title with a fresh random password, and stopped.
 
-#[path = "service_support/mod.rs"]
-mod service_support;
+use crate::service_support;
 
 use opencode_client::ClientError;
 use opencode_client::backend::{ClientConfig, rename_with_ephemeral_server};

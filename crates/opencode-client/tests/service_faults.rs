@@ -2,7 +2,7 @@
 //! a hung one, 401, 404, 500, a huge reply, malformed JSON; for the `server` backend over HTTP
 //! and for the `api` backend through a fake `opencode api`.
 
-mod service_support;
+use crate::service_support;
 
 use opencode_client::api::{ApiCommand, ApiSource};
 use opencode_client::http::{BasicAuth, HttpClient};

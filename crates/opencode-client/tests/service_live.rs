@@ -5,7 +5,6 @@
 
 #[path = "service_support/live.rs"]
 mod live;
-mod service_support;
 
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox};

@@ -1,7 +1,7 @@
 //! Delegated `claude -p` runs with the real Claude Code against the fake Anthropic endpoint of
 //! `bridge_testkit::fake_claude_api` (loopback only, isolated HOME).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

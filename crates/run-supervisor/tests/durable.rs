@@ -2,7 +2,7 @@
 //! our fake `opencode`. A bridge killed with `kill -9` is tested through the real binary in
 //! `bins/opencode-bridge/tests/durable.rs`; here a dead bridge is a process we start and kill.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

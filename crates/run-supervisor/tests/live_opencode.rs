@@ -4,7 +4,7 @@
 //! Each test names the real binary through `OPENCODE_BRIDGE_TEST_OPENCODE` (skipped outside CI
 //! when unset). Every opencode runs in an isolated sandbox and talks only to 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

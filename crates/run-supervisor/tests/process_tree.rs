@@ -1,7 +1,7 @@
 //! Process-tree behaviour of the supervisor against our fake `opencode`: cancel, timeout and
 //! shutdown leave no survivor and no zombie; limits, retries, capture and classification.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

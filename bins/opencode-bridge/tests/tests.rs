@@ -1,0 +1,17 @@
+//! The integration tests of this crate, one test binary (each module was a binary of its own;
+//! one binary links the crate once instead of once per file).
+
+mod bad_input;
+mod cli;
+mod common;
+mod durable;
+mod everyday;
+mod faults;
+mod first_run;
+mod kill_guarantees;
+mod live_claude_code;
+mod live_claude_runner;
+mod live_roster;
+mod load;
+mod protocol;
+mod tasks;

@@ -1,0 +1,10 @@
+//! The integration tests of this crate, one test binary (each module was a binary of its own;
+//! one binary links the crate once instead of once per file).
+
+mod claude_live;
+mod common;
+mod durable;
+mod fuzz_corpus;
+mod live_long_output;
+mod live_opencode;
+mod process_tree;
