@@ -66,18 +66,25 @@ fn vm_hwm_kb(pid: i32) -> Option<u64> {
         .vmhwm
 }
 
-pub(crate) fn flood(bin: &Path, tasks: usize, mb: usize) -> Result<Vec<Row>, String> {
+/// A bridge whose runs are the fake opencode's floods of `mb` MB each, `parallel` at once, with
+/// the task directory `proj` under its root.
+pub(crate) fn flood_bridge(bin: &Path, mb: usize, parallel: usize) -> Result<Bridge, String> {
     let fake = bridge_testkit::bins::fake_opencode();
-    let mut b = Bridge::start(
+    let b = Bridge::start(
         bin,
         &[
             ("OPENCODE_BIN", fake.display().to_string()),
             ("FAKE_OPENCODE_SCENARIO", "flood".into()),
             ("FAKE_OPENCODE_FLOOD_MB", mb.to_string()),
-            ("OPENCODE_BRIDGE_MAX_PARALLEL", tasks.max(6).to_string()),
+            ("OPENCODE_BRIDGE_MAX_PARALLEL", parallel.to_string()),
         ],
     )?;
     std::fs::create_dir_all(b.root().join("proj")).map_err(|e| format!("{e}"))?;
+    Ok(b)
+}
+
+pub(crate) fn flood(bin: &Path, tasks: usize, mb: usize) -> Result<Vec<Row>, String> {
+    let mut b = flood_bridge(bin, mb, tasks.max(6))?;
     let pid = b.pid();
     let before = Cpu::of(pid)?;
     let t = Instant::now();

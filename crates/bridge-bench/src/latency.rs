@@ -48,17 +48,7 @@ pub(crate) fn latency(
     mb: usize,
     calls: usize,
 ) -> Result<Vec<Row>, String> {
-    let fake = bridge_testkit::bins::fake_opencode();
-    let mut b = Bridge::start(
-        bin,
-        &[
-            ("OPENCODE_BIN", fake.display().to_string()),
-            ("FAKE_OPENCODE_SCENARIO", "flood".into()),
-            ("FAKE_OPENCODE_FLOOD_MB", mb.to_string()),
-            ("OPENCODE_BRIDGE_MAX_PARALLEL", (floods + 1).to_string()),
-        ],
-    )?;
-    std::fs::create_dir_all(b.root().join("proj")).map_err(|e| format!("{e}"))?;
+    let mut b = crate::flood::flood_bridge(bin, mb, floods + 1)?;
     // A finished task to ask about (a small flood).
     let first = start(&mut b, "the task asked about")?;
     wait_all(&mut b)?;

@@ -823,7 +823,11 @@ impl RunSummary {
     ///
     /// [`push_line_bytes`]: RunSummary::push_line_bytes
     pub fn push_read(&mut self, line: ReadLine) -> bool {
-        match line.0 {
+        self.push_classified(line.0)
+    }
+
+    fn push_classified(&mut self, line: Line<'_>) -> bool {
+        match line {
             Line::Blank => false,
             Line::Malformed => {
                 self.malformed += 1;
@@ -840,17 +844,7 @@ impl RunSummary {
     /// [`parse_line_bytes`] does. Returns true if it was a valid event; blank lines are not
     /// counted, other lines that are not events count as malformed.
     pub fn push_line_bytes(&mut self, line: &[u8]) -> bool {
-        match classify_line(line) {
-            Line::Blank => false,
-            Line::Malformed => {
-                self.malformed += 1;
-                false
-            }
-            Line::Event(parsed) => {
-                self.push(parsed);
-                true
-            }
-        }
+        self.push_classified(classify_line(line))
     }
 
     /// Folds one parsed event into the summary.
