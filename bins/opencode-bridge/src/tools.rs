@@ -6,6 +6,7 @@
 //! validator below accepts exactly what the schema describes (a test checks both agree).
 
 use bridge_policy::{Mode, Tier};
+use run_supervisor::claude::{CLAUDE_ALIASES, capitalized, is_claude_alias};
 use serde_json::{Map, Value, json};
 
 /// Tool names, in the order `tools/list` returns them.
@@ -92,7 +93,7 @@ pub fn definitions() -> Vec<ToolDef> {
                     "title": {"type": "string", "description": "Explicit session title; should follow `LANE/agent: task`."},
                     "mode": {"type": "string", "enum": MODES, "description": "Routing mode, only when the user asked for one. Sensitive always wins over other sources."},
                     "mechanical": {"type": "boolean", "description": "The job is a purely mechanical edit (rename, reformat, move). Lets fixer/worker run in sensitive mode."},
-                    "model": {"type": "string", "pattern": MODEL_PATTERN, "description": "provider/model[#variant] runs through opencode; a Claude model (sonnet, opus, haiku, claude-..., claude/<model>, optionally #effort) runs through Claude Code (`claude -p`) with the same policy, a read-only or editing tool set by agent, and no MCP servers. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
+                    "model": {"type": "string", "pattern": model_pattern(), "description": "provider/model[#variant] runs through opencode; a Claude model (sonnet, opus, haiku, claude-..., claude/<model>, optionally #effort) runs through Claude Code (`claude -p`) with the same policy, a read-only or editing tool set by agent, and no MCP servers. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
                     "wait_s": {"type": "integer", "minimum": 1, "maximum": WAIT_MAX_S, "description": "Sync run: wait up to this many seconds (at most 55, under client tool timeouts) and return the result directly if the task finishes in time; otherwise the task id is returned as usual."},
                     "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."},
                     "session": {"type": "string", "minLength": 1, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
@@ -260,7 +261,20 @@ pub fn definitions() -> Vec<ToolDef> {
 }
 
 /// `provider/model` with an optional `#variant`, or a bare Claude model id or alias.
-pub const MODEL_PATTERN: &str = r"^([^/\s#]+/[^\s#]+|[Cc]laude-[^/\s#]+|(sonnet|opus|haiku|fable|opusplan|default|best|Sonnet|Opus|Haiku)(\[1m\])?)(#[^\s#]+)?$";
+/// The schema pattern of `model`: `provider/model`, a Claude id (`claude-...`) or a Claude Code
+/// alias (run_supervisor's one list, lower case or capitalized, optionally `[1m]`), each with
+/// an optional `#variant`. The same shapes as [`valid_model`].
+pub fn model_pattern() -> String {
+    let aliases: Vec<String> = CLAUDE_ALIASES
+        .iter()
+        .map(|a| a.to_string())
+        .chain(CLAUDE_ALIASES.iter().map(|a| capitalized(a)))
+        .collect();
+    format!(
+        r"^([^/\s#]+/[^\s#]+|[Cc]laude-[^/\s#]+|({})(\[1m\])?)(#[^\s#]+)?$",
+        aliases.join("|")
+    )
+}
 
 /// A validated call.
 #[derive(Debug, Clone, PartialEq)]
@@ -718,7 +732,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// Whether a model string has the `provider/model[#variant]` shape or names a Claude model
 /// (which runs through `claude -p`).
 pub fn valid_model(model: &str) -> bool {
-    // The same shapes as MODEL_PATTERN's Claude branch.
+    // The same shapes as model_pattern()'s Claude branch.
     let (base, effort) = match model.split_once('#') {
         Some((b, e)) => (b, Some(e)),
         None => (model, None),
@@ -728,11 +742,7 @@ pub fn valid_model(model: &str) -> bool {
         base.strip_prefix(p)
             .is_some_and(|rest| clean(rest) && !rest.contains('/'))
     });
-    let alias = [
-        "sonnet", "opus", "haiku", "fable", "opusplan", "default", "best", "Sonnet", "Opus",
-        "Haiku",
-    ]
-    .contains(&base.strip_suffix("[1m]").unwrap_or(base));
+    let alias = is_claude_alias(base);
     if (claude_id || alias) && effort.is_none_or(clean) {
         return true;
     }
@@ -952,6 +962,39 @@ mod tests {
             assert_eq!(
                 by_schema, by_us,
                 "{tool} {args}: schema {by_schema}, validator {by_us}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_argument_check_and_the_runner_agree_on_claude_models() {
+        // One alias list with one case rule: a bare model the check accepts runs through
+        // Claude Code, and one the check refuses would not have (before, `OPUS` was refused
+        // here but chosen as a Claude model by the supervisor; `Default` the other way).
+        use run_supervisor::Runner;
+        let mut cases: Vec<String> = CLAUDE_ALIASES
+            .iter()
+            .flat_map(|a| {
+                [
+                    a.to_string(),
+                    capitalized(a),
+                    a.to_ascii_uppercase(),
+                    format!("{a}[1m]"),
+                    format!("{a}#high"),
+                ]
+            })
+            .collect();
+        cases.extend(["claude-x", "Claude-x", "CLAUDE-x", "sonnets", "gpt-5"].map(String::from));
+        for m in &cases {
+            let claude = Runner::for_model(Some(m)) == Runner::Claude;
+            assert_eq!(valid_model(m), claude, "{m}: check vs runner");
+        }
+        let re = regex::Regex::new(&model_pattern()).unwrap();
+        for m in &cases {
+            assert_eq!(
+                re.is_match(m),
+                valid_model(m),
+                "{m}: schema pattern vs check"
             );
         }
     }

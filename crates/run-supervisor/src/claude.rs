@@ -36,10 +36,30 @@ pub enum Runner {
     Claude,
 }
 
-/// Bare model names that mean Claude Code's own aliases.
+/// Bare model names that mean Claude Code's own aliases. The one list: [`is_claude_alias`]
+/// (used by [`Runner::for_model`] and by the binary's argument check) and the binary's schema
+/// pattern are built from it.
 pub const CLAUDE_ALIASES: &[&str] = &[
     "sonnet", "opus", "haiku", "fable", "opusplan", "default", "best",
 ];
+
+/// `alias` with its first letter in upper case (`Sonnet`).
+pub fn capitalized(alias: &str) -> String {
+    let mut c = alias.chars();
+    c.next()
+        .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+        .unwrap_or_default()
+}
+
+/// True when `base` (a model string without its `#effort`) is a Claude Code alias as the
+/// bridge accepts it: one of [`CLAUDE_ALIASES`] in lower case or capitalized (`sonnet`,
+/// `Sonnet`; not `SONNET`), optionally followed by `[1m]`.
+pub fn is_claude_alias(base: &str) -> bool {
+    let b = base.strip_suffix("[1m]").unwrap_or(base);
+    CLAUDE_ALIASES
+        .iter()
+        .any(|a| b == *a || b == capitalized(a))
+}
 
 /// Built-in Claude Code tools of a read-only run.
 pub const READ_TOOLS: &[&str] = &["Read", "Grep", "Glob"];
@@ -78,8 +98,8 @@ impl Runner {
         if lower.contains('/') {
             return Runner::Opencode;
         }
-        let base = lower.split(['#', '[']).next().unwrap_or("");
-        if base.starts_with("claude-") || CLAUDE_ALIASES.contains(&base) {
+        let base = m.split('#').next().unwrap_or("");
+        if base.starts_with("claude-") || base.starts_with("Claude-") || is_claude_alias(base) {
             Runner::Claude
         } else {
             Runner::Opencode
