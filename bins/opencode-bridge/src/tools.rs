@@ -362,8 +362,10 @@ pub fn is_tool(name: &str) -> bool {
 /// and what is accepted.
 pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call, String> {
     let empty = Map::new();
-    let defs = definitions();
-    let def = defs
+    // Built once: every call is checked against these schemas, and building them (eleven JSON
+    // trees, the model pattern) cost more than the rest of a status call.
+    static DEFS: std::sync::LazyLock<Vec<ToolDef>> = std::sync::LazyLock::new(definitions);
+    let def = DEFS
         .iter()
         .find(|d| d.name == tool)
         .ok_or_else(|| format!("unknown tool {}", shown_name(tool)))?;
