@@ -258,6 +258,10 @@ struct Record {
     /// What the registry last got: events folded, session id known.
     persisted_events: usize,
     persisted_session: bool,
+    /// The registry holds the current session id (or there is no registry): only then do
+    /// snapshots show it, so a status that names the session means a restarted bridge knows
+    /// it too (the writer sets it once `task.json` with the id is on disk).
+    durable_session: bool,
     /// The finished record and its output are in the registry (it may leave memory).
     saved: bool,
 }
@@ -296,7 +300,12 @@ impl Drop for Shared {
     /// A supervisor dropped without [`Supervisor::shutdown`] still leaves every record it made
     /// on disk.
     fn drop(&mut self) {
-        if let Some(w) = &self.writer {
+        // The writer's callback may hold the last reference; it cannot wait for itself (and
+        // writes what is queued before it exits anyway).
+        let on_writer = std::thread::current().name() == Some(registry::WRITER_THREAD);
+        if let Some(w) = &self.writer
+            && !on_writer
+        {
             w.flush();
         }
     }
@@ -339,9 +348,21 @@ impl Supervisor {
                 tracing::info!(pruned, lost, "registry swept");
             }
         }
-        let writer = registry.clone().map(registry::Writer::new);
-        Supervisor {
-            shared: Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me: &std::sync::Weak<Shared>| {
+            let me = me.clone();
+            // A session id is shown once the registry holds it (see `Record::durable_session`).
+            let writer = registry.clone().map(|reg| {
+                registry::Writer::new(reg, move |id, session| {
+                    if let Some(shared) = me.upgrade() {
+                        shared.with(id, |r| {
+                            if r.summary.session_id().as_deref() == Some(session) {
+                                r.durable_session = true;
+                            }
+                        });
+                    }
+                })
+            });
+            Shared {
                 config,
                 inner: Mutex::new(Inner {
                     next_id: 1,
@@ -351,8 +372,9 @@ impl Supervisor {
                 worker_agent: bridge_policy::roster::worker_agent_config(),
                 registry,
                 writer,
-            }),
-        }
+            }
+        });
+        Supervisor { shared }
     }
 
     /// How many tasks are held in memory (running and finished); the rest of
@@ -481,6 +503,7 @@ impl Supervisor {
                     changes: None,
                     persisted_events: 0,
                     persisted_session: false,
+                    durable_session: self.shared.writer.is_none(),
                     saved: false,
                 },
             );
@@ -939,7 +962,7 @@ fn snapshot(
             .unwrap_or(now)
             .saturating_duration_since(r.accepted),
         started_at: r.accepted_wall,
-        session_id: r.summary.session_id().clone(),
+        session_id: r.summary.session_id().clone().filter(|_| r.durable_session),
         pid: if running { r.root.map(|p| p.pid) } else { None },
         last_event_age,
         quiet: last_event_age.is_some_and(|a| a >= cfg.quiet_after),
@@ -1554,6 +1577,7 @@ async fn run_attempt(
         r.attempt_started = Some(Instant::now());
         r.last_event = None;
         r.summary = RunSummary::new(cfg.output_cap);
+        r.durable_session = shared.writer.is_none();
         r.stream = backend(r.runner).stream();
         r.stderr = HeadTail::new(cfg.output_cap);
         r.exit = None;

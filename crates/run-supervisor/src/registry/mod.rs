@@ -33,7 +33,7 @@ use crate::supervisor::TaskState;
 use bridge_proc::ProcId;
 
 mod writer;
-pub(crate) use writer::Writer;
+pub(crate) use writer::{WRITER_THREAD, Writer};
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {

@@ -26,6 +26,9 @@ enum Job {
     Flush(mpsc::Sender<()>),
 }
 
+/// The writer thread's name.
+pub(crate) const WRITER_THREAD: &str = "registry-writer";
+
 /// A handle to the writer thread. Dropping the last handle lets the thread write what is left
 /// and exit.
 #[derive(Debug, Clone)]
@@ -52,12 +55,14 @@ struct Pending {
 }
 
 impl Writer {
-    /// Starts the writer thread of `registry`.
-    pub(crate) fn new(registry: Registry) -> Writer {
+    /// Starts the writer thread of `registry`. `written(id, session)` is called (on the writer
+    /// thread, before any acknowledgement of the write is sent) each time a `task.json` naming a
+    /// session is on disk: a supervisor shows a session id only once a restarted bridge could.
+    pub(crate) fn new(registry: Registry, written: impl Fn(u64, &str) + Send + 'static) -> Writer {
         let (tx, rx) = mpsc::channel::<Job>();
         let spawned = std::thread::Builder::new()
-            .name("registry-writer".into())
-            .spawn(move || run(&registry, &rx));
+            .name(WRITER_THREAD.into())
+            .spawn(move || run(&registry, &rx, &written));
         if let Err(e) = spawned {
             // Without a thread nothing would be written; say so (the tasks still run and are
             // answered from memory).
@@ -100,7 +105,7 @@ impl Writer {
     }
 }
 
-fn run(registry: &Registry, rx: &mpsc::Receiver<Job>) {
+fn run(registry: &Registry, rx: &mpsc::Receiver<Job>, written: &dyn Fn(u64, &str)) {
     while let Ok(first) = rx.recv() {
         let mut pending: BTreeMap<u64, Pending> = BTreeMap::new();
         let mut flushes = Vec::new();
@@ -123,7 +128,11 @@ fn run(registry: &Registry, rx: &mpsc::Receiver<Job>) {
         for (id, p) in pending {
             let mut ok = true;
             if let Some(t) = &p.task {
-                ok &= registry.write_task(t);
+                let done = registry.write_task(t);
+                if done && let Some(session) = &t.session_id {
+                    written(id, session);
+                }
+                ok &= done;
             }
             if let Some(o) = &p.output {
                 ok &= registry.write_output(id, o);
@@ -147,7 +156,11 @@ mod tests {
     fn the_newest_record_is_written_and_acknowledged() {
         let dir = tempfile::tempdir().unwrap();
         let reg = Registry::open(dir.path()).unwrap();
-        let w = Writer::new(reg.clone());
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = std::sync::Arc::clone(&seen);
+        let w = Writer::new(reg.clone(), move |id, session| {
+            s.lock().unwrap().push((id, session.to_owned()))
+        });
         let id = reg.next_id().unwrap();
         let mut t = super::super::tests::task(&reg, id, TaskState::Running, None);
         for n in 0..50u32 {
@@ -165,6 +178,10 @@ mod tests {
         assert_eq!(back.attempts, 49, "the newest record is the one on disk");
         assert_eq!(back.state(), TaskState::Succeeded);
         assert_eq!(reg.read_output(id).unwrap().text, "the answer");
+        assert!(seen.lock().unwrap().is_empty(), "no record named a session");
+        t.session_id = Some("ses_1".into());
+        assert_eq!(w.write_acked(t.clone(), None).blocking_recv(), Ok(true));
+        assert_eq!(*seen.lock().unwrap(), [(id, "ses_1".to_owned())]);
         // A write that cannot happen is acknowledged as failed, and flush still returns.
         std::fs::remove_dir_all(dir.path()).unwrap();
         std::fs::write(dir.path(), "not a directory").unwrap();
