@@ -171,15 +171,22 @@ fn session_of(seen: &Seen) -> String {
         .unwrap_or_else(|| "ses_unknown".into())
 }
 
+/// The real Claude Code and the real opencode, or `None` (with a note) outside CI when either
+/// is not configured; under `CI=true` a missing one fails the test.
+fn claude_and_opencode_or_skip() -> Option<(PathBuf, PathBuf)> {
+    let claude = claude_or_skip()?;
+    let Some(oc) = real_opencode() else {
+        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+        return None;
+    };
+    Some((claude, oc))
+}
+
 /// The whole loop with the real Claude Code and the real opencode (answering through the fake
 /// LLM), sessions read from opencode's own store (the default backend): policy, start -> status -> result, sessions, session output, rename, processes, cancel.
 #[test]
 fn live_claude_drives_every_tool_on_a_real_opencode_run() {
-    let Some(claude) = claude_or_skip() else {
-        return;
-    };
-    let Some(oc) = real_opencode() else {
-        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+    let Some((claude, oc)) = claude_and_opencode_or_skip() else {
         return;
     };
     let llm = FakeLlm::start().unwrap();
@@ -438,11 +445,7 @@ fn mentions(body: &serde_json::Value, needle: &str) -> bool {
 /// notification with the run's answer; the model never calls status, wait or result.
 #[test]
 fn live_sdk_mode_delegation_runs_as_a_task_and_its_result_reaches_the_model() {
-    let Some(claude) = claude_or_skip() else {
-        return;
-    };
-    let Some(oc) = real_opencode() else {
-        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+    let Some((claude, oc)) = claude_and_opencode_or_skip() else {
         return;
     };
     let llm = FakeLlm::start().unwrap();
@@ -550,11 +553,7 @@ fn notification_in(bodies: &[serde_json::Value], status: &str) -> Option<String>
 /// TaskStop from the model cancels a running delegation (tasks/cancel) and leaves no process.
 #[test]
 fn live_sdk_mode_a_failed_run_is_a_failed_task_and_task_stop_cancels_the_run() {
-    let Some(claude) = claude_or_skip() else {
-        return;
-    };
-    let Some(oc) = real_opencode() else {
-        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+    let Some((claude, oc)) = claude_and_opencode_or_skip() else {
         return;
     };
     let llm = FakeLlm::start().unwrap();
@@ -918,11 +917,7 @@ impl Drop for Sampler {
 /// opencode) is left.
 #[test]
 fn live_interactive_claude_code_delegation_runs_as_a_task_and_leaves_no_process() {
-    let Some(claude) = claude_or_skip() else {
-        return;
-    };
-    let Some(oc) = real_opencode() else {
-        eprintln!("skipping: OPENCODE_BRIDGE_TEST_OPENCODE is not set");
+    let Some((claude, oc)) = claude_and_opencode_or_skip() else {
         return;
     };
     let llm = FakeLlm::start().unwrap();

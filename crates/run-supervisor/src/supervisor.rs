@@ -529,10 +529,7 @@ impl Supervisor {
                 .get(&id)
                 .map(|r| snapshot(id, r, &self.shared.config, version.clone()))
         };
-        mine.or_else(|| {
-            self.stored(id)
-                .map(|t| stored_snapshot(&t, &self.judge(&t)))
-        })
+        mine.or_else(|| self.stored(id).map(|t| stored_snapshot(&t, &judge(&t))))
     }
 
     /// Every task, oldest first: this supervisor's and, with a registry, every other task
@@ -553,7 +550,7 @@ impl Supervisor {
                     continue;
                 }
                 if let Some(t) = self.stored(id) {
-                    all.insert(id, stored_snapshot(&t, &self.judge(&t)));
+                    all.insert(id, stored_snapshot(&t, &judge(&t)));
                 }
             }
         }
@@ -574,10 +571,6 @@ impl Supervisor {
             settle_lost(&mut t, last);
         }
         Some(t)
-    }
-
-    fn judge(&self, t: &StoredTask) -> Owner {
-        judge(t)
     }
 
     fn version(&self) -> Option<String> {
@@ -627,7 +620,7 @@ impl Supervisor {
         tail: Option<usize>,
     ) -> Option<TaskOutput> {
         let t = self.stored(id)?;
-        let snap = stored_snapshot(&t, &self.judge(&t));
+        let snap = stored_snapshot(&t, &judge(&t));
         let o = self
             .shared
             .registry
@@ -681,7 +674,7 @@ impl Supervisor {
         let Some(mut t) = self.stored(id) else {
             return CancelOutcome::NotFound;
         };
-        let run = match self.judge(&t) {
+        let run = match judge(&t) {
             Owner::Finished | Owner::Lost => return CancelOutcome::AlreadyFinished(t.state()),
             Owner::Alive(pid) => return CancelOutcome::OtherBridge { pid },
             Owner::Orphan(run) => run,
