@@ -25,6 +25,7 @@ pub mod server;
 pub mod source;
 pub mod state;
 pub mod store;
+pub mod usage;
 
 pub use error::ClientError;
 pub use model::*;

@@ -686,3 +686,31 @@ fn live_store_shows_a_run_running_then_succeeded() {
             .any(|p| matches!(p, Part::Text { text, .. } if text.contains("DONE")))
     );
 }
+
+#[test]
+fn store_usage_names_the_agent_model_and_tool_calls_of_each_assistant_message() {
+    let fx = fixture();
+    let c = ctx(fx.newest_ms + MIN, &[], &[]);
+    let id = fx.id("toolwrite");
+    let u = opencode_client::usage::session_usage(&fx.store, &id, 0, &c).unwrap();
+    // A tool step and the final answer: two assistant messages of `build` on fk/toolwrite.
+    assert_eq!(u.turns.len(), 2, "{u:?}");
+    for t in &u.turns {
+        assert_eq!(t.agent.as_deref(), Some("build"));
+        assert_eq!(t.model.as_deref(), Some("fk/toolwrite"));
+    }
+    assert_eq!(u.tool_calls.len(), 1);
+    assert_eq!(u.tool_calls[0].tool, "write");
+    assert_eq!(u.tool_calls[0].status, ToolStatus::Completed);
+    assert!(u.tool_calls[0].input.contains("hello.txt"));
+    // Only messages created since the moment count (a follow-up's earlier turns do not).
+    let second = u.turns[1].created_ms;
+    let later = opencode_client::usage::session_usage(&fx.store, &id, second, &c).unwrap();
+    assert_eq!(later.turns.len(), 1);
+    assert!(later.tool_calls.is_empty());
+    // An unknown session is an error, not an empty usage.
+    assert!(matches!(
+        opencode_client::usage::session_usage(&fx.store, "ses_nope", 0, &c),
+        Err(ClientError::NotFound { .. })
+    ));
+}

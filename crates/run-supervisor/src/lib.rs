@@ -20,6 +20,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod audit;
 pub mod capture;
 pub mod changes;
 pub mod classify;
