@@ -12,11 +12,12 @@ use bridge_policy::roster::Access;
 use bridge_policy::view::PolicyView;
 use bridge_policy::{DelegationRequest, Mode, Roster, SystemEnv, evaluate};
 use bridge_render as render;
+use bridge_render::tasks::SessionHolder;
 use opencode_client::backend::{ClientConfig, choose_backend_with};
 use opencode_client::{
     Children, ClientError, Liveness, SessionFilter, SessionSource, SessionState,
 };
-use run_supervisor::{Supervisor, SupervisorConfig, TaskId, TaskSpec, WaitReport};
+use run_supervisor::{ProcessKind, Supervisor, SupervisorConfig, TaskId, TaskSpec, WaitReport};
 use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -110,6 +111,10 @@ impl App {
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
         let client = ClientConfig::from_env();
+        cfg.session_reader = client.as_ref().ok().map(|c| {
+            Arc::new(crate::audit_reader::ClientSessionReader::new(c.clone()))
+                as Arc<dyn run_supervisor::audit::SessionReader>
+        });
         let roster = Arc::new(roster_source(&cfg, client.as_ref()));
         App {
             settings,
@@ -425,6 +430,7 @@ impl App {
         // The whole id (the caller may have given a unique prefix).
         spec.session = session.as_ref().map(|s| s.id.clone());
         spec.label = args.label.clone();
+        spec.denied = denied_permissions(agent);
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
         if progress.wanted() {
             self.report_start(id, progress).await;
@@ -551,13 +557,49 @@ impl App {
             })
         })
         .await?;
-        if session.state == SessionState::Running {
-            return Err(format!(
-                "session {} is still running: wait until it ends (opencode_wait, or opencode_sessions state=running), then send the follow-up",
-                session.id
-            ));
+        if let Some(holder) = self.session_holder(&session).await {
+            return Err(render::tasks::follow_up_refused(&session.id, &holder));
         }
         Ok(session)
+    }
+
+    /// Who holds a session a follow-up would prompt too, if anyone: an unfinished task (this
+    /// bridge's, another live bridge's, or an orphan's), an opencode TUI or run of no bridge
+    /// task that has it open (`-s`, from the process table), or, when no one can be named,
+    /// opencode's record saying it is working. One prompter per session.
+    async fn session_holder(&self, session: &opencode_client::Session) -> Option<SessionHolder> {
+        let id = session.id.as_str();
+        let holds = |t: &run_supervisor::TaskSnapshot| {
+            !t.state.is_finished()
+                && (t.session_id.as_deref() == Some(id) || t.continues.as_deref() == Some(id))
+        };
+        if let Some(t) = self.supervisor.list().into_iter().find(holds) {
+            return Some(match (t.other_bridge, t.orphaned) {
+                (Some(pid), _) => SessionHolder::OtherBridge { id: t.id, pid },
+                (None, true) => SessionHolder::Orphan {
+                    id: t.id,
+                    pid: t.pid,
+                },
+                (None, false) => SessionHolder::OwnTask { id: t.id },
+            });
+        }
+        let sup = self.supervisor.clone();
+        let procs = blocking(move || Ok(sup.processes()))
+            .await
+            .unwrap_or_default();
+        if let Some(p) = procs.iter().find(|p| {
+            p.session_id.as_deref() == Some(id)
+                && matches!(p.kind, ProcessKind::Tui | ProcessKind::Run)
+        }) {
+            return Some(match p.task_id {
+                Some(task) => SessionHolder::OwnTask { id: task },
+                None => SessionHolder::Process {
+                    kind: p.kind.as_str().to_owned(),
+                    pid: p.pid,
+                },
+            });
+        }
+        (session.state == SessionState::Running).then_some(SessionHolder::Working)
     }
 
     /// A directory argument: relative paths are taken from the root.
@@ -983,6 +1025,21 @@ fn roster_source(
         env,
         cfg.state_dir.as_ref().map(|d| d.join("roster-cache")),
     )
+}
+
+/// The permissions the policy believes denied in an agent's run, for the post-run audit of
+/// its tool calls: read-only agents run with edit, bash and task denied (their overlay); an
+/// editing agent whose edit tools are denied or whose shell is denied must not use them either.
+fn denied_permissions(agent: &bridge_policy::roster::AgentInfo) -> run_supervisor::audit::Denied {
+    use bridge_policy::roster::Shell;
+    if agent.access == Access::ReadOnly {
+        return run_supervisor::audit::Denied::READ_ONLY;
+    }
+    run_supervisor::audit::Denied {
+        edit: !agent.edit_tools,
+        bash: agent.shell == Shell::Denied,
+        task: false,
+    }
 }
 
 async fn blocking<T: Send + 'static>(

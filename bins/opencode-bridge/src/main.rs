@@ -18,6 +18,7 @@
 //! error; the process never exits while a task it started is still running.
 
 mod app;
+mod audit_reader;
 mod check_secrets;
 mod cli;
 mod config;

@@ -332,6 +332,76 @@ pub fn cancelled(id: TaskId, outcome: CancelOutcome) -> Result<String, String> {
     }
 }
 
+/// Who holds a session that a follow-up (`opencode_start` with `session`) would prompt too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionHolder {
+    /// An unfinished task of this bridge.
+    OwnTask {
+        /// The task.
+        id: TaskId,
+    },
+    /// An unfinished task of another live bridge sharing the state directory.
+    OtherBridge {
+        /// The task.
+        id: TaskId,
+        /// That bridge's pid.
+        pid: i32,
+    },
+    /// A task whose bridge is gone while its run goes on.
+    Orphan {
+        /// The task.
+        id: TaskId,
+        /// The run's pid, when known.
+        pid: Option<i32>,
+    },
+    /// An opencode process of no bridge task that has the session (`-s`): a TUI or a run.
+    Process {
+        /// `tui` or `run`.
+        kind: String,
+        /// Its pid.
+        pid: i32,
+    },
+    /// opencode's record says the session is working (its last message has no outcome yet),
+    /// and no process can be named.
+    Working,
+}
+
+/// The refusal of a follow-up into a busy session: who holds it and what to do.
+pub fn follow_up_refused(session: &str, holder: &SessionHolder) -> String {
+    let (who, what) = match holder {
+        SessionHolder::OwnTask { id } => (
+            format!("task {id} of this bridge"),
+            format!("wait for it (opencode_wait ids=[\"{id}\"]) or cancel it (opencode_cancel id={id})"),
+        ),
+        SessionHolder::OtherBridge { id, pid } => (
+            format!("task {id} of another bridge (pid {pid})"),
+            format!("wait for it (opencode_wait ids=[\"{id}\"]) or cancel it from that bridge"),
+        ),
+        SessionHolder::Orphan { id, pid } => (
+            match pid {
+                Some(pid) => format!("task {id}, whose bridge is gone (its run, pid {pid}, goes on)"),
+                None => format!("task {id}, whose bridge is gone"),
+            },
+            format!("wait for it (opencode_wait ids=[\"{id}\"]) or cancel it (opencode_cancel id={id})"),
+        ),
+        SessionHolder::Process { kind, pid } if kind == "tui" => (
+            format!("an opencode TUI (pid {pid})"),
+            "continue there, or close the session in that TUI first".to_owned(),
+        ),
+        SessionHolder::Process { kind, pid } => (
+            format!("an opencode {kind} the bridge did not start (pid {pid})"),
+            "wait until it ends (opencode_processes shows it)".to_owned(),
+        ),
+        SessionHolder::Working => (
+            "an opencode process the bridge cannot name (its last message has no outcome yet)".to_owned(),
+            "wait until it ends (opencode_sessions state=running lists it); a session left by a killed run reads `stale?` after 45 minutes of quiet and is free then".to_owned(),
+        ),
+    };
+    format!(
+        "refused: session {session} is busy, held by {who}; two prompters in one session make it run away. To send the follow-up, {what}; or start a new task without `session`."
+    )
+}
+
 /// The error for an id no task has.
 pub fn unknown_task(id: TaskId) -> String {
     format!(

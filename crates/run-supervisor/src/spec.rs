@@ -40,6 +40,9 @@ pub struct TaskSpec {
     pub session: Option<String>,
     /// A free-form label the caller can filter the task list by.
     pub label: Option<String>,
+    /// Permissions the policy believes denied in this run, for the post-run audit of its tool
+    /// calls ([`crate::audit`]); read-only agents always count `edit`, `bash` and `task` denied.
+    pub denied: crate::audit::Denied,
 }
 
 impl TaskSpec {
@@ -65,6 +68,7 @@ impl TaskSpec {
             env: Vec::new(),
             session: None,
             label: None,
+            denied: crate::audit::Denied::default(),
         }
     }
 }
@@ -118,6 +122,9 @@ pub struct SupervisorConfig {
     /// [`env::PRUNE_DAYS`]: finished tasks older than this are removed from
     /// the registry when a supervisor opens it. Nothing else is ever pruned.
     pub prune_after: Duration,
+    /// Reads what an opencode run's session used, for the post-run audit ([`crate::audit`]).
+    /// `None` (the default): runs are not audited (their result says so).
+    pub session_reader: Option<std::sync::Arc<dyn crate::audit::SessionReader>>,
 }
 
 impl Default for SupervisorConfig {
@@ -141,6 +148,7 @@ impl Default for SupervisorConfig {
             subreaper: true,
             state_dir: None,
             prune_after: Duration::from_secs(env::PRUNE_DAYS.default_number() * 24 * 3600),
+            session_reader: None,
         }
     }
 }

@@ -20,7 +20,10 @@
 //! | `overflow-loop` | a `ContextOverflowError` event every 50 ms, forever |
 //! | `flaky:N` | the first N runs (counted in the file `FAKE_OPENCODE_COUNTER`) print a 429 `APIError` and exit 1; later runs behave like `ok` |
 //! | `fallback` | prints 1.x's "is a subagent ... Falling back" line on stderr, then like `ok` |
+//! | `recorded:AGENT:MODEL` | like `ok` in a session of its own that it also records in opencode's store (the path opencode would use: `OPENCODE_DB`, else `$XDG_DATA_HOME/opencode/opencode.db`, else under `~/.local/share`), with one assistant message of agent `AGENT` and model `MODEL` (`provider/model`); `-` for either records what the run was asked for |
 //!
+//! Without `run`, `FAKE_OPENCODE_SCENARIO=tui` stands in for the TUI: it sleeps until killed
+//! (`opencode -s ses_…` holds that session).
 //! With `FAKE_OPENCODE_RECORD=<path>` the report of `ok` is also written to that file.
 
 use std::io::{Read, Write};
@@ -183,6 +186,97 @@ fn ok_run(out: &mut impl Write, args: &Args, stdin: &str) {
     emit(out, step_finish("msg_1"));
 }
 
+/// An event moved into session `sid`.
+fn in_session(mut v: serde_json::Value, sid: &str) -> serde_json::Value {
+    v["sessionID"] = sid.into();
+    if v.get("part").is_some() {
+        v["part"]["sessionID"] = sid.into();
+    }
+    v
+}
+
+/// Where opencode 1.18 keeps its store (without the release-channel variants).
+fn store_path() -> Option<std::path::PathBuf> {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/share")))?
+        .join("opencode");
+    match std::env::var_os("OPENCODE_DB").filter(|v| !v.is_empty()) {
+        Some(db) if Path::new(&db).is_absolute() => Some(db.into()),
+        Some(db) => Some(data.join(db)),
+        None => Some(data.join("opencode.db")),
+    }
+}
+
+/// Records a session with a user message and one finished assistant message of `agent` on
+/// `model` in opencode's store (creating the tables it needs), as opencode would; returns its id.
+fn record_session(args: &Args, agent: &str, model: &str, answer: &str) -> Result<String, String> {
+    let path = store_path().ok_or("no HOME or XDG_DATA_HOME")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    let db = rusqlite::Connection::open(&path).map_err(|e| e.to_string())?;
+    db.busy_timeout(Duration::from_secs(5))
+        .map_err(|e| e.to_string())?;
+    db.execute_batch(
+        "CREATE TABLE IF NOT EXISTS session (id text PRIMARY KEY, project_id text NOT NULL, parent_id text, \
+           slug text NOT NULL, directory text NOT NULL, title text NOT NULL, version text NOT NULL, \
+           agent text, model text, time_created int NOT NULL, time_updated int NOT NULL); \
+         CREATE TABLE IF NOT EXISTS message (id text PRIMARY KEY, session_id text NOT NULL, \
+           time_created int NOT NULL, time_updated int NOT NULL, data text NOT NULL); \
+         CREATE TABLE IF NOT EXISTS part (id text PRIMARY KEY, message_id text NOT NULL, \
+           session_id text NOT NULL, time_created int NOT NULL, time_updated int NOT NULL, data text NOT NULL);",
+    )
+    .map_err(|e| e.to_string())?;
+    let now = now_ms() as i64;
+    let tag = format!("{now:013}{:05}", std::process::id() % 100_000);
+    let sid = format!("ses_fakerec{tag}");
+    let (provider, model_id) = model.split_once('/').unwrap_or(("fk", model));
+    let dir = std::env::var("PWD").unwrap_or_default();
+    let user = serde_json::json!({"role":"user","time":{"created":now},"agent":agent,
+        "model":{"providerID":provider,"modelID":model_id}});
+    let assistant = serde_json::json!({"parentID":format!("msg_{tag}a"),"role":"assistant",
+        "mode":agent,"agent":agent,"path":{"cwd":dir,"root":"/"},"cost":0,
+        "tokens":{"input":8,"output":3,"reasoning":0,"cache":{"read":0,"write":0}},
+        "modelID":model_id,"providerID":provider,"time":{"created":now + 1,"completed":now + 2},
+        "finish":"stop"});
+    let text =
+        serde_json::json!({"type":"text","text":answer,"time":{"start":now + 1,"end":now + 2}});
+    let tx = db.unchecked_transaction().map_err(|e| e.to_string())?;
+    tx.execute(
+        "INSERT INTO session (id, project_id, parent_id, slug, directory, title, version, agent, model, time_created, time_updated) \
+         VALUES (?1, 'global', NULL, 'fake', ?2, ?3, '1.18.33', ?4, ?5, ?6, ?7)",
+        rusqlite::params![
+            sid,
+            dir,
+            args.title.as_deref().unwrap_or("fake session"),
+            agent,
+            serde_json::json!({"id":model_id,"providerID":provider}).to_string(),
+            now,
+            now + 2
+        ],
+    )
+    .map_err(|e| e.to_string())?;
+    for (id, created, data) in [
+        (format!("msg_{tag}a"), now, user.to_string()),
+        (format!("msg_{tag}b"), now + 1, assistant.to_string()),
+    ] {
+        tx.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) VALUES (?1, ?2, ?3, ?3, ?4)",
+            rusqlite::params![id, sid, created, data],
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    tx.execute(
+        "INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+        rusqlite::params![format!("prt_{tag}"), format!("msg_{tag}b"), sid, now + 2, text.to_string()],
+    )
+    .map_err(|e| e.to_string())?;
+    tx.commit().map_err(|e| e.to_string())?;
+    Ok(sid)
+}
+
 fn spawn_tree() {
     // Each descendant writes its own pid once it is in its final state (TERM ignored, new
     // session), and the fake waits for that line before going on, so a test that reads the
@@ -238,6 +332,11 @@ fn main() {
         );
         return;
     }
+    if args.first().map(String::as_str) != Some("run")
+        && std::env::var("FAKE_OPENCODE_SCENARIO").as_deref() == Ok("tui")
+    {
+        hang();
+    }
     if args.first().map(String::as_str) != Some("run") {
         eprintln!("fake-opencode: only `run`, `--version` and `run --help` are supported");
         std::process::exit(2);
@@ -271,6 +370,32 @@ fn main() {
                 parsed.agent.as_deref().unwrap_or("?")
             );
             ok_run(&mut out, &parsed, &stdin);
+        }
+        s if s.starts_with("recorded:") => {
+            let (agent, model) = s[9..].split_once(':').unwrap_or(("-", "-"));
+            let pick = |given: &str, asked: Option<&str>, default: &str| match given {
+                "-" => asked.unwrap_or(default).to_owned(),
+                other => other.to_owned(),
+            };
+            let agent = pick(agent, parsed.agent.as_deref(), "build");
+            let model = pick(model, parsed.model.as_deref(), "fk/ok");
+            let model = model.split('#').next().unwrap_or_default().to_owned();
+            let report = report(&parsed, &stdin);
+            match record_session(&parsed, &agent, &model, &report) {
+                Ok(sid) => {
+                    for v in [
+                        step_start("msg_1"),
+                        text("msg_1", &report),
+                        step_finish("msg_1"),
+                    ] {
+                        emit(&mut out, in_session(v, &sid));
+                    }
+                }
+                Err(e) => {
+                    eprintln!("fake-opencode: cannot record the session: {e}");
+                    std::process::exit(1);
+                }
+            }
         }
         s if s.starts_with("exit:") => {
             let code: i32 = s[5..].parse().unwrap_or(1);
