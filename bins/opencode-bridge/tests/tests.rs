@@ -1,6 +1,7 @@
 //! The integration tests of this crate, one test binary (each module was a binary of its own;
 //! one binary links the crate once instead of once per file).
 
+mod audit;
 mod bad_input;
 mod cli;
 mod common;
