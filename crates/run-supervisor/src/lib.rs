@@ -33,6 +33,7 @@ pub mod registry;
 mod runner;
 mod spec;
 mod supervisor;
+mod task;
 
 use std::path::PathBuf;
 
@@ -45,9 +46,9 @@ pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
 pub use proctable::{OpencodeProcess, ProcessKind};
 pub use spec::{AgentMode, SupervisorConfig, TaskSpec};
-pub use supervisor::{
-    CancelOutcome, FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Sessionless,
-    Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
+pub use supervisor::{FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Supervisor};
+pub use task::{
+    CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
 
 /// Why a task was not started. Each message says what to do.
