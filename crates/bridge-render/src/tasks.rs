@@ -195,6 +195,9 @@ pub fn result(o: &TaskOutput) -> String {
     if let Some(c) = &o.changed_files {
         out.push_str(&changed_files(c));
     }
+    if let Some(a) = &o.audit {
+        out.push_str(&format!("{}\n", one_line(a, 2000)));
+    }
     out.push_str(&"-".repeat(40));
     out.push('\n');
     let text = o.text.text.trim();

@@ -318,6 +318,7 @@ fn task_texts() {
         unknown_events: 0,
         stdout_bytes_dropped: 0,
         changed_files: None,
+        audit: Some("not audited: session ses_1 cannot be read: the store is locked".into()),
     };
     insta::assert_snapshot!("result_failed", tasks::result(&output));
     insta::assert_snapshot!(
@@ -390,8 +391,32 @@ fn durable_task_texts() {
                 },
             ],
         }),
+        audit: Some("audited: agent fixer, model fk/ok in 3 assistant messages".into()),
     };
     insta::assert_snapshot!("result_changed_files", tasks::result(&output));
+    use bridge_render::tasks::{SessionHolder, follow_up_refused};
+    let holders = [
+        SessionHolder::OwnTask { id: 3 },
+        SessionHolder::OtherBridge { id: 4, pid: 777 },
+        SessionHolder::Orphan {
+            id: 5,
+            pid: Some(888),
+        },
+        SessionHolder::Process {
+            kind: "tui".into(),
+            pid: 999,
+        },
+        SessionHolder::Process {
+            kind: "run".into(),
+            pid: 1000,
+        },
+        SessionHolder::Working,
+    ];
+    let refusals: Vec<String> = holders
+        .iter()
+        .map(|h| follow_up_refused("ses_busy", h))
+        .collect();
+    insta::assert_snapshot!("follow_up_refused", refusals.join("\n"));
     let mut failed = snapshot(15, TaskState::Failed);
     failed.failure = Some(Failure::new(FailureKind::Quota, "insufficient_quota"));
     let report = WaitReport {

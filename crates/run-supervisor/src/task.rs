@@ -159,6 +159,10 @@ pub struct TaskOutput {
     pub stdout_bytes_dropped: u64,
     /// The files the task changed (editing agents only, once finished; `None`: not tracked).
     pub changed_files: Option<ChangedFiles>,
+    /// The post-run audit (opencode runs, once finished): `audited: agent …, model … in N
+    /// assistant messages`, or `not audited: …` and why; further findings after `; also:`.
+    /// `None`: not audited (a Claude run, or the task has not ended).
+    pub audit: Option<String>,
 }
 
 /// What `cancel` did.

@@ -317,6 +317,9 @@ pub(crate) struct TaskOutputRecord {
     pub unknown_events: usize,
     pub stdout_bytes_dropped: u64,
     pub changed_files: Option<ChangedFiles>,
+    /// The post-run audit's line (`audited: …` / `not audited: …`); absent before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<String>,
 }
 
 /// Why the registry cannot be used. The message names the directory and what to do.

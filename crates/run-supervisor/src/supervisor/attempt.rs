@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use super::audited;
 use super::child::{AttemptCtx, AttemptEnd, run_attempt};
 use super::record::Save;
 use super::{MAX_FINISHED_TASKS, Shared, StopReason, forget_finished, persist};
@@ -103,10 +104,9 @@ pub(super) async fn run_task(
     bin: PathBuf,
     stop_rx: watch::Receiver<Option<StopReason>>,
 ) {
-    // Editing agents: look at the git tree before and after, to list what the task changed.
-    let before = if spec.read_only {
-        None
-    } else {
+    // Look at the git tree before and after: an editing agent's changes are listed, a read-only
+    // agent's are a policy violation (the audit).
+    let before = {
         let dir = cwd.clone();
         tokio::task::spawn_blocking(move || GitSnapshot::take(&dir))
             .await
@@ -114,9 +114,19 @@ pub(super) async fn run_task(
             .flatten()
     };
     let read_only = spec.read_only;
+    let expected = audited::Expected::of(&spec);
     let dir = cwd.clone();
     let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
-    if !read_only {
+    let mut tree = None;
+    if read_only {
+        tree = match before {
+            Some(snap) => tokio::task::spawn_blocking(move || snap.changes_since())
+                .await
+                .ok()
+                .flatten(),
+            None => None,
+        };
+    } else {
         let calls = shared
             .with(id, |r| r.summary.tool_calls().clone())
             .unwrap_or_default();
@@ -129,6 +139,7 @@ pub(super) async fn run_task(
         .flatten();
         shared.with(id, |r| r.changes = changes);
     }
+    let (state, failure) = audited::settle(&shared, id, &expected, state, failure, tree).await;
     finish(&shared, id, state, failure).await;
 }
 

@@ -30,6 +30,7 @@ use crate::task::{
 use bridge_proc::{self as procs, ProcId};
 
 mod attempt;
+mod audited;
 mod child;
 mod output;
 mod record;

@@ -48,6 +48,8 @@ pub(super) struct Record {
     pub(super) stop: watch::Sender<Option<StopReason>>,
     pub(super) done: watch::Sender<bool>,
     pub(super) changes: Option<ChangedFiles>,
+    /// The post-run audit's line, once the task ended ([`crate::audit`]).
+    pub(super) audit: Option<String>,
     /// What the registry last got: events folded, session id known.
     pub(super) persisted_events: usize,
     pub(super) persisted_session: bool,
@@ -88,6 +90,7 @@ impl Record {
             stop,
             done,
             changes: None,
+            audit: None,
             persisted_events: 0,
             persisted_session: false,
             durable_session,
@@ -135,6 +138,7 @@ impl Record {
             unknown_events: self.summary.unknown(),
             stdout_bytes_dropped: self.summary.text().dropped_bytes(),
             changed_files: self.changes.clone(),
+            audit: self.audit.clone(),
         }
     }
 
@@ -251,6 +255,7 @@ pub(super) fn output_view(
         unknown_events: o.unknown_events,
         stdout_bytes_dropped: o.stdout_bytes_dropped,
         changed_files: o.changed_files.clone(),
+        audit: o.audit.clone(),
     }
 }
 

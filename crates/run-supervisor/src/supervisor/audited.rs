@@ -1,0 +1,102 @@
+//! The post-run audit where a task ends ([`crate::audit`]): what the task asked, read when it is
+//! accepted; what its session used, read through the configured
+//! [`SessionReader`](crate::audit::SessionReader) on the blocking pool once its last attempt
+//! ended; and the task's final state and failure, settled from both. Fail closed: a proven
+//! mismatch turns a success into a failure; an unreadable session does not fail the task.
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use super::Shared;
+use crate::audit::{self, Asked, Denied};
+use crate::changes::ChangedFiles;
+use crate::classify::Failure;
+use crate::runner::backend;
+use crate::spec::TaskSpec;
+use crate::task::{TaskId, TaskState};
+
+/// What a task asked for, kept from its spec for the audit at its end.
+#[derive(Debug, Clone)]
+pub(super) struct Expected {
+    agent: String,
+    read_only: bool,
+    denied: Denied,
+}
+
+impl Expected {
+    pub(super) fn of(spec: &TaskSpec) -> Expected {
+        Expected {
+            agent: spec.agent.clone(),
+            read_only: spec.read_only,
+            denied: spec.denied,
+        }
+    }
+}
+
+/// Audits task `id` after its last attempt (`state`, `failure`: how the attempts ended;
+/// `tree`: what changed in the git tree while a read-only agent ran) and returns the state and
+/// failure it ends with. Sets the task's audit line. Runs that are not opencode's (`claude -p`)
+/// are not audited.
+pub(super) async fn settle(
+    shared: &Arc<Shared>,
+    id: TaskId,
+    expected: &Expected,
+    state: TaskState,
+    failure: Option<Failure>,
+    tree: Option<ChangedFiles>,
+) -> (TaskState, Option<Failure>) {
+    let Some((opencode, session, model, since, calls)) = shared.with(id, |r| {
+        (
+            backend(r.runner).learns_session_from_store(),
+            r.summary
+                .session_id()
+                .clone()
+                .or_else(|| r.rec.continues.clone()),
+            r.rec.model.clone(),
+            UNIX_EPOCH + Duration::from_millis(r.rec.accepted_ms),
+            r.summary.tool_calls().clone(),
+        )
+    }) else {
+        return (state, failure);
+    };
+    if !opencode {
+        return (state, failure);
+    }
+    let reader = shared.config.session_reader.clone();
+    let used = match (reader, session) {
+        (None, _) => Err("this bridge has no session reader".to_owned()),
+        (Some(_), None) => Err("the run named no session".to_owned()),
+        (Some(reader), Some(sid)) => tokio::task::spawn_blocking(move || reader.read(&sid, since))
+            .await
+            .unwrap_or_else(|e| Err(format!("the session read failed: {e}"))),
+    };
+    let asked = Asked {
+        agent: &expected.agent,
+        model: model.as_deref(),
+        read_only: expected.read_only,
+        denied: expected.denied,
+    };
+    let found = audit::audit(
+        &asked,
+        used.as_ref().map_err(String::as_str),
+        &calls,
+        tree.as_ref(),
+    );
+    let mut note = found.note;
+    let (state, failure) = match (state, found.failure) {
+        (TaskState::Succeeded, Some(f)) => (TaskState::Failed, Some(f)),
+        (state, Some(f)) => {
+            note.push_str(&format!("; also: {}", f.message));
+            (state, failure)
+        }
+        (state, None) => (state, failure),
+    };
+    shared.with(id, |r| {
+        r.audit = Some(note);
+        // A read-only agent's changes are named in its result (they are the violation).
+        if expected.read_only && tree.as_ref().is_some_and(|t| !t.files.is_empty()) {
+            r.changes = tree;
+        }
+    });
+    (state, failure)
+}
