@@ -112,7 +112,7 @@ pub struct Asked<'a> {
 /// What the audit found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Audit {
-    /// The failure the task gets (the first of: agent, model, tool calls, read-only tree).
+    /// The failure the task gets (the first of: agent, model, read-only tree, tool calls).
     pub failure: Option<Failure>,
     /// One line for the result: what was checked, or `not audited: …`, plus any further
     /// finding beyond the failure.
@@ -224,6 +224,20 @@ pub fn audit(
             }
         }
     }
+    if asked.read_only
+        && let Some(changed) = tree.filter(|c| !c.files.is_empty())
+    {
+        let files: Vec<String> = changed.files.iter().map(|f| f.path.clone()).collect();
+        failures.push(Failure::with_advice(
+            FailureKind::Agent,
+            format!(
+                "policy violation: the working tree changed while read-only agent `{}` ran: {}",
+                asked.agent,
+                list(&files, 10)
+            ),
+            "A read-only task must not change files. Look at the changes (git status, git diff) and undo what you did not make; if another process edited the same tree at the same time its edits are counted too, so run read-only tasks in a tree no one is editing.",
+        ));
+    }
     let denied = if asked.read_only {
         Denied::READ_ONLY
     } else {
@@ -248,20 +262,6 @@ pub fn audit(
                 list(&forbidden, 5)
             ),
             "The agent's permissions did not hold in this run: check what the files it touched contain now (git diff) and the agent's opencode config (a plugin or a project config may override the bridge's), and do not rely on it being read-only.",
-        ));
-    }
-    if asked.read_only
-        && let Some(changed) = tree.filter(|c| !c.files.is_empty())
-    {
-        let files: Vec<String> = changed.files.iter().map(|f| f.path.clone()).collect();
-        failures.push(Failure::with_advice(
-            FailureKind::Agent,
-            format!(
-                "policy violation: the working tree changed while read-only agent `{}` ran: {}",
-                asked.agent,
-                list(&files, 10)
-            ),
-            "A read-only task must not change files. Look at the changes (git status, git diff) and undo what you did not make; if another process edited the same tree at the same time its edits are counted too, so run read-only tasks in a tree no one is editing.",
         ));
     }
     let mut failures = failures.into_iter();

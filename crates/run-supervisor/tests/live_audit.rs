@@ -1,0 +1,137 @@
+//! The post-run audit with the real opencode 1.18.33 and the fake LLM: a run the policy believed
+//! read-only that wrote a file anyway fails closed (kind `agent`), naming the file and the call;
+//! a read-only run that kept to reading passes and says it was audited. The session is read
+//! from the sandbox's store through `opencode_client::usage`, as the MCP server reads it.
+
+use crate::common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
+use common::*;
+use opencode_client::{Liveness, ScanContext, StoreSource};
+use run_supervisor::audit::{SessionReader, Turn, Used};
+use run_supervisor::{FailureKind, Supervisor, SupervisorConfig, TaskSpec, TaskState, ToolCall};
+
+/// Reads the sandbox's store, read-only.
+#[derive(Debug)]
+struct StoreReader(PathBuf);
+
+impl SessionReader for StoreReader {
+    fn read(&self, session_id: &str, since: SystemTime) -> Result<Used, String> {
+        let store = StoreSource::open(&self.0).map_err(|e| e.to_string())?;
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let ctx = ScanContext {
+            deadline: Instant::now() + Duration::from_secs(30),
+            now_ms,
+            liveness: Liveness::default(),
+        };
+        let since_ms = since.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+        let u = opencode_client::usage::session_usage(&store, session_id, since_ms, &ctx)
+            .map_err(|e| e.to_string())?;
+        Ok(Used {
+            turns: u
+                .turns
+                .into_iter()
+                .map(|t| Turn {
+                    agent: t.agent,
+                    model: t.model,
+                })
+                .collect(),
+            tool_calls: u
+                .tool_calls
+                .into_iter()
+                .map(|c| ToolCall {
+                    tool: c.tool,
+                    status: c.status.as_str().to_owned(),
+                    title: None,
+                    error: None,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[tokio::test]
+async fn live_a_read_only_run_that_changed_a_file_fails_closed_naming_it() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    let git = |args: &[&str]| bridge_testkit::git(&proj, args);
+    git(&["init", "-q"]);
+    std::fs::write(proj.join("README.md"), "# demo\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "init"]);
+    let sup = Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.clone()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        max_parallel: 1,
+        kill_grace: Duration::from_secs(3),
+        quiet_after: Duration::from_secs(600),
+        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
+        ..SupervisorConfig::default()
+    });
+    // The policy believes both agents read-only. The first one's permissions do not hold (it
+    // runs with `--auto` and no read-only overlay, as a hole in the policy would leave it), and
+    // the fake model writes a file; the second only answers.
+    let read_only = |model: &str| {
+        let mut s = TaskSpec::new(
+            "Write the greeting file.",
+            &proj,
+            "worker",
+            format!("LIVE/worker: audit {model}"),
+        );
+        s.model = Some(format!("fk/{model}"));
+        s.read_only = true;
+        s
+    };
+    // One after the other: a read-only task counts every change made in its tree while it
+    // runs, whoever made it.
+    let mut ids = Vec::new();
+    for model in ["ok", "toolwrite"] {
+        let id = sup.start(read_only(model)).unwrap();
+        tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
+            .await
+            .unwrap_or_else(|_| panic!("task {id} did not finish: {:?}", sup.status(id)));
+        ids.push(id);
+    }
+    let (kept, wrote) = (ids[0], ids[1]);
+    assert!(proj.join("hello.txt").exists(), "the run did write");
+
+    let s = sup.status(wrote).unwrap();
+    assert_eq!(s.state, TaskState::Failed, "{s:?}");
+    let f = s.failure.unwrap();
+    assert_eq!(f.kind, FailureKind::Agent);
+    assert_eq!(
+        f.message,
+        "policy violation: the working tree changed while read-only agent `worker` ran: hello.txt"
+    );
+    let out = sup.result(wrote, None, None).unwrap();
+    let changed = out.changed_files.expect("the changed files are named");
+    assert_eq!(changed.files[0].path, "hello.txt");
+    let audit = out.audit.unwrap();
+    assert!(
+        audit.starts_with("audited: agent worker, model fk/toolwrite in 2 assistant messages"),
+        "{audit}"
+    );
+    assert!(
+        audit.contains("also: policy violation: agent `worker` made tool calls its permissions deny: write (edit denied)"),
+        "{audit}"
+    );
+
+    let s = sup.status(kept).unwrap();
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    let out = sup.result(kept, None, None).unwrap();
+    assert_eq!(
+        out.audit.as_deref(),
+        Some("audited: agent worker, model fk/ok in 1 assistant message")
+    );
+    assert!(out.changed_files.is_none());
+}
