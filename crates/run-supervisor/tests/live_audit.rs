@@ -3,14 +3,11 @@
 //! a read-only run that kept to reading passes and says it was audited. The session is read
 //! from the sandbox's store through `opencode_client::usage`, as the MCP server reads it.
 
-use crate::common;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use common::*;
 use opencode_client::{Liveness, ScanContext, StoreSource};
 use run_supervisor::audit::{SessionReader, Turn, Used};
 use run_supervisor::{FailureKind, Supervisor, SupervisorConfig, TaskSpec, TaskState, ToolCall};
