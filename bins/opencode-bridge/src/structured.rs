@@ -297,8 +297,12 @@ pub struct ResultView {
     /// The text content shows only part of the output (head, tail or the default cut).
     pub output_truncated: bool,
     pub tool_calls: Vec<ToolCallView>,
-    /// Editing agents only, once finished (`null`: not tracked).
+    /// Editing agents only, once finished (`null`: not tracked); for a read-only agent, the
+    /// files it changed (a policy violation).
     pub changed_files: Option<ChangedFilesView>,
+    /// The post-run audit of an opencode run, once finished: `audited: agent …, model … in N
+    /// assistant messages` or `not audited: …` (`null`: not audited, e.g. a Claude run).
+    pub audit: Option<String>,
 }
 
 impl From<&TaskOutput> for ResultView {
@@ -309,6 +313,7 @@ impl From<&TaskOutput> for ResultView {
             output_truncated: o.text.truncated,
             tool_calls: o.tool_calls.iter().map(Into::into).collect(),
             changed_files: o.changed_files.as_ref().map(Into::into),
+            audit: o.audit.clone(),
         }
     }
 }

@@ -157,7 +157,8 @@ pub struct TaskOutput {
     /// the head and the tail are kept). Events are folded as they arrive and raw output
     /// lines are not kept.
     pub stdout_bytes_dropped: u64,
-    /// The files the task changed (editing agents only, once finished; `None`: not tracked).
+    /// The files the task changed (editing agents, once finished; a read-only agent's only when
+    /// it changed some, a policy violation; `None`: not tracked).
     pub changed_files: Option<ChangedFiles>,
     /// The post-run audit (opencode runs, once finished): `audited: agent …, model … in N
     /// assistant messages`, or `not audited: …` and why; further findings after `; also:`.
