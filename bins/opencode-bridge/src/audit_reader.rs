@@ -37,15 +37,15 @@ fn title_of(input: &str) -> Option<String> {
 
 impl SessionReader for ClientSessionReader {
     fn read(&self, session_id: &str, since: SystemTime) -> Result<Used, String> {
-        let (source, _why) =
-            choose_backend_with(&self.client, &open_store).map_err(|e| e.to_string())?;
+        let unreadable = |e: ClientError| format!("session {session_id} cannot be read: {e}");
+        let (source, _why) = choose_backend_with(&self.client, &open_store).map_err(unreadable)?;
         let ctx = self.client.scan_context(Liveness::default());
         let since_ms = since
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let usage =
             opencode_client::usage::session_usage(source.as_ref(), session_id, since_ms, &ctx)
-                .map_err(|e| format!("session {session_id} cannot be read: {e}"))?;
+                .map_err(unreadable)?;
         Ok(Used {
             turns: usage
                 .turns
