@@ -72,7 +72,6 @@ pub(super) async fn run_attempt(
         caps,
         default_model: cfg.default_model.as_deref(),
         base_env: &cfg.env,
-        worker_agent: &shared.worker_agent,
         prompt_file_threshold: cfg.prompt_file_threshold,
         prompt_file_path: prompt_path,
     };

@@ -69,7 +69,6 @@ struct Shared {
     me: ProcId,
     inner: Mutex<Inner>,
     caps: OnceCell<Result<Capabilities, String>>,
-    worker_agent: serde_json::Value,
     registry: Option<Registry>,
     /// Writes this supervisor's records to `registry` on its own thread.
     writer: Option<registry::Writer>,
@@ -153,7 +152,6 @@ impl Supervisor {
                     ..Inner::default()
                 }),
                 caps: OnceCell::new(),
-                worker_agent: bridge_policy::roster::worker_agent_config(),
                 registry,
                 writer,
             }
