@@ -47,7 +47,7 @@ pub(super) async fn settle(
 ) -> (TaskState, Option<Failure>) {
     let Some((opencode, session, model, since, calls)) = shared.with(id, |r| {
         (
-            backend(r.runner).learns_session_from_store(),
+            backend(r.runner).traits().learns_session_from_store,
             r.summary
                 .session_id()
                 .clone()

@@ -70,7 +70,6 @@ struct Shared {
     me: ProcId,
     inner: Mutex<Inner>,
     caps: OnceCell<Result<Capabilities, String>>,
-    worker_agent: serde_json::Value,
     registry: Option<Registry>,
     /// Writes this supervisor's records to `registry` on its own thread.
     writer: Option<registry::Writer>,
@@ -154,7 +153,6 @@ impl Supervisor {
                     ..Inner::default()
                 }),
                 caps: OnceCell::new(),
-                worker_agent: bridge_policy::roster::worker_agent_config(),
                 registry,
                 writer,
             }
@@ -524,7 +522,7 @@ impl Supervisor {
             .tasks
             .iter()
             .filter(|(_, r)| {
-                backend(r.runner).learns_session_from_store()
+                backend(r.runner).traits().learns_session_from_store
                     && r.summary.session_id().is_none()
                     && r.rec.continues.is_none()
                     && r.finished
@@ -551,7 +549,7 @@ impl Supervisor {
         let Some(r) = inner.tasks.get_mut(&id) else {
             return false;
         };
-        let fits = backend(r.runner).learns_session_from_store()
+        let fits = backend(r.runner).traits().learns_session_from_store
             && r.summary.session_id().is_none()
             && r.rec.continues.is_none()
             && r.attempt_wall().is_some_and(|start| created >= start);
