@@ -1028,7 +1028,7 @@ fn roster_source(
 fn denied_permissions(agent: &bridge_policy::roster::AgentInfo) -> run_supervisor::audit::Denied {
     use bridge_policy::roster::Shell;
     if agent.access == Access::ReadOnly {
-        return run_supervisor::audit::Denied::READ_ONLY;
+        return run_supervisor::audit::Denied::read_only();
     }
     run_supervisor::audit::Denied {
         edit: !agent.edit_tools,

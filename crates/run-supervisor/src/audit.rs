@@ -77,12 +77,17 @@ pub struct Denied {
 }
 
 impl Denied {
-    /// What a read-only run is started with (`bridge_policy::roster::read_only_permissions`).
-    pub const READ_ONLY: Denied = Denied {
-        edit: true,
-        bash: true,
-        task: true,
-    };
+    /// What a read-only run is started with: the permissions
+    /// `bridge_policy::roster::read_only_permissions` sets to `deny`.
+    pub fn read_only() -> Denied {
+        let p = bridge_policy::roster::read_only_permissions();
+        let deny = |k: &str| p.get(k).and_then(|v| v.as_str()) == Some("deny");
+        Denied {
+            edit: deny("edit"),
+            bash: deny("bash"),
+            task: deny("task"),
+        }
+    }
 
     /// The permission a tool needs, when it is one of the denied ones.
     pub fn denies(&self, tool: &str) -> Option<&'static str> {
@@ -105,7 +110,7 @@ pub struct Asked<'a> {
     pub model: Option<&'a str>,
     /// The agent is read-only.
     pub read_only: bool,
-    /// Permissions denied in the run (beyond [`Denied::READ_ONLY`] for read-only agents).
+    /// Permissions denied in the run (read-only agents: [`Denied::read_only`] whatever this says).
     pub denied: Denied,
 }
 
@@ -239,7 +244,7 @@ pub fn audit(
         ));
     }
     let denied = if asked.read_only {
-        Denied::READ_ONLY
+        Denied::read_only()
     } else {
         asked.denied
     };
@@ -313,6 +318,29 @@ mod tests {
             read_only,
             denied: Denied::default(),
         }
+    }
+
+    #[test]
+    fn a_read_only_run_is_audited_against_the_overlay_it_runs_with() {
+        assert_eq!(
+            Denied::read_only(),
+            Denied {
+                edit: true,
+                bash: true,
+                task: true
+            }
+        );
+        let d = Denied::read_only();
+        for (tool, perm) in [
+            ("write", "edit"),
+            ("apply_patch", "edit"),
+            ("bash", "bash"),
+            ("task", "task"),
+        ] {
+            assert_eq!(d.denies(tool), Some(perm), "{tool}");
+        }
+        assert_eq!(d.denies("read"), None);
+        assert_eq!(Denied::default().denies("write"), None);
     }
 
     #[test]
