@@ -64,6 +64,9 @@ pub(super) async fn settle(
     }
     let reader = shared.config.session_reader.clone();
     let used = match (reader, session) {
+        // A cancelled run (or one stopped by the bridge's shutdown) is not read: it did not
+        // end on its own, and a shutdown should not wait for the store.
+        _ if state == TaskState::Cancelled => Err("the task was cancelled".to_owned()),
         (None, _) => Err("this bridge has no session reader".to_owned()),
         (Some(_), None) => Err("the run named no session".to_owned()),
         (Some(reader), Some(sid)) => tokio::task::spawn_blocking(move || reader.read(&sid, since))
