@@ -130,3 +130,61 @@ fn a_run_that_used_another_agent_or_model_fails_closed() {
     assert!(status.contains("succeeded"), "{status}");
     assert!(result.contains("\nnot audited: "), "{result}");
 }
+
+#[test]
+fn live_a_follow_up_into_a_session_a_real_run_works_in_is_refused() {
+    let oc = bridge_testkit::require_opencode!();
+    let llm = bridge_testkit::FakeLlm::start().unwrap();
+    llm.set_slow_secs(300);
+    let sb = bridge_testkit::OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = World::new();
+    let mut env = sandbox_env_for_bridge(&sb);
+    env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
+    env.push((
+        "OPENCODE_BRIDGE_ROOT",
+        sb.project_dir().to_string_lossy().into_owned(),
+    ));
+    env.push(("OPENCODE_BRIDGE_KILL_GRACE_MS", "2000".into()));
+    let mut server = Server::start_in(&world, &env, sb.project_dir());
+    server.initialize();
+    let (t, _) = server.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Tell a long story", "model": "fk/slow"}),
+    );
+    assert!(t.starts_with("started task 1:"), "{t}");
+    // The real run is streaming (the fake model takes 300 s): wait until its session is known.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let session = loop {
+        let (s, _) = server.call_text(2, "opencode_status", json!({"id": "1"}));
+        if let Some(sid) = s
+            .lines()
+            .find_map(|l| l.strip_prefix("session: "))
+            .filter(|s| s.starts_with("ses_"))
+        {
+            break sid.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no session: {s}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    let (t, is_error) = server.call_text(
+        3,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "And then?", "session": session}),
+    );
+    assert!(is_error, "{t}");
+    assert!(
+        t.starts_with(&format!(
+            "refused: session {session} is busy, held by task 1 of this bridge"
+        )),
+        "{t}"
+    );
+    let (t, _) = server.call_text(4, "opencode_cancel", json!({"id": "1"}));
+    assert!(t.contains("cancelled"), "{t}");
+    assert!(
+        llm.chat_requests("slow")
+            .iter()
+            .all(|r| !r.body.contains("And then?")),
+        "the refused follow-up never reached the model"
+    );
+}
