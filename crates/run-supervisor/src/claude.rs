@@ -650,32 +650,19 @@ pub(crate) fn process_entry(
     model: Option<&str>,
     session_id: Option<&str>,
 ) -> Option<crate::proctable::OpencodeProcess> {
-    let p = procfs::process::Process::new(pid).ok()?;
-    let stat = p.stat().ok()?;
-    let cmdline = p.cmdline().unwrap_or_default();
-    let ticks = procfs::ticks_per_second().max(1);
-    let boot = procfs::boot_time_secs().ok();
-    let elapsed = boot
-        .map(|b| {
-            let started = b as f64 + stat.starttime as f64 / ticks as f64;
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            Duration::from_secs_f64((now - started).max(0.0))
-        })
-        .unwrap_or_default();
+    let info = bridge_proc::ProcInfo::of(pid)?;
     Some(crate::proctable::OpencodeProcess {
         pid,
-        ppid: stat.ppid,
+        ppid: info.ppid,
         kind: crate::proctable::ProcessKind::Other("claude -p".into()),
-        elapsed,
+        elapsed: info.elapsed,
         agent: Some(agent.to_owned()),
         title: (!title.is_empty()).then(|| title.to_owned()),
         model: model.map(str::to_owned),
-        cwd: p.cwd().ok(),
+        cwd: info.cwd,
         session_id: session_id.map(str::to_owned),
         task_id: Some(task_id),
-        cmdline,
+        cmdline: info.cmdline,
     })
 }
 
