@@ -516,10 +516,6 @@ pub struct Classified {
     pub reset: Option<SystemTime>,
 }
 
-/// Formats an instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC): [`crate::utc::format`], named here
-/// for the callers that still import it from this module.
-pub use crate::utc::format as fmt_utc;
-
 /// Classifies a finished `claude -p` run (`None`: it succeeded).
 ///
 /// Rules, in order: a `result` event with `is_error` → the kind of its API error status and
