@@ -13,6 +13,7 @@
 //!   output survive a bridge restart (clean or `kill -9`), and runs that outlived their bridge
 //!   show as orphaned and can still be cancelled.
 //! - [`changes`]: the files an editing task changed, with a short diff stat.
+//! - [`utc`]: UTC instants as RFC 3339 text and back.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
 //! signalled, each after checking its start time. Every signal goes through `bridge-proc`
@@ -34,6 +35,7 @@ mod runner;
 mod spec;
 mod supervisor;
 mod task;
+pub mod utc;
 
 use std::path::PathBuf;
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OnceCell, watch};
 
 use crate::StartError;
-use crate::claude::{self, Runner};
+use crate::claude::Runner;
 use crate::command::{self, Capabilities};
 use crate::proctable::{self, OpencodeProcess};
 use crate::registry::{self, Owner, Registry, TaskRecord, judge, settle_lost};
@@ -222,7 +222,7 @@ impl Supervisor {
             {
                 return Err(StartError::QuotaWindow {
                     account,
-                    until: claude::fmt_utc(until),
+                    until: crate::utc::format(until),
                 });
             }
             let running = inner
