@@ -13,6 +13,8 @@
 //!   output survive a bridge restart (clean or `kill -9`), and runs that outlived their bridge
 //!   show as orphaned and can still be cancelled.
 //! - [`changes`]: the files an editing task changed, with a short diff stat.
+//! - [`audit`]: the post-run audit: what a run's session used (agent, model, tool calls) and
+//!   what changed in a read-only agent's tree, against what the task asked; fails closed.
 //! - [`utc`]: UTC instants as RFC 3339 text and back.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
