@@ -13,6 +13,8 @@
 //!   output survive a bridge restart (clean or `kill -9`), and runs that outlived their bridge
 //!   show as orphaned and can still be cancelled.
 //! - [`changes`]: the files an editing task changed, with a short diff stat.
+//! - [`worktree`]: `isolation: "worktree"`, an editing task in a detached git worktree of its
+//!   own, its change applied to the caller's checkout (or discarded) when asked.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
 //! signalled, each after checking its start time. Every signal goes through `bridge-proc`
@@ -32,6 +34,7 @@ pub mod registry;
 mod runner;
 mod spec;
 mod supervisor;
+pub mod worktree;
 
 use std::path::PathBuf;
 
@@ -48,6 +51,7 @@ pub use supervisor::{
     CancelOutcome, FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Sessionless,
     Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
+pub use worktree::Isolation;
 
 /// Why a task was not started. Each message says what to do.
 #[derive(Debug, thiserror::Error)]

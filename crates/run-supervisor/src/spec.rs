@@ -1,5 +1,6 @@
 //! What a task is (given by the caller) and how the supervisor is configured.
 
+use crate::worktree::Isolation;
 use bridge_env as env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -40,6 +41,9 @@ pub struct TaskSpec {
     pub session: Option<String>,
     /// A free-form label the caller can filter the task list by.
     pub label: Option<String>,
+    /// Run in the caller's checkout ([`Isolation::None`], the default) or in a detached git
+    /// worktree of its own whose change is applied on request (see [`crate::worktree`]).
+    pub isolation: Isolation,
 }
 
 impl TaskSpec {
@@ -65,6 +69,7 @@ impl TaskSpec {
             env: Vec::new(),
             session: None,
             label: None,
+            isolation: Isolation::None,
         }
     }
 }
