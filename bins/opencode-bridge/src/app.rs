@@ -231,8 +231,9 @@ impl App {
                     .result(id, head, tail)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
                 let note = self.lost_note(&out.snapshot).await;
+                let isolated = self.isolated_change(id, &out.snapshot, head, tail).await;
                 Ok(Reply {
-                    text: render::tasks::result(&out) + &note,
+                    text: render::tasks::result(&out) + &note + &isolated,
                     structured: Some(structured::to_value(&structured::ResultView::from(&out))),
                     session: out
                         .snapshot
@@ -241,6 +242,7 @@ impl App {
                         .or(out.snapshot.continues.clone()),
                 })
             }
+            Call::Apply { id, discard } => self.apply(&id, discard).await.map(Reply::text),
             Call::Cancel { id } => {
                 let id = parse_task_id(&id)?;
                 render::tasks::cancelled(id, self.supervisor.cancel(id).await).map(Reply::text)
@@ -425,6 +427,7 @@ impl App {
         // The whole id (the caller may have given a unique prefix).
         spec.session = session.as_ref().map(|s| s.id.clone());
         spec.label = args.label.clone();
+        spec.isolation = args.isolation;
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
         if progress.wanted() {
             self.report_start(id, progress).await;
@@ -448,8 +451,92 @@ impl App {
             title_warning: title_warning.as_deref(),
             label: args.label.as_deref(),
             continues: session.as_ref().map(|s| s.id.as_str()),
-        });
+        }) + &self.isolated_start(id);
         Ok((id, started))
+    }
+
+    /// The start note of an isolated task (empty for one that runs in the caller's checkout).
+    fn isolated_start(&self, id: TaskId) -> String {
+        let Some(dir) = self.supervisor.state_dir() else {
+            return String::new();
+        };
+        let root = run_supervisor::worktree::root(dir);
+        match run_supervisor::worktree::load(dir, id) {
+            Some(info) => render::isolation::started(
+                &info.dir.display().to_string(),
+                Some(&info.repo.display().to_string()),
+            ),
+            // Not made yet (it is made before the first attempt): the task's cwd is in it.
+            None => match self.supervisor.status(id) {
+                Some(s) if s.cwd.starts_with(&root) => render::isolation::started(
+                    &root.join(id.to_string()).display().to_string(),
+                    None,
+                ),
+                _ => String::new(),
+            },
+        }
+    }
+
+    /// The change of an isolated task for `opencode_result` (empty for other tasks).
+    async fn isolated_change(
+        &self,
+        id: TaskId,
+        snap: &run_supervisor::TaskSnapshot,
+        head: Option<usize>,
+        tail: Option<usize>,
+    ) -> String {
+        let Some(dir) = self.supervisor.state_dir().map(Path::to_path_buf) else {
+            return String::new();
+        };
+        let finished = snap.state.is_finished();
+        blocking(move || {
+            use run_supervisor::worktree;
+            Ok(
+                match (worktree::change(&dir, id), worktree::load(&dir, id)) {
+                    (Some(c), _) => render::isolation::change(id, &c, head, tail),
+                    (None, Some(info)) if finished => render::isolation::not_collected(id, &info),
+                    _ => String::new(),
+                },
+            )
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// `opencode_apply`: brings an isolated task's change into the caller's checkout, or with
+    /// `discard` throws it away; either removes its worktree. A task whose run ended without
+    /// its change collected (its bridge died) is collected first.
+    pub async fn apply(&self, id: &str, discard: bool) -> Result<String, String> {
+        use run_supervisor::worktree;
+        let id = parse_task_id(id)?;
+        let snap = self
+            .supervisor
+            .status(id)
+            .ok_or_else(|| render::tasks::unknown_task(id))?;
+        let dir = self
+            .supervisor
+            .state_dir()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| format!("task {id} has no worktree: this bridge keeps no state directory (OPENCODE_BRIDGE_STATE_DIR), so no task runs isolated"))?;
+        if !snap.state.is_finished() {
+            return Err(format!(
+                "task {id} is {}: wait for it (opencode_wait ids=[\"{id}\"]) or cancel it, then call opencode_apply",
+                snap.state
+            ));
+        }
+        blocking(move || {
+            if worktree::load(&dir, id).is_some_and(|i| i.ended_ms.is_none()) {
+                worktree::collect(&dir, id)?;
+            }
+            if discard {
+                return worktree::discard(&dir, id).map(|i| render::isolation::discarded(id, &i));
+            }
+            match worktree::apply(&dir, id) {
+                Ok(a) => Ok(render::isolation::applied(id, &a)),
+                Err(e) => Err(render::isolation::conflict(id, &e)),
+            }
+        })
+        .await
     }
 
     /// A sync run: waits up to `wait_s` seconds; a finished task answers with its result, an

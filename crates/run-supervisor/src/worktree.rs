@@ -46,7 +46,7 @@ pub enum Isolation {
 
 impl Isolation {
     /// `none` or `worktree`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Isolation::None => "none",
             Isolation::Worktree => "worktree",
@@ -80,7 +80,15 @@ pub struct WorktreeInfo {
 impl WorktreeInfo {
     /// The run's working directory inside the worktree.
     pub fn run_cwd(&self) -> PathBuf {
-        self.dir.join(&self.rel)
+        run_cwd(&self.dir, &self.rel)
+    }
+}
+
+fn run_cwd(dir: &Path, rel: &Path) -> PathBuf {
+    if rel.as_os_str().is_empty() {
+        dir.to_path_buf()
+    } else {
+        dir.join(rel)
     }
 }
 
@@ -101,7 +109,7 @@ pub struct Plan {
 impl Plan {
     /// The run's working directory inside the worktree.
     pub fn run_cwd(&self) -> PathBuf {
-        self.dir.join(&self.rel)
+        run_cwd(&self.dir, &self.rel)
     }
 }
 
@@ -217,9 +225,34 @@ fn patch_path(state_dir: &Path, id: u64) -> PathBuf {
     root(state_dir).join(format!("{id}.patch"))
 }
 
-/// Checks that `cwd` (canonical) can run isolated and says where: it must be inside a git
-/// checkout with at least one commit, and the state directory must exist outside it.
-pub fn plan(cwd: &Path, state_dir: Option<&Path>, id: u64) -> Result<Plan, String> {
+/// A checkout found fit for an isolated task (see [`check`]); [`Checked::for_task`] names the
+/// worktree once the task has its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// Top of the caller's checkout.
+    pub repo: PathBuf,
+    /// The cwd relative to `repo`.
+    pub rel: PathBuf,
+    /// `<state>/worktrees`, canonical.
+    pub root: PathBuf,
+}
+
+impl Checked {
+    /// Where task `id`'s worktree will be.
+    pub fn for_task(&self, id: u64) -> Plan {
+        Plan {
+            task: id,
+            repo: self.repo.clone(),
+            rel: self.rel.clone(),
+            dir: self.root.join(id.to_string()),
+        }
+    }
+}
+
+/// Checks that `cwd` (canonical) can run isolated: it must be inside a git checkout with at
+/// least one commit, and the state directory must be usable and outside that checkout. Only
+/// reads the repository (and creates `<state>/worktrees`).
+pub fn check(cwd: &Path, state_dir: Option<&Path>) -> Result<Checked, String> {
     let Some(state_dir) = state_dir else {
         return Err("isolation \"worktree\" needs the bridge's state directory (OPENCODE_BRIDGE_STATE_DIR), which is not usable: fix it, or start the task without isolation".into());
     };
@@ -231,14 +264,17 @@ pub fn plan(cwd: &Path, state_dir: Option<&Path>, id: u64) -> Result<Plan, Strin
     })?;
     let top = PathBuf::from(text(top));
     let top = top.canonicalize().unwrap_or(top);
-    git(&top, &["rev-parse", "--verify", "-q", "HEAD^{commit}"], "rev-parse HEAD").map_err(
-        |_| {
-            format!(
-                "isolation \"worktree\" needs a commit to start from, and the repository at {} has none yet: commit once, or run the task without isolation",
-                top.display()
-            )
-        },
-    )?;
+    git(
+        &top,
+        &["rev-parse", "--verify", "-q", "HEAD^{commit}"],
+        "rev-parse HEAD",
+    )
+    .map_err(|_| {
+        format!(
+            "isolation \"worktree\" needs a commit to start from, and the repository at {} has none yet: commit once, or run the task without isolation",
+            top.display()
+        )
+    })?;
     let rel = cwd
         .strip_prefix(&top)
         .unwrap_or(Path::new(""))
@@ -259,12 +295,16 @@ pub fn plan(cwd: &Path, state_dir: Option<&Path>, id: u64) -> Result<Plan, Strin
             top.display()
         ));
     }
-    Ok(Plan {
-        task: id,
+    Ok(Checked {
         repo: top,
         rel,
-        dir: wt_root.join(id.to_string()),
+        root: wt_root,
     })
+}
+
+/// [`check`], then where task `id`'s worktree will be.
+pub fn plan(cwd: &Path, state_dir: Option<&Path>, id: u64) -> Result<Plan, String> {
+    check(cwd, state_dir).map(|c| c.for_task(id))
 }
 
 /// Makes the worktree of `plan`: detached at the caller's `HEAD`, with the caller's uncommitted
@@ -877,6 +917,58 @@ pub fn strays(state_dir: &Path, known: impl Fn(u64) -> bool) -> Vec<(u64, PathBu
         .collect()
 }
 
+// ---- the supervisor's hooks: one check at start, one call before the first attempt, one
+// when the run ended ----
+
+/// At `start`: refuses isolation that cannot work (a read-only agent, no git, no commit, no
+/// state directory), before the task gets an id.
+pub(crate) fn start_check(
+    spec: &crate::TaskSpec,
+    cwd: &Path,
+    state_dir: Option<&Path>,
+) -> Result<Option<Checked>, crate::StartError> {
+    if spec.isolation != Isolation::Worktree {
+        return Ok(None);
+    }
+    if spec.read_only {
+        return Err(crate::StartError::InvalidSpec(format!(
+            "isolation \"worktree\" is for editing agents, and {} is read-only: drop isolation",
+            spec.agent
+        )));
+    }
+    check(cwd, state_dir)
+        .map(Some)
+        .map_err(crate::StartError::InvalidSpec)
+}
+
+/// Before the first attempt: makes the worktree the task's cwd points into.
+pub(crate) fn before_run(
+    spec: &crate::TaskSpec,
+    state_dir: Option<&Path>,
+    id: u64,
+) -> Result<Option<WorktreeInfo>, String> {
+    if spec.isolation != Isolation::Worktree {
+        return Ok(None);
+    }
+    let cwd = spec
+        .cwd
+        .canonicalize()
+        .map_err(|e| format!("cwd {} cannot be used ({e})", spec.cwd.display()))?;
+    let state_dir = state_dir.ok_or("isolation \"worktree\" needs the state directory")?;
+    let plan = plan(&cwd, Some(state_dir), id)?;
+    create(&plan, state_dir).map(Some)
+}
+
+/// When the run ended: collects the change (the patch `opencode_result` shows).
+pub(crate) fn after_run(state_dir: Option<&Path>, id: u64) {
+    let Some(state_dir) = state_dir else { return };
+    if load(state_dir, id).is_some()
+        && let Err(e) = collect(state_dir, id)
+    {
+        tracing::warn!(task = id, "cannot collect the worktree's change: {e}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1090,6 +1182,22 @@ mod tests {
         );
         assert!(discard(&state, 5).unwrap_err().contains("not finished"));
         assert!(matches!(apply(&state, 6), Err(ApplyError::Other(m)) if m.contains("no worktree")));
+    }
+
+    #[test]
+    fn start_check_refuses_read_only_agents_and_ignores_tasks_without_isolation() {
+        let (d, r) = repo();
+        let state = d.path().join("state");
+        let mut spec = crate::TaskSpec::new("p", &r, "explorer", "T/explorer: p");
+        assert_eq!(start_check(&spec, &r, Some(&state)).unwrap(), None);
+        spec.isolation = Isolation::Worktree;
+        let c = start_check(&spec, &r, Some(&state)).unwrap().unwrap();
+        assert_eq!(c.for_task(9).run_cwd(), c.root.join("9"));
+        spec.read_only = true;
+        let e = start_check(&spec, &r, Some(&state))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("explorer is read-only: drop isolation"), "{e}");
     }
 
     #[test]
