@@ -416,7 +416,6 @@ impl App {
                 })
             });
         let mut spec = TaskSpec::new(&delegation.prompt, &cwd, &agent.name, &title);
-        spec.agent_mode = agent.opencode_mode;
         spec.read_only = agent.access == Access::ReadOnly;
         // Asks are approved only for editing agents: a read-only run must not have its `ask`
         // rules turned into writes (its overlay also denies edit, bash and task).
@@ -1028,7 +1027,8 @@ fn roster_source(
     cfg: &SupervisorConfig,
     client: Result<&ClientConfig, &ClientError>,
 ) -> RosterSource {
-    use run_supervisor::command::{DROPPED_ENV, config_content, resolve_binary};
+    use bridge_policy::roster::config_content;
+    use run_supervisor::command::{DROPPED_ENV, resolve_binary};
     let client = client.map_err(|e| e.to_string()).and_then(|c| {
         let bin = resolve_binary(cfg.opencode_bin.as_deref())?;
         let mut c = c.clone();
@@ -1048,12 +1048,7 @@ fn roster_source(
         .filter(|(k, _)| k != CONFIG_CONTENT)
         .cloned()
         .collect();
-    let client = match config_content(
-        existing.as_deref(),
-        &bridge_policy::roster::worker_agent_config(),
-        None,
-        None,
-    ) {
+    let client = match config_content(existing.as_deref(), None) {
         Ok(content) => {
             set.push((CONFIG_CONTENT.into(), content));
             client

@@ -348,6 +348,46 @@ pub fn merge_config(base: &mut Value, overlay: &Value) {
     }
 }
 
+/// The complete `OPENCODE_CONFIG_CONTENT` for one opencode process: the bridge's `worker`
+/// definition underneath, the caller's own content (`existing`, the variable's value in the
+/// bridge's environment) merged over it so it is never clobbered, then the run's `overlay` (a
+/// [`Delegation`](crate::Delegation)'s `config_overlay`, [`config_overlay`]) on top, so what the
+/// policy decided for the run (read-only permissions, a subagent's mode) always holds. Merged
+/// the way opencode merges config sources ([`merge_config`]). With no overlay it is the config
+/// opencode is asked for its agents under, so the roster lists what the runs get.
+///
+/// The error says what is wrong with `existing` and what to do.
+///
+/// ```
+/// use serde_json::json;
+/// let overlay = json!({"agent": {"oracle": {"permission": {"edit": "deny"}}}});
+/// let text = bridge_policy::roster::config_content(
+///     Some(r#"{"model": "a/b", "agent": {"oracle": {"permission": {"edit": "allow"}}}}"#),
+///     Some(&overlay),
+/// )
+/// .unwrap();
+/// let c: serde_json::Value = serde_json::from_str(&text).unwrap();
+/// assert_eq!(c["model"], "a/b");
+/// assert_eq!(c["agent"]["oracle"]["permission"]["edit"], "deny");
+/// assert_eq!(c["agent"]["worker"]["mode"], "primary");
+/// ```
+pub fn config_content(existing: Option<&str>, overlay: Option<&Value>) -> Result<String, String> {
+    let mut cfg = json!({ "agent": { WORKER: worker_agent_config() } });
+    if let Some(text) = existing.filter(|t| !t.trim().is_empty()) {
+        let user: Value = serde_json::from_str(text).map_err(|e| {
+            format!("OPENCODE_CONFIG_CONTENT is not valid JSON ({e}): fix it or unset it")
+        })?;
+        if !user.is_object() {
+            return Err("OPENCODE_CONFIG_CONTENT is not a JSON object: fix it or unset it".into());
+        }
+        merge_config(&mut cfg, &user);
+    }
+    if let Some(o) = overlay.filter(|o| o.is_object()) {
+        merge_config(&mut cfg, o);
+    }
+    Ok(cfg.to_string())
+}
+
 /// Where a roster's agents were learnt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

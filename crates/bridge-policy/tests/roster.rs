@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bridge_policy::roster::{
-    Access, AgentMode, AgentSource, Shell, config_overlay, merge_config, worker_agent_config,
+    Access, AgentMode, AgentSource, Shell, config_content, config_overlay, merge_config,
+    worker_agent_config,
 };
 use bridge_policy::{Environment, FakeEnv, Roster, SystemEnv};
 
@@ -543,4 +544,30 @@ fn opencode_s_answer_replaces_the_file_reading() {
     assert_eq!(r.get("orchestrator").unwrap().source, AgentSource::Plugin);
     assert_eq!(r.get("worker").unwrap().source, AgentSource::Bridge);
     assert_eq!(r.plugins(), ["oh-my-opencode-slim"]);
+}
+
+#[test]
+fn config_content_merges_and_overrides_subagent_mode() {
+    // The run's overlay as the policy makes it for a subagent, plus the task's own settings.
+    let sub = bridge_policy::AgentInfo::from_config(
+        "reviewer",
+        &serde_json::json!({"mode": "subagent"}),
+        AgentSource::ConfigContent,
+    );
+    let mut overlay = serde_json::json!({"agent": {"x": {"steps": 3}}});
+    merge_config(&mut overlay, &config_overlay(&sub).unwrap());
+    let existing =
+        r#"{"model":"a/b","agent":{"worker":{"prompt":"mine"},"x":{"temperature":0.1}}}"#;
+    let c: serde_json::Value =
+        serde_json::from_str(&config_content(Some(existing), Some(&overlay)).unwrap()).unwrap();
+    assert_eq!(c["model"], "a/b");
+    assert_eq!(c["agent"]["worker"]["prompt"], "mine");
+    assert_eq!(c["agent"]["worker"]["mode"], "primary");
+    assert_eq!(c["agent"]["x"]["temperature"], 0.1);
+    assert_eq!(c["agent"]["x"]["steps"], 3);
+    assert_eq!(c["agent"]["reviewer"]["mode"], "all");
+    assert!(config_content(Some("not json"), None).is_err());
+    let plain: serde_json::Value =
+        serde_json::from_str(&config_content(None, None).unwrap()).unwrap();
+    assert_eq!(plain["agent"]["worker"], worker_agent_config());
 }

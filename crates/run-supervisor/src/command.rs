@@ -5,10 +5,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bridge_policy::roster::merge_config;
-use serde_json::{Map, Value};
+use bridge_policy::roster::config_content;
 
-use crate::spec::{AgentMode, TaskSpec};
+use crate::spec::TaskSpec;
 
 /// opencode's inline config, which every run gets with the bridge's overlay merged in.
 const CONFIG_CONTENT: &str = bridge_env::OPENCODE_CONFIG_CONTENT.name;
@@ -113,55 +112,6 @@ pub fn split_model(spec: &str) -> (String, Option<String>) {
     }
 }
 
-/// Builds the `OPENCODE_CONFIG_CONTENT` for a run: the bridge's `worker` agent underneath,
-/// the caller's existing config content on top (never clobbered), then the task's own overlay,
-/// and, for an agent that
-/// opencode only knows as a subagent, its mode switched to `all` so `run --agent` uses it
-/// instead of falling back to the default agent.
-pub fn config_content(
-    existing: Option<&str>,
-    worker: &Value,
-    overlay: Option<&Value>,
-    subagent_override: Option<&str>,
-) -> Result<String, String> {
-    let mut cfg = serde_json::json!({ "agent": { "worker": worker } });
-    if let Some(text) = existing.filter(|t| !t.trim().is_empty()) {
-        let user: Value = serde_json::from_str(text).map_err(|e| {
-            format!("OPENCODE_CONFIG_CONTENT is not valid JSON ({e}): fix it or unset it")
-        })?;
-        if !user.is_object() {
-            return Err("OPENCODE_CONFIG_CONTENT is not a JSON object: fix it or unset it".into());
-        }
-        merge_config(&mut cfg, &user);
-    }
-    if let Some(o) = overlay.filter(|o| o.is_object()) {
-        merge_config(&mut cfg, o);
-    }
-    if let Some(name) = subagent_override {
-        let agents = cfg
-            .as_object_mut()
-            .expect("config is an object")
-            .entry("agent")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !agents.is_object() {
-            *agents = Value::Object(Map::new());
-        }
-        let entry = agents
-            .as_object_mut()
-            .expect("agent map")
-            .entry(name.to_owned())
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !entry.is_object() {
-            *entry = Value::Object(Map::new());
-        }
-        entry
-            .as_object_mut()
-            .expect("agent entry")
-            .insert("mode".into(), Value::String("all".into()));
-    }
-    Ok(cfg.to_string())
-}
-
 /// Everything needed to spawn one attempt.
 #[derive(Debug, Clone)]
 pub struct Launch {
@@ -190,8 +140,6 @@ pub struct LaunchContext<'a> {
     pub default_model: Option<&'a str>,
     /// Environment every child gets (config-level), applied before the task's own.
     pub base_env: &'a [(String, String)],
-    /// The worker agent's config entry.
-    pub worker_agent: &'a Value,
     /// Prompts longer than this many bytes go in an attached file.
     pub prompt_file_threshold: usize,
     /// Where an oversized prompt's file is written.
@@ -255,13 +203,8 @@ pub fn build_launch(
         .find(|(k, _)| k == CONFIG_CONTENT)
         .map(|(_, v)| v.clone())
         .or_else(|| std::env::var(CONFIG_CONTENT).ok());
-    let override_name = (spec.agent_mode == AgentMode::Subagent).then_some(spec.agent.as_str());
-    let content = config_content(
-        existing.as_deref(),
-        ctx.worker_agent,
-        spec.config_overlay.as_ref(),
-        override_name,
-    )?;
+    // What the policy decided for the run (its overlay) is applied as it is.
+    let content = config_content(existing.as_deref(), spec.config_overlay.as_ref())?;
     env_set.retain(|(k, _)| k != CONFIG_CONTENT && !DROPPED_ENV.contains(&k.as_str()));
     env_set.push((CONFIG_CONTENT.into(), content));
 
@@ -329,13 +272,12 @@ mod tests {
 
     const HELP_1_18: &str = "opencode run [message..]\n  -m, --model   model\n      --agent  agent\n      --format\n      --title  title\n      --variant   model variant\n      --auto   auto-approve\n";
 
-    fn ctx<'a>(caps: &'a Capabilities, worker: &'a Value) -> LaunchContext<'a> {
+    fn ctx(caps: &Capabilities) -> LaunchContext<'_> {
         LaunchContext {
             program: Path::new("/bin/opencode"),
             caps,
             default_model: Some("fk/default"),
             base_env: &[],
-            worker_agent: worker,
             prompt_file_threshold: 100,
             prompt_file_path: PathBuf::from("/tmp/opencode/p.md"),
         }
@@ -361,10 +303,9 @@ mod tests {
     #[test]
     fn args_carry_agent_title_model_variant_and_auto() {
         let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
-        let worker = serde_json::json!({"mode": "primary"});
         let mut spec = TaskSpec::new("do it", "/p", "worker", "P/worker: do it");
         spec.model = Some("prov/m#high".into());
-        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker)).unwrap();
+        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps)).unwrap();
         assert_eq!(
             strs(&l.args),
             [
@@ -390,18 +331,17 @@ mod tests {
         );
         assert!(l.env_remove.contains(&"OPENCODE_RUN_ID".to_owned()));
         spec.model = None;
-        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker)).unwrap();
+        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps)).unwrap();
         assert!(strs(&l.args).windows(2).any(|w| w == ["-m", "fk/default"]));
     }
 
     #[test]
     fn a_follow_up_names_the_session_and_keeps_its_title() {
         let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
-        let worker = serde_json::json!({});
         let mut spec = TaskSpec::new("and now the tests", "/p", "worker", "P/worker: x");
         spec.session = Some("ses_abc".into());
         let a = strs(
-            &build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker))
+            &build_launch(&spec, Path::new("/p"), &ctx(&caps))
                 .unwrap()
                 .args,
         );
@@ -411,12 +351,11 @@ mod tests {
 
     #[test]
     fn standalone_only_when_advertised() {
-        let worker = serde_json::json!({});
         let spec = TaskSpec::new("x", "/p", "worker", "t");
         let c1 = Capabilities::from_outputs("1.18.33", HELP_1_18);
         assert!(
             !strs(
-                &build_launch(&spec, Path::new("/p"), &ctx(&c1, &worker))
+                &build_launch(&spec, Path::new("/p"), &ctx(&c1))
                     .unwrap()
                     .args
             )
@@ -426,7 +365,7 @@ mod tests {
         c2.standalone = true;
         assert!(
             strs(
-                &build_launch(&spec, Path::new("/p"), &ctx(&c2, &worker))
+                &build_launch(&spec, Path::new("/p"), &ctx(&c2))
                     .unwrap()
                     .args
             )
@@ -437,9 +376,8 @@ mod tests {
     #[test]
     fn oversized_prompts_go_in_a_file() {
         let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
-        let worker = serde_json::json!({});
         let spec = TaskSpec::new("y".repeat(101), "/p", "worker", "t");
-        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps, &worker)).unwrap();
+        let l = build_launch(&spec, Path::new("/p"), &ctx(&caps)).unwrap();
         let a = strs(&l.args);
         assert_eq!(&a[a.len() - 2..], ["-f", "/tmp/opencode/p.md"]);
         assert!(
@@ -448,25 +386,6 @@ mod tests {
                 .contains("/tmp/opencode/p.md")
         );
         assert_eq!(l.prompt_file.unwrap().1.len(), 101);
-    }
-
-    #[test]
-    fn config_content_merges_and_overrides_subagent_mode() {
-        let worker = serde_json::json!({"mode": "primary", "prompt": "w"});
-        let c: Value = serde_json::from_str(
-            &config_content(Some(r#"{"model":"a/b","agent":{"worker":{"prompt":"mine"},"x":{"temperature":0.1}}}"#), &worker, Some(&serde_json::json!({"agent":{"x":{"steps":3}}})), Some("reviewer")).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(c["model"], "a/b");
-        assert_eq!(c["agent"]["worker"]["prompt"], "mine");
-        assert_eq!(c["agent"]["worker"]["mode"], "primary");
-        assert_eq!(c["agent"]["x"]["temperature"], 0.1);
-        assert_eq!(c["agent"]["x"]["steps"], 3);
-        assert_eq!(c["agent"]["reviewer"]["mode"], "all");
-        assert!(config_content(Some("not json"), &worker, None, None).is_err());
-        let plain: Value =
-            serde_json::from_str(&config_content(None, &worker, None, None).unwrap()).unwrap();
-        assert_eq!(plain["agent"]["worker"]["prompt"], "w");
     }
 
     #[test]

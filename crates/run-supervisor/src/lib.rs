@@ -34,6 +34,7 @@ pub mod registry;
 mod runner;
 mod spec;
 mod supervisor;
+mod task;
 pub mod worktree;
 
 use std::path::PathBuf;
@@ -46,10 +47,10 @@ pub use claude::Runner;
 pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
 pub use proctable::{OpencodeProcess, ProcessKind};
-pub use spec::{AgentMode, SupervisorConfig, TaskSpec};
-pub use supervisor::{
-    CancelOutcome, FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Sessionless,
-    Supervisor, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
+pub use spec::{SupervisorConfig, TaskSpec};
+pub use supervisor::{FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Supervisor};
+pub use task::{
+    CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
 pub use worktree::Isolation;
 

@@ -5,11 +5,6 @@ use bridge_env as env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How opencode itself knows the agent (`mode` in its definition): the policy's type. For
-/// [`AgentMode::Subagent`], which opencode 1.x would silently replace by its default agent, the
-/// supervisor switches the mode to `all` for the run through `OPENCODE_CONFIG_CONTENT`.
-pub use bridge_policy::roster::AgentMode;
-
 /// One delegated task, as the caller (the MCP server, after policy checks) hands it over.
 #[derive(Debug, Clone)]
 pub struct TaskSpec {
@@ -19,8 +14,6 @@ pub struct TaskSpec {
     pub cwd: PathBuf,
     /// opencode agent name (`--agent`).
     pub agent: String,
-    /// How opencode knows the agent.
-    pub agent_mode: AgentMode,
     /// Exact session title (`--title`).
     pub title: String,
     /// `provider/model` or `provider/model#variant`; `None` uses the configured default.
@@ -32,7 +25,10 @@ pub struct TaskSpec {
     /// Pass `--auto` (approve permission asks that are not denied). Default true; false lets
     /// opencode auto-reject every ask.
     pub auto_approve: bool,
-    /// Extra config merged on top of `OPENCODE_CONFIG_CONTENT` for this run.
+    /// The policy's config for this run (`Delegation::config_overlay`: read-only permissions,
+    /// a subagent's mode switched to `all`, the `worker` definition), merged on top of
+    /// `OPENCODE_CONFIG_CONTENT` by `bridge_policy::roster::config_content`. The supervisor
+    /// applies it as it is and adds nothing of its own.
     pub config_overlay: Option<serde_json::Value>,
     /// Extra environment for the child.
     pub env: Vec<(String, String)>,
@@ -47,7 +43,7 @@ pub struct TaskSpec {
 }
 
 impl TaskSpec {
-    /// A task with defaults: agent mode `all`, default model and timeout, not read-only,
+    /// A task with defaults: default model and timeout, not read-only,
     /// `--auto` on, no extra config or environment.
     pub fn new(
         prompt: impl Into<String>,
@@ -59,7 +55,6 @@ impl TaskSpec {
             prompt: prompt.into(),
             cwd: cwd.as_ref().to_path_buf(),
             agent: agent.into(),
-            agent_mode: AgentMode::All,
             title: title.into(),
             model: None,
             timeout: None,

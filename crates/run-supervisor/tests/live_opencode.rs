@@ -9,12 +9,13 @@ use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
+use bridge_policy::roster::{AgentInfo, AgentSource, config_overlay};
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
 use common::*;
 use run_supervisor::{
-    AgentMode, CancelOutcome, FailureKind, ProcId, ProcessKind, Supervisor, SupervisorConfig,
-    TaskId, TaskSpec, TaskState,
+    CancelOutcome, FailureKind, ProcId, ProcessKind, Supervisor, SupervisorConfig, TaskId,
+    TaskSpec, TaskState,
 };
 use serde_json::json;
 
@@ -323,9 +324,16 @@ async fn live_a_subagent_runs_as_itself_not_as_the_default_agent() {
     let sup = supervisor(&oc, &sb, 2);
     let mut right = spec(sb.project_dir(), "ok");
     right.agent = "reviewer".into();
-    right.agent_mode = AgentMode::Subagent;
+    // The policy's overlay for an agent opencode knows as a subagent, as the bridge passes it;
+    // without it opencode 1.x falls back to its default agent.
+    let info = AgentInfo::from_config(
+        "reviewer",
+        &json!({"mode": "subagent"}),
+        AgentSource::ConfigContent,
+    );
+    right.config_overlay = config_overlay(&info);
     let mut wrong = right.clone();
-    wrong.agent_mode = AgentMode::Primary;
+    wrong.config_overlay = None;
     let ids = run_all(&sup, vec![("right".into(), right), ("wrong".into(), wrong)]).await;
     let s = sup.status(ids[0].1).unwrap();
     assert_eq!(s.state, TaskState::Succeeded, "{s:?}");

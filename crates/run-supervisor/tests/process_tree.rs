@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use run_supervisor::{
-    AgentMode, CancelOutcome, FailureKind, ProcId, ProcessKind, StartError, Supervisor,
-    SupervisorConfig, TaskSpec, TaskState,
+    CancelOutcome, FailureKind, ProcId, ProcessKind, StartError, Supervisor, SupervisorConfig,
+    TaskSpec, TaskState,
 };
 
 struct World {
@@ -268,7 +268,8 @@ async fn the_run_gets_its_cwd_pwd_args_and_a_clean_environment() {
     let sup = Supervisor::new(cfg);
     let mut spec = w.spec("ok");
     spec.agent = "reviewer".into();
-    spec.agent_mode = AgentMode::Subagent;
+    // The policy's overlay for a subagent (what the bridge passes), applied as it is.
+    spec.config_overlay = Some(serde_json::json!({"agent": {"reviewer": {"mode": "all"}}}));
     let id = sup.start(spec).unwrap();
     let s = finish(&sup, id, Duration::from_secs(20)).await;
     assert_eq!(s.state, TaskState::Succeeded, "{s:?}");

@@ -6,10 +6,10 @@
 //! - `next-id`: the last task id handed out. Ids come from this counter under an exclusive
 //!   `flock`, so they stay small, readable numbers and are unique across restarts and across
 //!   bridges on one state directory.
-//! - `tasks/<id>/task.json`: the task's record ([`StoredTask`]): who owns it (the bridge
+//! - `tasks/<id>/task.json`: the task's record ([`TaskRecord`]): who owns it (the bridge
 //!   process, by pid and start time), what it runs, its state, the current run's pid and start
 //!   time, its outcome.
-//! - `tasks/<id>/output.json`: its kept output ([`StoredOutput`]), written while it runs (every
+//! - `tasks/<id>/output.json`: its kept output ([`TaskOutputRecord`]), written while it runs (every
 //!   few seconds when something new arrived) and when it ends.
 //!
 //! Every file is written whole to a temporary name and renamed over the old one, so a reader
@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::changes::ChangedFiles;
 use crate::classify::{Failure, FailureKind};
 use crate::events::{TokenUsage, ToolCall};
-use crate::supervisor::TaskState;
+use crate::task::TaskState;
 use bridge_proc::ProcId;
 
 mod writer;
@@ -153,7 +153,7 @@ fn version_1() -> u32 {
 
 /// `tasks/<id>/task.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct StoredTask {
+pub(crate) struct TaskRecord {
     /// [`FORMAT_VERSION`] when written by this bridge; 1 when the file has none.
     #[serde(default = "version_1")]
     pub version: u32,
@@ -190,10 +190,86 @@ pub(crate) struct StoredTask {
     pub updated_ms: u64,
 }
 
-impl StoredTask {
+impl TaskRecord {
+    /// The record of a task just accepted by the bridge `owner`: nothing has run yet.
+    pub fn accepted(id: u64, owner: ProcId, agent: &str, title: &str, cwd: &Path) -> TaskRecord {
+        TaskRecord {
+            version: FORMAT_VERSION,
+            id,
+            owner: owner.into(),
+            label: None,
+            agent: agent.to_owned(),
+            title: title.to_owned(),
+            cwd: cwd.to_owned(),
+            model: None,
+            read_only: false,
+            continues: None,
+            state: TaskState::Starting.as_str().into(),
+            attempts: 0,
+            accepted_ms: now_ms(),
+            finished_ms: None,
+            session_id: None,
+            run: None,
+            failure: None,
+            lost: false,
+            exit_code: None,
+            tokens: StoredTokens::default(),
+            cost: 0.0,
+            tool_calls: 0,
+            opencode_version: None,
+            updated_ms: now_ms(),
+        }
+    }
+
     pub fn state(&self) -> TaskState {
         TaskState::parse(&self.state).unwrap_or(TaskState::Failed)
     }
+}
+
+/// Who is in charge of a task found in the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// It has finished.
+    Finished,
+    /// The bridge that started it still runs (pid).
+    Alive(i32),
+    /// Its bridge is gone, its run still runs.
+    Orphan(ProcId),
+    /// Its bridge is gone and so is its run: the outcome is unknown.
+    Lost,
+}
+
+/// Who answers for a task of the registry (by the start times of its bridge and its run).
+pub(crate) fn judge(t: &TaskRecord) -> Owner {
+    if t.state().is_finished() {
+        return Owner::Finished;
+    }
+    let owner = ProcId::from(t.owner);
+    if owner.is_alive() {
+        return Owner::Alive(owner.pid);
+    }
+    match t.run.map(ProcId::from).filter(ProcId::is_alive) {
+        Some(run) => Owner::Orphan(run),
+        None => Owner::Lost,
+    }
+}
+
+/// Records a task as lost, ended at `at_ms`.
+pub(crate) fn settle_lost(t: &mut TaskRecord, at_ms: u64) {
+    t.state = TaskState::Failed.as_str().into();
+    t.failure = Some(StoredFailure::from(&Failure::with_advice(
+        FailureKind::Exit,
+        format!(
+            "lost: the bridge that ran it (pid {}) stopped before the run ended, and the run is gone too; its outcome is unknown",
+            t.owner.pid
+        ),
+        "Read what the session did with opencode_session_output (its id is in the status, when one was known), or start the task again.",
+    )));
+    t.lost = true;
+    t.finished_ms = Some(at_ms);
+    t.run = None;
+    t.version = FORMAT_VERSION;
+    t.updated_ms = now_ms();
 }
 
 /// One tool call, as stored.
@@ -229,7 +305,7 @@ impl From<&StoredToolCall> for ToolCall {
 
 /// `tasks/<id>/output.json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct StoredOutput {
+pub(crate) struct TaskOutputRecord {
     /// [`FORMAT_VERSION`] when written by this bridge; 1 when the file has none.
     #[serde(default = "version_1")]
     pub version: u32,
@@ -348,7 +424,7 @@ impl Registry {
 
     /// Writes `task.json` of a task. Returns false (after a warning in the log) when it could
     /// not be written.
-    pub fn write_task(&self, t: &StoredTask) -> bool {
+    pub fn write_task(&self, t: &TaskRecord) -> bool {
         let written = self.write_atomic(t.id, "task.json", |w| {
             serde_json::to_writer_pretty(w, t).map_err(std::io::Error::other)
         });
@@ -361,7 +437,7 @@ impl Registry {
     /// Writes `output.json` of a task, encoding straight into the file (an output holds up to
     /// a few MB of text; no second copy of it is made). Returns false (after a warning in the
     /// log) when it could not be written.
-    pub fn write_output(&self, id: u64, o: &StoredOutput) -> bool {
+    pub fn write_output(&self, id: u64, o: &TaskOutputRecord) -> bool {
         let written = self.write_atomic(id, "output.json", |w| {
             serde_json::to_writer(w, o).map_err(std::io::Error::other)
         });
@@ -372,9 +448,9 @@ impl Registry {
     }
 
     /// The stored record of a task (`None`: unknown id or unreadable record).
-    pub fn read_task(&self, id: u64) -> Option<StoredTask> {
+    pub fn read_task(&self, id: u64) -> Option<TaskRecord> {
         let bytes = std::fs::read(self.task_dir(id).join("task.json")).ok()?;
-        let mut t: StoredTask = serde_json::from_slice(&bytes).ok()?;
+        let mut t: TaskRecord = serde_json::from_slice(&bytes).ok()?;
         if t.version < 2 {
             t.lost = t
                 .failure
@@ -385,7 +461,7 @@ impl Registry {
     }
 
     /// The stored output of a task.
-    pub fn read_output(&self, id: u64) -> Option<StoredOutput> {
+    pub fn read_output(&self, id: u64) -> Option<TaskOutputRecord> {
         let bytes = std::fs::read(self.task_dir(id).join("output.json")).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
@@ -415,7 +491,7 @@ impl Registry {
     pub fn sweep(
         &self,
         age: Duration,
-        mut settle: impl FnMut(&mut StoredTask) -> bool,
+        mut settle: impl FnMut(&mut TaskRecord) -> bool,
     ) -> (usize, usize) {
         let cutoff = now_ms().saturating_sub(age.as_millis() as u64);
         let (mut removed, mut settled) = (0, 0);
@@ -439,6 +515,20 @@ impl Registry {
         }
         (removed, settled)
     }
+
+    /// The sweep a supervisor makes when it opens the registry: finished tasks older than
+    /// `age` go, and unfinished tasks whose bridge and run are both gone are recorded lost.
+    /// This is where orphaned and lost are decided on disk; reads never write. Returns how
+    /// many were removed and how many recorded lost.
+    pub fn reconcile(&self, age: Duration) -> (usize, usize) {
+        self.sweep(age, |t| {
+            let lost = judge(t) == Owner::Lost;
+            if lost {
+                settle_lost(t, now_ms());
+            }
+            lost
+        })
+    }
 }
 
 #[cfg(test)]
@@ -450,8 +540,8 @@ mod tests {
         id: u64,
         state: TaskState,
         finished_ms: Option<u64>,
-    ) -> StoredTask {
-        StoredTask {
+    ) -> TaskRecord {
+        TaskRecord {
             version: FORMAT_VERSION,
             id,
             owner: reg.me.into(),

@@ -12,14 +12,14 @@
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 
-use super::{Registry, StoredOutput, StoredTask};
+use super::{Registry, TaskOutputRecord, TaskRecord};
 
 enum Job {
     /// A task's record; with `Some` output also its output; `ack` is told whether both were
     /// written.
     Write {
-        task: Box<StoredTask>,
-        output: Option<Box<StoredOutput>>,
+        task: Box<TaskRecord>,
+        output: Option<Box<TaskOutputRecord>>,
         ack: Option<tokio::sync::oneshot::Sender<bool>>,
     },
     /// Answered once everything sent before it is written.
@@ -49,8 +49,8 @@ impl std::fmt::Debug for Job {
 
 #[derive(Default)]
 struct Pending {
-    task: Option<Box<StoredTask>>,
-    output: Option<Box<StoredOutput>>,
+    task: Option<Box<TaskRecord>>,
+    output: Option<Box<TaskOutputRecord>>,
     acks: Vec<tokio::sync::oneshot::Sender<bool>>,
 }
 
@@ -72,7 +72,7 @@ impl Writer {
     }
 
     /// Queues a task's record (and output) for writing.
-    pub(crate) fn write(&self, task: StoredTask, output: Option<StoredOutput>) {
+    pub(crate) fn write(&self, task: TaskRecord, output: Option<TaskOutputRecord>) {
         let _ = self.tx.send(Job::Write {
             task: Box::new(task),
             output: output.map(Box::new),
@@ -84,8 +84,8 @@ impl Writer {
     /// too when the writer is gone).
     pub(crate) fn write_acked(
         &self,
-        task: StoredTask,
-        output: Option<StoredOutput>,
+        task: TaskRecord,
+        output: Option<TaskOutputRecord>,
     ) -> tokio::sync::oneshot::Receiver<bool> {
         let (ack, rx) = tokio::sync::oneshot::channel();
         let _ = self.tx.send(Job::Write {
@@ -150,7 +150,7 @@ fn run(registry: &Registry, rx: &mpsc::Receiver<Job>, written: &dyn Fn(u64, &str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::supervisor::TaskState;
+    use crate::task::TaskState;
 
     #[test]
     fn the_newest_record_is_written_and_acknowledged() {
@@ -168,9 +168,9 @@ mod tests {
             w.write(t.clone(), None);
         }
         t.state = TaskState::Succeeded.as_str().into();
-        let o = StoredOutput {
+        let o = TaskOutputRecord {
             text: "the answer".into(),
-            ..StoredOutput::default()
+            ..TaskOutputRecord::default()
         };
         let ack = w.write_acked(t.clone(), Some(o));
         assert_eq!(ack.blocking_recv(), Ok(true));

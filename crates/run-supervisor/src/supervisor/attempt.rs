@@ -1,0 +1,319 @@
+//! A task from acceptance to its end: the retry policy around its attempts, and [`finish`],
+//! which records the outcome before anyone is told of it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use super::child::{AttemptCtx, AttemptEnd, run_attempt};
+use super::record::Save;
+use super::{MAX_FINISHED_TASKS, Shared, StopReason, forget_finished, persist};
+use crate::capture::HeadTail;
+use crate::changes::{self, GitSnapshot};
+use crate::classify::{Failure, FailureKind};
+use crate::command::{self, Capabilities};
+use crate::quota;
+use crate::runner::backend;
+use crate::spec::TaskSpec;
+use crate::task::{TaskId, TaskState};
+
+/// stderr bytes kept once a task has finished (its tail).
+const FINISHED_STDERR: usize = 64 * 1024;
+
+/// Remembers the quota window of a task refused for quota, so later starts on the same account
+/// are refused early.
+fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
+    if failure.is_none_or(|f| f.kind != FailureKind::Quota) {
+        return;
+    }
+    let mut inner = shared.lock();
+    let Some(r) = inner.tasks.get(&id) else {
+        return;
+    };
+    // A reset only seconds away is a retry hint (e.g. `retry-after-ms: 10`), not a window.
+    let Some(until) = r
+        .quota_reset()
+        .filter(|t| *t > SystemTime::now() + quota::MIN_WINDOW)
+    else {
+        return;
+    };
+    let key = backend(r.runner).account_key(r.rec.model.as_deref());
+    inner.quota_until.insert(key, until);
+}
+
+/// Ends a task: its last record and output go to the registry first, and only once they are
+/// on disk is it shown finished (and may leave memory), so no caller ever hears of an outcome
+/// that a restarted bridge would not know.
+async fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<Failure>) {
+    note_quota_window(shared, id, failure.as_ref());
+    let written = shared
+        .with(id, |r| {
+            r.failure = failure;
+            // A finished task keeps its text; most of stderr is no longer needed.
+            if r.stderr.kept_bytes() > FINISHED_STDERR {
+                let tail = r.stderr.tail_string(FINISHED_STDERR);
+                r.stderr = HeadTail::new(FINISHED_STDERR + 16);
+                r.stderr.push(tail.as_bytes());
+            }
+            r.finished = Some(Instant::now());
+            r.retry_at = None;
+            let version = shared.version();
+            shared
+                .writer
+                .as_ref()
+                .map(|w| w.write_acked(r.record(state, version.as_deref()), Some(r.output())))
+        })
+        .flatten();
+    let saved = match written {
+        Some(ack) => ack.await.unwrap_or(false),
+        None => false,
+    };
+    shared.with(id, |r| {
+        r.state = state;
+        r.saved = saved;
+        r.done.send_replace(true);
+    });
+    forget_finished(&mut shared.lock(), MAX_FINISHED_TASKS);
+}
+
+/// Restarts after opencode failed to open its store before doing anything.
+const STARTUP_RETRIES: u32 = 3;
+
+/// True when stderr shows opencode failing to open or migrate its SQLite store (seen when
+/// several runs start at once on a fresh data directory).
+fn store_setup_error(stderr: &str) -> bool {
+    const SIGNS: &[&str] = &[
+        "database is locked",
+        "SQLITE_BUSY",
+        "SQLITE_LOCKED",
+        "CREATE TABLE",
+        "already exists",
+        "migration",
+    ];
+    SIGNS.iter().any(|s| stderr.contains(s))
+}
+
+pub(super) async fn run_task(
+    shared: Arc<Shared>,
+    id: TaskId,
+    spec: TaskSpec,
+    cwd: PathBuf,
+    bin: PathBuf,
+    stop_rx: watch::Receiver<Option<StopReason>>,
+) {
+    // An isolated task: its worktree first (the task's cwd is in it).
+    let state_dir = shared
+        .registry
+        .as_ref()
+        .and(shared.config.state_dir.clone());
+    let (sp, dir) = (spec.clone(), state_dir.clone());
+    let made =
+        tokio::task::spawn_blocking(move || crate::worktree::before_run(&sp, dir.as_deref(), id))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+    if let Err(e) = made {
+        let advice = "fix what the message names, or start the task without isolation";
+        let failure = Failure::with_advice(FailureKind::Spawn, e, advice);
+        finish(&shared, id, TaskState::Failed, Some(failure)).await;
+        return;
+    }
+    // Editing agents: look at the git tree before and after, to list what the task changed.
+    let before = if spec.read_only {
+        None
+    } else {
+        let dir = cwd.clone();
+        tokio::task::spawn_blocking(move || GitSnapshot::take(&dir))
+            .await
+            .ok()
+            .flatten()
+    };
+    let read_only = spec.read_only;
+    let dir = cwd.clone();
+    let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
+    if !read_only {
+        let calls = shared
+            .with(id, |r| r.summary.tool_calls().clone())
+            .unwrap_or_default();
+        let changes = tokio::task::spawn_blocking(move || match before {
+            Some(snap) => snap.changes_since(),
+            None => Some(changes::from_tool_calls(&calls, &dir)),
+        })
+        .await
+        .ok()
+        .flatten();
+        shared.with(id, |r| r.changes = changes);
+    }
+    // An isolated task: its patch, before it is shown finished.
+    let collect = move || crate::worktree::after_run(state_dir.as_deref(), id);
+    let _ = tokio::task::spawn_blocking(collect).await;
+    finish(&shared, id, state, failure).await;
+}
+
+async fn run_task_inner(
+    shared: &Arc<Shared>,
+    id: TaskId,
+    spec: TaskSpec,
+    cwd: PathBuf,
+    bin: PathBuf,
+    mut stop_rx: watch::Receiver<Option<StopReason>>,
+) -> (TaskState, Option<Failure>) {
+    let cfg = shared.config.clone();
+    let timeout = spec.timeout.unwrap_or(cfg.default_timeout);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let runner = shared.with(id, |r| r.runner).unwrap_or_default();
+    let caps = if !backend(runner).probes_capabilities() {
+        Ok(Capabilities::default())
+    } else {
+        let env = cfg.env.clone();
+        let b = bin.clone();
+        shared
+            .caps
+            .get_or_init(|| async move { command::detect(&b, &env).await })
+            .await
+            .clone()
+    };
+    let caps = match caps {
+        Ok(c) => c,
+        Err(e) => {
+            return (TaskState::Failed, Some(Failure::new(FailureKind::Spawn, e)));
+        }
+    };
+    let mut attempt: u32 = 0;
+    let mut startup_retries = 0u32;
+    loop {
+        if let Some(reason) = *stop_rx.borrow() {
+            return stopped(reason);
+        }
+        attempt += 1;
+        let ctx = AttemptCtx {
+            shared,
+            id,
+            spec: &spec,
+            cwd: &cwd,
+            bin: &bin,
+            caps: &caps,
+            deadline,
+        };
+        let end = run_attempt(&ctx, attempt, &mut stop_rx).await;
+        match end {
+            AttemptEnd::Stopped(reason) => {
+                return stopped(reason);
+            }
+            AttemptEnd::TimedOut => {
+                let f = Failure::new(
+                    FailureKind::Timeout,
+                    format!(
+                        "stopped after {} (the task's time limit)",
+                        fmt_duration(timeout)
+                    ),
+                );
+                return (TaskState::TimedOut, Some(f));
+            }
+            AttemptEnd::SpawnFailed(msg) => {
+                return (
+                    TaskState::Failed,
+                    Some(Failure::new(FailureKind::Spawn, msg)),
+                );
+            }
+            AttemptEnd::OverflowLoop(n) => {
+                let last = shared
+                    .with(id, |r| r.summary.errors().last().map(|e| e.message.clone()))
+                    .flatten()
+                    .unwrap_or_default();
+                let f = Failure::new(
+                    FailureKind::ContextLength,
+                    format!(
+                        "stopped after {n} context overflows in a row: opencode kept compacting and retrying. Last: {last}"
+                    ),
+                );
+                return (TaskState::Failed, Some(f));
+            }
+            AttemptEnd::Exited(exit) => {
+                let (failure, produced, store_race) = shared
+                    .with(id, |r| {
+                        r.exit = Some(exit);
+                        let stderr = r.stderr.to_string_lossy();
+                        let race = r.summary.events() == 0
+                            && exit.code != Some(0)
+                            && store_setup_error(&stderr);
+                        (
+                            r.classify_attempt(&stderr, exit),
+                            r.summary.produced_output(),
+                            race,
+                        )
+                    })
+                    .unwrap_or((None, false, false));
+                let Some(f) = failure else {
+                    return (TaskState::Succeeded, None);
+                };
+                // Several runs starting at once on a fresh store can trip over each other's
+                // database setup before any session exists. Nothing ran, so starting again is
+                // safe for every agent.
+                if store_race && startup_retries < STARTUP_RETRIES {
+                    startup_retries += 1;
+                    let pause =
+                        Duration::from_millis(400 * u64::from(startup_retries) + (97 * id) % 400);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stop_rx.changed() => {
+                            let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
+                            return stopped(reason);
+                        }
+                    }
+                    attempt -= 1;
+                    continue;
+                }
+                let retryable =
+                    f.kind.is_transient() && spec.read_only && !produced && attempt <= cfg.retries;
+                if !retryable {
+                    return (TaskState::Failed, Some(f));
+                }
+                let delay = cfg
+                    .retry_delay
+                    .saturating_mul(3u32.saturating_pow(attempt - 1));
+                let at = tokio::time::Instant::now() + delay;
+                if at >= deadline {
+                    return (TaskState::Failed, Some(f));
+                }
+                shared.with(id, |r| {
+                    r.state = TaskState::Retrying;
+                    r.retry_at = Some(Instant::now() + delay);
+                    r.failure = Some(f);
+                    persist(shared, r, Save::WithOutput);
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = stop_rx.changed() => {
+                        let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
+                        return stopped(reason);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn stopped(reason: StopReason) -> (TaskState, Option<Failure>) {
+    let f = match reason {
+        StopReason::Cancel => None,
+        StopReason::Shutdown => Some(Failure::with_advice(
+            FailureKind::Exit,
+            "stopped because the bridge shut down",
+            "Start the task again once the bridge is running.",
+        )),
+    };
+    (TaskState::Cancelled, f)
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 && s.is_multiple_of(60) {
+        format!("{} min", s / 60)
+    } else if s >= 60 {
+        format!("{} min {} s", s / 60, s % 60)
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}

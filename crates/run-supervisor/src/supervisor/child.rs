@@ -1,0 +1,294 @@
+//! One attempt of a task: the runner's launch, the child in its own process group, its
+//! stdout and stderr handed to [`super::output`], the wait for its exit, a stop, the deadline
+//! or an overflow loop, and the teardown that leaves none of its processes behind.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+use super::output::{enlarge_pipe, follow_output, follower, output_file, read_stream};
+use super::record::Save;
+use super::{Shared, StopReason, persist};
+use crate::capture::HeadTail;
+use crate::classify::ExitInfo;
+use crate::command::{Capabilities, LaunchContext};
+use crate::events::RunSummary;
+use crate::runner::backend;
+use crate::spec::TaskSpec;
+use crate::task::{TaskId, TaskState};
+use bridge_proc::{self as procs, ProcId};
+
+/// What every attempt of one task runs with.
+pub(super) struct AttemptCtx<'a> {
+    pub(super) shared: &'a Arc<Shared>,
+    pub(super) id: TaskId,
+    pub(super) spec: &'a TaskSpec,
+    /// The canonical working directory (also `PWD`).
+    pub(super) cwd: &'a Path,
+    /// The runner's binary.
+    pub(super) bin: &'a Path,
+    pub(super) caps: &'a Capabilities,
+    /// The task's time limit.
+    pub(super) deadline: tokio::time::Instant,
+}
+
+/// How an attempt ended.
+pub(super) enum AttemptEnd {
+    Exited(ExitInfo),
+    Stopped(StopReason),
+    TimedOut,
+    OverflowLoop(usize),
+    SpawnFailed(String),
+}
+
+/// Runs attempt number `attempt` of the task to its end (see [`AttemptEnd`]).
+pub(super) async fn run_attempt(
+    ctx: &AttemptCtx<'_>,
+    attempt: u32,
+    stop_rx: &mut watch::Receiver<Option<StopReason>>,
+) -> AttemptEnd {
+    let AttemptCtx {
+        shared,
+        id,
+        spec,
+        cwd,
+        bin,
+        caps,
+        deadline,
+    } = *ctx;
+    let cfg = &shared.config;
+    let prompt_path = cfg.prompt_dir.join(format!(
+        "bridge-prompt-{}-{}-{}.md",
+        std::process::id(),
+        id,
+        attempt
+    ));
+    let launch_ctx = LaunchContext {
+        program: bin,
+        caps,
+        default_model: cfg.default_model.as_deref(),
+        base_env: &cfg.env,
+        prompt_file_threshold: cfg.prompt_file_threshold,
+        prompt_file_path: prompt_path,
+    };
+    let runner = shared.with(id, |r| r.runner).unwrap_or_default();
+    let launch = backend(runner).launch(spec, cwd, &launch_ctx);
+    let launch = match launch {
+        Ok(l) => l,
+        Err(e) => return AttemptEnd::SpawnFailed(e),
+    };
+    let _prompt_file = match &launch.prompt_file {
+        Some((path, content)) => {
+            if let Some(dir) = path.parent()
+                && let Err(e) = std::fs::create_dir_all(dir)
+            {
+                return AttemptEnd::SpawnFailed(format!(
+                    "cannot create {} for the oversized prompt: {e}",
+                    dir.display()
+                ));
+            }
+            if let Err(e) = write_private(path, content) {
+                return AttemptEnd::SpawnFailed(format!(
+                    "cannot write the oversized prompt to {}: {e}",
+                    path.display()
+                ));
+            }
+            Some(RemoveOnDrop(path.clone()))
+        }
+        None => None,
+    };
+
+    let mut cmd = tokio::process::Command::new(&launch.program);
+    cmd.args(&launch.args)
+        .current_dir(cwd)
+        .process_group(0)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(false);
+    let out_file = output_file();
+    match out_file.as_ref().and_then(|f| f.try_clone().ok()) {
+        Some(f) => cmd.stdout(f),
+        None => cmd.stdout(std::process::Stdio::piped()),
+    };
+    for k in &launch.env_remove {
+        cmd.env_remove(k);
+    }
+    for (k, v) in &launch.env_set {
+        cmd.env(k, v);
+    }
+    shared.with(id, |r| {
+        r.state = TaskState::Running;
+        r.attempts = attempt;
+        r.attempt_started = Some(Instant::now());
+        r.last_event = None;
+        r.summary = RunSummary::new(cfg.output_cap);
+        r.durable_session = shared.writer.is_none();
+        r.stream = backend(r.runner).stream();
+        r.stderr = HeadTail::new(cfg.output_cap);
+        r.exit = None;
+        r.retry_at = None;
+        r.failure = None;
+    });
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return AttemptEnd::SpawnFailed(format!(
+                "cannot start {}: {e}",
+                launch.program.display()
+            ));
+        }
+    };
+    let pid = child.id().map(|p| p as i32).unwrap_or(0);
+    // The child is not reaped until we wait on it, so its /proc entry is there.
+    let root = ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 });
+    shared.with(id, |r| {
+        r.root = Some(root);
+        persist(shared, r, Save::Record);
+    });
+
+    if let Some(mut stdin) = child.stdin.take() {
+        let bytes = launch.stdin.clone();
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&bytes).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+    let (out_done, out_done_rx) = tokio::sync::watch::channel(false);
+    // Set when the readers took too long to drain: the output follower stops (a task on the
+    // blocking pool cannot be aborted).
+    let abandon = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let out_reader = match (out_file, child.stdout.take()) {
+        (_, Some(pipe)) => {
+            enlarge_pipe(&pipe);
+            Some(tokio::spawn(read_stream(
+                Arc::clone(shared),
+                id,
+                pipe,
+                true,
+            )))
+        }
+        (Some(file), None) => {
+            let (shared, abandon) = (Arc::clone(shared), Arc::clone(&abandon));
+            follower(move || follow_output(&shared, id, &file, out_done_rx, &abandon))
+        }
+        (None, None) => None,
+    };
+    let err_reader = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(read_stream(Arc::clone(shared), id, s, false)));
+
+    let mut known: BTreeSet<ProcId> = BTreeSet::new();
+    let mut ticks: u64 = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop_reason: Option<AttemptEnd>;
+    let mut exit: Option<ExitInfo> = None;
+    loop {
+        tokio::select! {
+            res = child.wait() => {
+                exit = Some(match res {
+                    Ok(st) => {
+                        use std::os::unix::process::ExitStatusExt;
+                        ExitInfo { code: st.code(), signal: st.signal() }
+                    }
+                    Err(_) => ExitInfo::default(),
+                });
+                stop_reason = None;
+                break;
+            }
+            _ = stop_rx.changed() => {
+                let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
+                stop_reason = Some(AttemptEnd::Stopped(reason));
+                break;
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                stop_reason = Some(AttemptEnd::TimedOut);
+                break;
+            }
+            _ = tick.tick() => {
+                ticks += 1;
+                // Keep the registry current: the session id as soon as it is known, the output
+                // every few seconds while events arrive.
+                shared.with(id, |r| {
+                    let session = r.summary.session_id().is_some() && !r.persisted_session;
+                    let output = ticks.is_multiple_of(25) && r.summary.events() != r.persisted_events;
+                    if session || output {
+                        r.persisted_session = r.summary.session_id().is_some();
+                        r.persisted_events = r.summary.events();
+                        persist(shared, r, if output { Save::WithOutput } else { Save::Record });
+                    }
+                });
+                // A walk of /proc: on the blocking pool, not on the thread that answers calls.
+                let mut k = known.clone();
+                if let Ok(k) = tokio::task::spawn_blocking(move || {
+                    procs::refresh_known_recent(root, &mut k, Duration::from_millis(150));
+                    k
+                })
+                .await
+                {
+                    known = k;
+                }
+                let overflows = shared.with(id, |r| r.summary.overflows()).unwrap_or(0);
+                if overflows >= cfg.overflow_limit.max(1) {
+                    stop_reason = Some(AttemptEnd::OverflowLoop(overflows));
+                    break;
+                }
+            }
+        }
+    }
+
+    if exit.is_none() {
+        // Stop the whole tree, then reap the root.
+        procs::terminate_tree(root, &mut known, cfg.kill_grace).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+    }
+    // Let the readers drain what is left; a descendant holding the pipes open must not keep
+    // us waiting.
+    let _ = out_done.send(true);
+    for reader in [out_reader, err_reader].into_iter().flatten() {
+        let abort = reader.abort_handle();
+        if tokio::time::timeout(Duration::from_millis(1500), reader)
+            .await
+            .is_err()
+        {
+            abandon.store(true, std::sync::atomic::Ordering::Relaxed);
+            abort.abort();
+        }
+    }
+    // Whatever the run left behind (background commands, escapees) goes too.
+    procs::refresh_known(root, &mut known);
+    if known.iter().any(ProcId::is_alive) {
+        procs::terminate_tree(root, &mut known, cfg.kill_grace).await;
+    }
+    procs::sweep(&known, Duration::from_secs(2)).await;
+    shared.with(id, |r| r.root = None);
+    match stop_reason {
+        Some(end) => end,
+        None => AttemptEnd::Exited(exit.unwrap_or_default()),
+    }
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(content.as_bytes())
+}

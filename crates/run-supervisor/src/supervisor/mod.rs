@@ -1,0 +1,700 @@
+//! The supervisor: the task table and the public API that answers callers (the dispatcher).
+//! One attempt of a task (spawn, watch, stop) is [`child`]'s; the retry policy and a task's end
+//! are [`attempt`]'s; a run's stdout and stderr are followed by [`output`]; a task in memory and
+//! the one way any task becomes a snapshot are in [`record`].
+//!
+//! Each task runs in its own tokio task (works on a current-thread runtime). Stopping (cancel,
+//! timeout, overflow loop, shutdown) goes through `bridge_proc::terminate_tree`: SIGTERM to the
+//! group and every known descendant, a grace period, SIGKILL, then reaping.
+//!
+//! No file is written while the table is locked: records go to the registry's writer thread
+//! over a channel ([`persist`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{OnceCell, watch};
+
+use crate::StartError;
+use crate::claude::{self, Runner};
+use crate::command::{self, Capabilities};
+use crate::proctable::{self, OpencodeProcess};
+use crate::registry::{self, Owner, Registry, TaskRecord, judge, settle_lost};
+use crate::runner::{OwnRun, backend};
+use crate::spec::{SupervisorConfig, TaskSpec};
+use crate::task::{
+    CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
+};
+use bridge_proc::{self as procs, ProcId};
+
+mod attempt;
+mod child;
+mod output;
+mod record;
+
+use record::{Record, Save, output_view, stored_snapshot};
+
+/// Finished tasks kept in the table; older finished ones are forgotten first.
+pub const MAX_FINISHED_TASKS: usize = 200;
+
+/// Finished tasks whose record and output are safely in the registry stay in memory only this
+/// many (the newest); older ones are answered from the registry like after a restart, so a
+/// long-lived bridge does not hold every finished task's text (up to the output cap each).
+pub const FINISHED_IN_MEMORY: usize = 16;
+
+/// How long after its end a task without a session id is still matched against the store.
+pub const LEARN_AFTER_FINISH: Duration = Duration::from_secs(60);
+
+/// Why a task is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    Cancel,
+    Shutdown,
+}
+#[derive(Debug, Default)]
+struct Inner {
+    tasks: BTreeMap<TaskId, Record>,
+    next_id: TaskId,
+    shutting_down: bool,
+    /// Account key → until when starts are refused (quota or usage limit with a reset time).
+    quota_until: BTreeMap<String, SystemTime>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: SupervisorConfig,
+    /// This process (the owner written in its tasks' records).
+    me: ProcId,
+    inner: Mutex<Inner>,
+    caps: OnceCell<Result<Capabilities, String>>,
+    registry: Option<Registry>,
+    /// Writes this supervisor's records to `registry` on its own thread.
+    writer: Option<registry::Writer>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn with<R>(&self, id: TaskId, f: impl FnOnce(&mut Record) -> R) -> Option<R> {
+        self.lock().tasks.get_mut(&id).map(f)
+    }
+}
+
+impl Drop for Shared {
+    /// A supervisor dropped without [`Supervisor::shutdown`] still leaves every record it made
+    /// on disk.
+    fn drop(&mut self) {
+        // The writer's callback may hold the last reference; it cannot wait for itself (and
+        // writes what is queued before it exits anyway).
+        let on_writer = std::thread::current().name() == Some(registry::WRITER_THREAD);
+        if let Some(w) = &self.writer
+            && !on_writer
+        {
+            w.flush();
+        }
+    }
+}
+
+/// Runs and tracks delegated opencode tasks. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    shared: Arc<Shared>,
+}
+
+impl Supervisor {
+    /// A supervisor with this configuration. With `config.subreaper` the process becomes a
+    /// child subreaper (see [`SupervisorConfig::subreaper`]).
+    pub fn new(config: SupervisorConfig) -> Supervisor {
+        if config.subreaper {
+            procs::become_subreaper();
+        }
+        let registry = config.state_dir.as_deref().and_then(|dir| {
+            Registry::open(dir)
+                .inspect_err(|e| tracing::warn!("{e}; tasks are kept in memory only"))
+                .ok()
+        });
+        if let Some(reg) = &registry {
+            // Decided once, at open: old finished tasks go, and tasks whose bridge and run are
+            // both gone are recorded lost (the only write to a task of another bridge besides
+            // cancelling an orphan).
+            let (pruned, lost) = reg.reconcile(config.prune_after);
+            if pruned > 0 || lost > 0 {
+                tracing::info!(pruned, lost, "registry swept");
+            }
+            if let Some(dir) = config.state_dir.as_deref() {
+                // Isolated tasks' worktrees neither applied nor discarded go at the same age.
+                let done = |id| reg.read_task(id).is_none_or(|t| t.state().is_finished());
+                let gone = crate::worktree::prune(dir, config.prune_after, done);
+                if gone > 0 {
+                    tracing::info!(worktrees = gone, "isolated tasks' worktrees pruned");
+                }
+            }
+        }
+        let shared = Arc::new_cyclic(|me: &std::sync::Weak<Shared>| {
+            let me = me.clone();
+            // A session id is shown once the registry holds it (see `Record::durable_session`).
+            let writer = registry.clone().map(|reg| {
+                registry::Writer::new(reg, move |id, session| {
+                    if let Some(shared) = me.upgrade() {
+                        shared.with(id, |r| {
+                            if r.summary.session_id().as_deref() == Some(session) {
+                                r.durable_session = true;
+                            }
+                        });
+                    }
+                })
+            });
+            let me = registry.as_ref().map(|reg| reg.me).unwrap_or_else(|| {
+                let pid = std::process::id() as i32;
+                ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 })
+            });
+            Shared {
+                config,
+                me,
+                inner: Mutex::new(Inner {
+                    next_id: 1,
+                    ..Inner::default()
+                }),
+                caps: OnceCell::new(),
+                registry,
+                writer,
+            }
+        });
+        Supervisor { shared }
+    }
+
+    /// How many tasks are held in memory (running and finished); the rest of
+    /// [`Supervisor::list`] is answered from the registry. For tests and diagnostics.
+    pub fn tasks_in_memory(&self) -> usize {
+        self.shared.lock().tasks.len()
+    }
+
+    /// The registry directory in use (`None`: tasks are kept in memory only).
+    pub fn state_dir(&self) -> Option<&Path> {
+        self.shared
+            .registry
+            .as_ref()
+            .and(self.shared.config.state_dir.as_deref())
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &SupervisorConfig {
+        &self.shared.config
+    }
+
+    /// The installed opencode's capabilities, detected once (`--version`, `run --help`).
+    pub async fn capabilities(&self) -> Result<Capabilities, String> {
+        let bin = command::resolve_binary(self.shared.config.opencode_bin.as_deref())?;
+        let env = self.shared.config.env.clone();
+        self.shared
+            .caps
+            .get_or_init(|| async move { command::detect(&bin, &env).await })
+            .await
+            .clone()
+    }
+
+    /// Accepts a task and starts it in the background; returns at once. Must be called
+    /// inside a tokio runtime.
+    pub fn start(&self, spec: TaskSpec) -> Result<TaskId, StartError> {
+        if spec.prompt.trim().is_empty() {
+            return Err(StartError::InvalidSpec(
+                "the prompt is empty: say what the agent should do".into(),
+            ));
+        }
+        if spec.agent.trim().is_empty() {
+            return Err(StartError::InvalidSpec(
+                "no agent given: name the opencode agent to run".into(),
+            ));
+        }
+        let cfg = &self.shared.config;
+        let cwd = command::check_cwd(&spec.cwd, &cfg.root)?;
+        let isolated = crate::worktree::start_check(&spec, &cwd, self.state_dir())?;
+        let model = spec.model.clone().or_else(|| cfg.default_model.clone());
+        let runner = Runner::for_model(model.as_deref());
+        let account = backend(runner).account_key(model.as_deref());
+        let bin = backend(runner)
+            .binary(cfg)
+            .map_err(StartError::BinaryMissing)?;
+        let (stop_tx, stop_rx) = watch::channel(None);
+        let id = {
+            let mut inner = self.shared.lock();
+            if inner.shutting_down {
+                return Err(StartError::ShuttingDown);
+            }
+            if let Some(&until) = inner.quota_until.get(&account)
+                && until > SystemTime::now()
+            {
+                return Err(StartError::QuotaWindow {
+                    account,
+                    until: claude::fmt_utc(until),
+                });
+            }
+            let running = inner
+                .tasks
+                .values()
+                .filter(|r| !r.state.is_finished())
+                .count();
+            if running >= cfg.max_parallel {
+                return Err(StartError::Busy {
+                    running,
+                    limit: cfg.max_parallel,
+                });
+            }
+            forget_finished(&mut inner, MAX_FINISHED_TASKS - 1);
+            let id = match &self.shared.registry {
+                Some(reg) => reg
+                    .next_id()
+                    .map_err(|e| StartError::Registry(e.to_string()))?,
+                None => {
+                    let id = inner.next_id;
+                    inner.next_id += 1;
+                    id
+                }
+            };
+            // An isolated task works in its worktree (made before the first attempt).
+            let cwd = isolated.map_or(cwd, |c| c.for_task(id).run_cwd());
+            let mut rec = TaskRecord::accepted(id, self.shared.me, &spec.agent, &spec.title, &cwd);
+            rec.model = model.clone();
+            rec.read_only = spec.read_only;
+            rec.label = spec.label.clone().filter(|l| !l.trim().is_empty());
+            rec.continues = spec.session.clone().filter(|s| !s.trim().is_empty());
+            let durable_session = self.shared.writer.is_none();
+            let r = Record::new(rec, runner, cfg.output_cap, stop_tx, durable_session);
+            inner.tasks.insert(id, r);
+            if let Some(r) = inner.tasks.get(&id) {
+                persist(&self.shared, r, Save::Record);
+            }
+            (id, cwd)
+        };
+        let (id, cwd) = id;
+        let shared = Arc::clone(&self.shared);
+        tokio::spawn(attempt::run_task(shared, id, spec, cwd, bin, stop_rx));
+        Ok(id)
+    }
+
+    /// The state of a task.
+    /// Tasks of this supervisor come from memory; with a registry, every other task of the
+    /// state directory (earlier bridges, other bridges) from disk.
+    pub fn status(&self, id: TaskId) -> Option<TaskSnapshot> {
+        let version = self.version();
+        let mine = {
+            let inner = self.shared.lock();
+            inner
+                .tasks
+                .get(&id)
+                .map(|r| r.snapshot(self.shared.config.quiet_after, version.as_deref()))
+        };
+        mine.or_else(|| self.stored(id).map(|t| stored_snapshot(&t, judge(&t))))
+    }
+
+    /// Every task, oldest first: this supervisor's and, with a registry, every other task
+    /// recorded in the state directory.
+    pub fn list(&self) -> Vec<TaskSnapshot> {
+        let version = self.version();
+        let mut all: BTreeMap<TaskId, TaskSnapshot> = {
+            let inner = self.shared.lock();
+            inner
+                .tasks
+                .iter()
+                .map(|(&id, r)| {
+                    let snap = r.snapshot(self.shared.config.quiet_after, version.as_deref());
+                    (id, snap)
+                })
+                .collect()
+        };
+        if let Some(reg) = &self.shared.registry {
+            for id in reg.ids() {
+                if all.contains_key(&id) {
+                    continue;
+                }
+                if let Some(t) = self.stored(id) {
+                    all.insert(id, stored_snapshot(&t, judge(&t)));
+                }
+            }
+        }
+        all.into_values().collect()
+    }
+
+    /// A task of the registry that is not in memory. A dead owner's unfinished task whose run
+    /// is gone too is shown lost (ended at its last record); reading never writes: the
+    /// registry records it lost when a supervisor next opens it.
+    fn stored(&self, id: TaskId) -> Option<TaskRecord> {
+        let reg = self.shared.registry.as_ref()?;
+        if self.shared.lock().tasks.contains_key(&id) {
+            return None;
+        }
+        let mut t = reg.read_task(id)?;
+        if judge(&t) == Owner::Lost {
+            let last = t.updated_ms;
+            settle_lost(&mut t, last);
+        }
+        Some(t)
+    }
+
+    fn version(&self) -> Option<String> {
+        self.shared.version()
+    }
+
+    /// The output of a task: all its text cut to `head` / `tail` characters (default: the
+    /// last 60 000), its final message, tool calls and stderr tail.
+    pub fn result(
+        &self,
+        id: TaskId,
+        head: Option<usize>,
+        tail: Option<usize>,
+    ) -> Option<TaskOutput> {
+        let version = self.version();
+        let inner = self.shared.lock();
+        let Some(r) = inner.tasks.get(&id) else {
+            drop(inner);
+            return self.stored_result(id, head, tail);
+        };
+        let snap = r.snapshot(self.shared.config.quiet_after, version.as_deref());
+        Some(output_view(snap, &r.output(), head, tail))
+    }
+
+    fn stored_result(
+        &self,
+        id: TaskId,
+        head: Option<usize>,
+        tail: Option<usize>,
+    ) -> Option<TaskOutput> {
+        let t = self.stored(id)?;
+        let snap = stored_snapshot(&t, judge(&t));
+        let o = self
+            .shared
+            .registry
+            .as_ref()
+            .and_then(|reg| reg.read_output(id))
+            .unwrap_or_default();
+        Some(output_view(snap, &o, head, tail))
+    }
+
+    /// Cancels a running or retrying task and waits until its processes are gone (at most
+    /// the kill grace plus a moment). A finished task is reported as such.
+    pub async fn cancel(&self, id: TaskId) -> CancelOutcome {
+        let done = {
+            let inner = self.shared.lock();
+            match inner.tasks.get(&id) {
+                None => None,
+                Some(r) if r.state.is_finished() => {
+                    return CancelOutcome::AlreadyFinished(r.state);
+                }
+                Some(r) => {
+                    r.stop.send_replace(Some(StopReason::Cancel));
+                    Some(r.done.subscribe())
+                }
+            }
+        };
+        let Some(done) = done else {
+            return self.cancel_stored(id).await;
+        };
+        wait_done(done).await;
+        match self.status(id).map(|s| s.state) {
+            Some(TaskState::Cancelled) => CancelOutcome::Cancelled,
+            Some(s) => CancelOutcome::AlreadyFinished(s),
+            None => CancelOutcome::NotFound,
+        }
+    }
+
+    /// Cancels a task of the registry that this supervisor did not start: only an orphan (its
+    /// bridge is dead, its run alive) is stopped, after its start time is checked; the record
+    /// then says `cancelled`.
+    async fn cancel_stored(&self, id: TaskId) -> CancelOutcome {
+        let Some(mut t) = self.stored(id) else {
+            return CancelOutcome::NotFound;
+        };
+        let run = match judge(&t) {
+            Owner::Finished | Owner::Lost => return CancelOutcome::AlreadyFinished(t.state()),
+            Owner::Alive(pid) => return CancelOutcome::OtherBridge { pid },
+            Owner::Orphan(run) => run,
+        };
+        let mut known = BTreeSet::new();
+        procs::terminate_tree(run, &mut known, self.shared.config.kill_grace).await;
+        procs::sweep(&known, Duration::from_secs(2)).await;
+        procs::reap_if_our_zombie(run);
+        t.state = TaskState::Cancelled.as_str().into();
+        t.failure = None;
+        t.run = None;
+        t.finished_ms = Some(registry::now_ms());
+        t.updated_ms = registry::now_ms();
+        if let Some(reg) = &self.shared.registry {
+            reg.write_task(&t);
+        }
+        CancelOutcome::Cancelled
+    }
+
+    /// Waits until the tasks have finished — any one of them (`all` false) or every one — or
+    /// until `timeout`, and says which finished and which still run. Unknown ids are reported,
+    /// never waited for.
+    pub async fn wait_for(&self, ids: &[TaskId], all: bool, timeout: Duration) -> WaitReport {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let mut report = WaitReport {
+                finished: Vec::new(),
+                running: Vec::new(),
+                unknown: Vec::new(),
+                satisfied: false,
+            };
+            for &id in ids {
+                match self.status(id) {
+                    Some(s) if s.state.is_finished() => report.finished.push(s),
+                    Some(s) => report.running.push(s),
+                    None => report.unknown.push(id),
+                }
+            }
+            report.satisfied = if all {
+                report.running.is_empty()
+            } else {
+                !report.finished.is_empty() || report.running.is_empty()
+            };
+            if report.satisfied || tokio::time::Instant::now() >= deadline {
+                return report;
+            }
+            let watchers: Vec<watch::Receiver<bool>> = report
+                .running
+                .iter()
+                .filter_map(|s| self.watch_done(s.id))
+                .collect();
+            let poll = if watchers.len() == report.running.len() {
+                Duration::from_millis(500)
+            } else {
+                // Tasks of other bridges are polled on disk.
+                Duration::from_millis(250)
+            };
+            let any_done = async {
+                let mut set = tokio::task::JoinSet::new();
+                for w in watchers {
+                    set.spawn(wait_done(w));
+                }
+                if set.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                set.join_next().await;
+            };
+            tokio::select! {
+                _ = any_done => {}
+                _ = tokio::time::sleep(poll.min(deadline.saturating_duration_since(tokio::time::Instant::now()))) => {}
+            }
+        }
+    }
+
+    /// Waits until a task has finished and returns its final state (`None`: unknown id).
+    pub async fn wait(&self, id: TaskId) -> Option<TaskSnapshot> {
+        let done = self.shared.lock().tasks.get(&id)?.done.subscribe();
+        wait_done(done).await;
+        self.status(id)
+    }
+
+    /// A receiver that turns `true` when the task finishes (`None`: unknown id).
+    pub fn watch_done(&self, id: TaskId) -> Option<watch::Receiver<bool>> {
+        Some(self.shared.lock().tasks.get(&id)?.done.subscribe())
+    }
+
+    /// Stops every unfinished task (process groups killed, everything reaped) and refuses
+    /// new ones. Returns when all are finished.
+    pub async fn shutdown(&self) {
+        let waits: Vec<watch::Receiver<bool>> = {
+            let mut inner = self.shared.lock();
+            inner.shutting_down = true;
+            inner
+                .tasks
+                .values()
+                .filter(|r| !r.state.is_finished())
+                .map(|r| {
+                    r.stop.send_replace(Some(StopReason::Shutdown));
+                    r.done.subscribe()
+                })
+                .collect()
+        };
+        for w in waits {
+            wait_done(w).await;
+        }
+        // Every record is on disk before the process may exit.
+        if let Some(writer) = self.shared.writer.clone() {
+            let _ = tokio::task::spawn_blocking(move || writer.flush()).await;
+        }
+    }
+
+    /// This supervisor's opencode tasks whose session id is not known yet, with the wall-clock
+    /// start of their current (or last) attempt: a session created since then with the task's
+    /// title in its cwd is the one to [`learn_session`](Self::learn_session). Finished tasks
+    /// are listed for [`LEARN_AFTER_FINISH`] after their end (a cancelled run's session may
+    /// reach the store before its first event reached us); follow-ups are not listed (their
+    /// session is the one they continue).
+    pub fn sessionless(&self) -> Vec<Sessionless> {
+        let now = Instant::now();
+        self.shared
+            .lock()
+            .tasks
+            .iter()
+            .filter(|(_, r)| {
+                backend(r.runner).learns_session_from_store()
+                    && r.summary.session_id().is_none()
+                    && r.rec.continues.is_none()
+                    && r.finished
+                        .is_none_or(|f| now.saturating_duration_since(f) < LEARN_AFTER_FINISH)
+            })
+            .filter_map(|(&id, r)| {
+                Some(Sessionless {
+                    id,
+                    title: r.rec.title.clone(),
+                    cwd: r.rec.cwd.clone(),
+                    attempt_started: r.attempt_wall()?,
+                })
+            })
+            .collect()
+    }
+
+    /// Records `session_id` as the session of task `id`, learnt from opencode's store before
+    /// the run's event stream named it (opencode prints the session id only with its first
+    /// event). Taken only while the task has no session id, is an opencode task and the session
+    /// was created (`created`) no earlier than the task's current attempt started. The registry
+    /// gets it at once. True when recorded.
+    pub fn learn_session(&self, id: TaskId, session_id: &str, created: SystemTime) -> bool {
+        let mut inner = self.shared.lock();
+        let Some(r) = inner.tasks.get_mut(&id) else {
+            return false;
+        };
+        let fits = backend(r.runner).learns_session_from_store()
+            && r.summary.session_id().is_none()
+            && r.rec.continues.is_none()
+            && r.attempt_wall().is_some_and(|start| created >= start);
+        if !fits {
+            return false;
+        }
+        r.summary.learn_session_id(session_id);
+        r.persisted_session = true;
+        persist(&self.shared, r, Save::Record);
+        true
+    }
+
+    /// The runner of a task: opencode or Claude Code (`None`: unknown id).
+    pub fn runner(&self, id: TaskId) -> Option<Runner> {
+        self.shared.lock().tasks.get(&id).map(|r| r.runner)
+    }
+
+    /// Quota windows in force: account key (`claude` or an opencode provider) and the time
+    /// until which starts that would use it are refused.
+    pub fn quota_windows(&self) -> Vec<(String, SystemTime)> {
+        let now = SystemTime::now();
+        self.shared
+            .lock()
+            .quota_until
+            .iter()
+            .filter(|(_, t)| **t > now)
+            .map(|(k, t)| (k.clone(), *t))
+            .collect()
+    }
+
+    /// The opencode process table, with this supervisor's tasks marked (task id, session id),
+    /// followed by the running `claude -p` processes of its Claude tasks (kind `claude -p`).
+    pub fn processes(&self) -> Vec<OpencodeProcess> {
+        let mut table = proctable::scan();
+        // Own opencode runs whose binary is not named opencode (OPENCODE_BIN=/x/oc-1.18).
+        let program = crate::command::resolve_binary(self.config().opencode_bin.as_deref()).ok();
+        let inner = self.shared.lock();
+        let mut own: Vec<OpencodeProcess> = Vec::new();
+        for (&id, r) in &inner.tasks {
+            if !r.state.is_finished()
+                && let Some(root) = r.root
+                && root.is_alive()
+            {
+                let run = OwnRun {
+                    task: id,
+                    pid: root.pid,
+                    agent: &r.rec.agent,
+                    title: &r.rec.title,
+                    model: r.rec.model.as_deref(),
+                    session: r.summary.session_id().as_deref(),
+                };
+                own.extend(backend(r.runner).own_process(run, program.as_deref(), &table));
+            }
+        }
+        // opencode's own processes first, then the other runners' (`claude -p`).
+        own.sort_by_key(|p| !matches!(p.kind, proctable::ProcessKind::Run));
+        table.extend(own);
+        for p in &mut table {
+            for (&id, r) in &inner.tasks {
+                if let Some(root) = r.root
+                    && root.pid == p.pid
+                    && !r.state.is_finished()
+                {
+                    p.task_id = Some(id);
+                    if p.session_id.is_none() {
+                        p.session_id = r.summary.session_id().clone();
+                    }
+                }
+            }
+        }
+        drop(inner);
+        // Runs of the registry's other tasks (orphans, other bridges') are marked too.
+        if self.shared.registry.is_some() && table.iter().any(|p| p.task_id.is_none()) {
+            for t in self.list() {
+                if t.state.is_finished() || !(t.orphaned || t.other_bridge.is_some()) {
+                    continue;
+                }
+                for p in table.iter_mut().filter(|p| p.task_id.is_none()) {
+                    if Some(p.pid) == t.pid {
+                        p.task_id = Some(t.id);
+                        if p.session_id.is_none() {
+                            p.session_id = t.session_id.clone();
+                        }
+                    }
+                }
+            }
+        }
+        table
+    }
+}
+
+pub(super) async fn wait_done(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+fn forget_finished(inner: &mut Inner, keep: usize) {
+    let finished: Vec<(TaskId, bool)> = inner
+        .tasks
+        .iter()
+        .filter(|(_, r)| r.state.is_finished())
+        .map(|(&id, r)| (id, r.saved))
+        .collect();
+    let over = finished.len().saturating_sub(keep);
+    let saved = finished.iter().filter(|(_, s)| *s).count();
+    let mut saved_over = saved.saturating_sub(FINISHED_IN_MEMORY);
+    for (i, (id, is_saved)) in finished.into_iter().enumerate() {
+        if i < over {
+            inner.tasks.remove(&id);
+            saved_over = saved_over.saturating_sub(usize::from(is_saved));
+        } else if is_saved && saved_over > 0 {
+            inner.tasks.remove(&id);
+            saved_over -= 1;
+        }
+    }
+}
+/// Hands a task of this supervisor to the registry's writer (its output too with
+/// [`Save::WithOutput`]). Called with the table locked, so the records of one task are queued
+/// in the order they were made; serialising and writing happen on the writer's thread.
+fn persist(shared: &Shared, r: &Record, save: Save) {
+    if let Some(writer) = &shared.writer {
+        let output = (save == Save::WithOutput).then(|| r.output());
+        writer.write(r.record(r.state, shared.version().as_deref()), output);
+    }
+}
+
+impl Shared {
+    /// The opencode version in use, once detected.
+    fn version(&self) -> Option<String> {
+        self.caps
+            .get()
+            .and_then(|c| c.as_ref().ok())
+            .map(|c| c.version.clone())
+    }
+}

@@ -1,0 +1,297 @@
+//! A task in memory: its [`TaskRecord`] (what `task.json` holds) with the live state of its
+//! attempts layered on it, and the one code path from a record to what callers see.
+//!
+//! A task of this supervisor and a task read from the registry are shown the same way: both
+//! become a [`TaskRecord`] (and a [`TaskOutputRecord`]) first — the in-memory one through
+//! [`Record::record`] / [`Record::output`], which are also exactly what is persisted — and
+//! [`view`] / [`output_view`] turn those into a [`TaskSnapshot`] / [`TaskOutput`]. Only what
+//! exists solely while a task runs here (its pid, the age of its last event, the retry timer)
+//! is added on top, by [`Record::snapshot`].
+
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+
+use super::StopReason;
+use crate::capture::{HeadTail, REPLY_CHARS, cut_text};
+use crate::changes::ChangedFiles;
+use crate::classify::{ExitInfo, Failure};
+use crate::claude::Runner;
+use crate::events::{RunSummary, ToolCall};
+use crate::registry::{self, Owner, TaskOutputRecord, TaskRecord};
+use crate::runner::{Stream, backend};
+use crate::task::{TaskOutput, TaskSnapshot, TaskState};
+use bridge_proc::ProcId;
+
+/// A task of this supervisor.
+#[derive(Debug)]
+pub(super) struct Record {
+    /// The task as accepted: its identity and what it runs (owner, agent, title, cwd, model,
+    /// label, ...). The fields that change while it runs (state, attempts, outcome, counters)
+    /// are the live ones below; [`Record::record`] lays them over this one.
+    pub(super) rec: TaskRecord,
+    pub(super) runner: Runner,
+    /// The parser of the current attempt's output (the runner's).
+    pub(super) stream: Box<dyn Stream>,
+    pub(super) state: TaskState,
+    pub(super) attempts: u32,
+    pub(super) accepted: Instant,
+    pub(super) finished: Option<Instant>,
+    pub(super) attempt_started: Option<Instant>,
+    pub(super) root: Option<ProcId>,
+    pub(super) last_event: Option<Instant>,
+    pub(super) summary: RunSummary,
+    pub(super) stderr: HeadTail,
+    pub(super) failure: Option<Failure>,
+    pub(super) retry_at: Option<Instant>,
+    pub(super) exit: Option<ExitInfo>,
+    pub(super) stop: watch::Sender<Option<StopReason>>,
+    pub(super) done: watch::Sender<bool>,
+    pub(super) changes: Option<ChangedFiles>,
+    /// What the registry last got: events folded, session id known.
+    pub(super) persisted_events: usize,
+    pub(super) persisted_session: bool,
+    /// The registry holds the current session id (or there is no registry): only then do
+    /// snapshots show it, so a status that names the session means a restarted bridge knows
+    /// it too (the writer sets it once `task.json` with the id is on disk).
+    pub(super) durable_session: bool,
+    /// The finished record and its output are in the registry (it may leave memory).
+    pub(super) saved: bool,
+}
+
+impl Record {
+    /// A task just accepted, not started yet.
+    pub(super) fn new(
+        rec: TaskRecord,
+        runner: Runner,
+        output_cap: usize,
+        stop: watch::Sender<Option<StopReason>>,
+        durable_session: bool,
+    ) -> Record {
+        let (done, _) = watch::channel(false);
+        Record {
+            rec,
+            runner,
+            stream: backend(runner).stream(),
+            state: TaskState::Starting,
+            attempts: 0,
+            accepted: Instant::now(),
+            finished: None,
+            attempt_started: None,
+            root: None,
+            last_event: None,
+            summary: RunSummary::new(output_cap),
+            stderr: HeadTail::new(output_cap),
+            failure: None,
+            retry_at: None,
+            exit: None,
+            stop,
+            done,
+            changes: None,
+            persisted_events: 0,
+            persisted_session: false,
+            durable_session,
+            saved: false,
+        }
+    }
+
+    /// The task's record as it is now, in `state`: what is persisted, and what a snapshot is
+    /// made of. `version` is the opencode version in use (kept for runs of opencode only).
+    pub(super) fn record(&self, state: TaskState, version: Option<&str>) -> TaskRecord {
+        let mut t = self.rec.clone();
+        t.version = registry::FORMAT_VERSION;
+        t.state = state.as_str().into();
+        t.attempts = self.attempts;
+        t.finished_ms = self
+            .finished
+            .map(|f| t.accepted_ms + f.saturating_duration_since(self.accepted).as_millis() as u64);
+        t.session_id = self.summary.session_id().clone();
+        t.run = self.root.filter(|_| !state.is_finished()).map(Into::into);
+        t.failure = self.failure.as_ref().map(Into::into);
+        t.lost = false;
+        t.exit_code = self.exit.and_then(|e| e.code);
+        t.tokens = self.summary.tokens().into();
+        t.cost = self.summary.cost();
+        t.tool_calls = self.summary.tool_calls().len();
+        // A Claude run uses no opencode.
+        t.opencode_version = version
+            .filter(|_| backend(self.runner).reports_opencode_version())
+            .map(str::to_owned);
+        t.updated_ms = registry::now_ms();
+        t
+    }
+
+    /// The task's kept output as it is now: what `output.json` gets, and what a result is
+    /// cut from.
+    pub(super) fn output(&self) -> TaskOutputRecord {
+        let stderr_clean = crate::classify::strip_ansi(&self.stderr.tail_string(16_000));
+        TaskOutputRecord {
+            version: registry::FORMAT_VERSION,
+            text: self.summary.text().to_string_lossy(),
+            final_text: self.summary.final_text().to_owned(),
+            tool_calls: self.summary.tool_calls().iter().map(Into::into).collect(),
+            stderr_tail: cut_text(stderr_clean.trim(), None, Some(4_000)).text,
+            malformed_lines: self.summary.malformed(),
+            unknown_events: self.summary.unknown(),
+            stdout_bytes_dropped: self.summary.text().dropped_bytes(),
+            changed_files: self.changes.clone(),
+        }
+    }
+
+    /// What callers see of this task now: [`view`] of its [`record`](Self::record), plus what
+    /// only a running task of this supervisor has.
+    pub(super) fn snapshot(&self, quiet_after: Duration, version: Option<&str>) -> TaskSnapshot {
+        let mut s = view(&self.record(self.state, version));
+        let now = Instant::now();
+        let running = self.state == TaskState::Running;
+        if running {
+            s.last_event_age = self
+                .last_event
+                .or(self.attempt_started)
+                .map(|t| now.saturating_duration_since(t));
+            s.pid = self.root.map(|p| p.pid);
+        }
+        s.quiet = s.last_event_age.is_some_and(|a| a >= quiet_after);
+        s.elapsed = self
+            .finished
+            .unwrap_or(now)
+            .saturating_duration_since(self.accepted);
+        if !self.durable_session {
+            s.session_id = None;
+        }
+        if self.state == TaskState::Retrying {
+            s.retry_in = self.retry_at.map(|t| t.saturating_duration_since(now));
+        }
+        s
+    }
+
+    /// The failure of a finished attempt, by the rules of the task's runner.
+    pub(super) fn classify_attempt(&self, stderr: &str, exit: ExitInfo) -> Option<Failure> {
+        self.stream.classify(&self.summary, stderr, exit)
+    }
+
+    /// When the quota window that refused this task resets, if the refusal said so.
+    pub(super) fn quota_reset(&self) -> Option<SystemTime> {
+        self.stream.quota_reset(&self.summary)
+    }
+
+    /// The wall-clock start of the current attempt, truncated to the millisecond (opencode
+    /// stores times in ms), or `None` before the first attempt.
+    pub(super) fn attempt_wall(&self) -> Option<SystemTime> {
+        let at = self.attempt_started?;
+        let wall =
+            registry::from_ms(self.rec.accepted_ms) + at.saturating_duration_since(self.accepted);
+        Some(registry::from_ms(registry::to_ms(wall)))
+    }
+}
+
+/// A task as its record says: what a snapshot of any task, this supervisor's or one read from
+/// the registry, is built from. Nothing live (pid, event age, retry timer) is set here.
+pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
+    let now = registry::now_ms();
+    let end = t.finished_ms.unwrap_or(now).max(t.accepted_ms);
+    TaskSnapshot {
+        id: t.id,
+        state: t.state(),
+        agent: t.agent.clone(),
+        title: t.title.clone(),
+        cwd: t.cwd.clone(),
+        model: t.model.clone(),
+        read_only: t.read_only,
+        attempts: t.attempts,
+        elapsed: Duration::from_millis(end - t.accepted_ms),
+        started_at: registry::from_ms(t.accepted_ms),
+        session_id: t.session_id.clone(),
+        pid: None,
+        last_event_age: None,
+        quiet: false,
+        failure: t.failure.as_ref().map(registry::StoredFailure::to_failure),
+        retry_in: None,
+        tokens: t.tokens.into(),
+        cost: t.cost,
+        tool_calls: t.tool_calls,
+        exit_code: t.exit_code,
+        opencode_version: t.opencode_version.clone(),
+        label: t.label.clone(),
+        continues: t.continues.clone(),
+        orphaned: false,
+        other_bridge: None,
+        lost: t.lost,
+    }
+}
+
+/// A task of the registry that this supervisor does not hold, as `owner` (see
+/// [`registry::judge`]) leaves it: an orphan's run can be cancelled, another live bridge's
+/// is named.
+pub(super) fn stored_snapshot(t: &TaskRecord, owner: Owner) -> TaskSnapshot {
+    let mut s = view(t);
+    match owner {
+        Owner::Orphan(run) => (s.pid, s.orphaned) = (Some(run.pid), true),
+        Owner::Alive(bridge) => (s.pid, s.other_bridge) = (t.run.map(|r| r.pid), Some(bridge)),
+        Owner::Finished | Owner::Lost => {}
+    }
+    s
+}
+
+/// A task's output as a caller asked for it: all its text cut to `head` / `tail`, the final
+/// message at most [`REPLY_CHARS`].
+pub(super) fn output_view(
+    snapshot: TaskSnapshot,
+    o: &TaskOutputRecord,
+    head: Option<usize>,
+    tail: Option<usize>,
+) -> TaskOutput {
+    TaskOutput {
+        snapshot,
+        text: cut_text(&o.text, head, tail),
+        final_text: cut_text(&o.final_text, Some(REPLY_CHARS), None).text,
+        tool_calls: o.tool_calls.iter().map(ToolCall::from).collect(),
+        stderr_tail: o.stderr_tail.clone(),
+        malformed_lines: o.malformed_lines,
+        unknown_events: o.unknown_events,
+        stdout_bytes_dropped: o.stdout_bytes_dropped,
+        changed_files: o.changed_files.clone(),
+    }
+}
+
+/// The records of task `id` go to the registry's writer with `Save`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Save {
+    /// `task.json` only.
+    Record,
+    /// `task.json` and `output.json`.
+    WithOutput,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_of_an_own_task_is_the_view_of_its_record() {
+        let rec = TaskRecord::accepted(
+            7,
+            ProcId::of(std::process::id() as i32).unwrap(),
+            "explore",
+            "t",
+            std::path::Path::new("/tmp"),
+        );
+        let (stop, _) = watch::channel(None);
+        let mut r = Record::new(rec, Runner::Opencode, 1024, stop, true);
+        r.attempts = 2;
+        r.state = TaskState::Failed;
+        r.failure = Some(Failure::new(crate::FailureKind::Auth, "bad key"));
+        r.finished = Some(r.accepted + Duration::from_millis(1500));
+        let own = r.snapshot(Duration::from_secs(60), Some("1.18.33"));
+        let stored = view(&r.record(r.state, Some("1.18.33")));
+        assert_eq!(own.state, stored.state);
+        assert_eq!(own.attempts, 2);
+        assert_eq!(own.failure, stored.failure);
+        assert_eq!(own.opencode_version.as_deref(), Some("1.18.33"));
+        assert_eq!(stored.elapsed, Duration::from_millis(1500));
+        assert_eq!(own.elapsed, Duration::from_millis(1500));
+        // A Claude run names no opencode version.
+        r.runner = Runner::Claude;
+        assert_eq!(r.record(r.state, Some("1.18.33")).opencode_version, None);
+    }
+}
