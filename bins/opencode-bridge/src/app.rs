@@ -232,8 +232,9 @@ impl App {
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
                 let note = self.lost_note(&out.snapshot).await;
                 let isolated = self.isolated_change(id, &out.snapshot, head, tail).await;
+                let overlap = self.overlap_note(&out).await;
                 Ok(Reply {
-                    text: render::tasks::result(&out) + &note + &isolated,
+                    text: render::tasks::result(&out) + &note + &isolated + &overlap,
                     structured: Some(structured::to_value(&structured::ResultView::from(&out))),
                     session: out
                         .snapshot
@@ -497,6 +498,62 @@ impl App {
                     _ => String::new(),
                 },
             )
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Warnings for an editing task run in the caller's checkout: every other such task that
+    /// ran in the same checkout at the same time and whose agent wrote some of the same files
+    /// (named, from both runs' write/edit calls).
+    async fn overlap_note(&self, out: &run_supervisor::TaskOutput) -> String {
+        use run_supervisor::worktree;
+        let me = &out.snapshot;
+        let isolated_root = self.supervisor.state_dir().map(worktree::root);
+        let isolated = |s: &run_supervisor::TaskSnapshot| {
+            isolated_root.as_ref().is_some_and(|r| s.cwd.starts_with(r))
+        };
+        if me.read_only || isolated(me) || out.changed_files.is_none() {
+            return String::new();
+        }
+        let span = |s: &run_supervisor::TaskSnapshot| (s.started_at, s.started_at + s.elapsed);
+        let (a0, a1) = span(me);
+        let others: Vec<run_supervisor::TaskOutput> = self
+            .supervisor
+            .list()
+            .into_iter()
+            .filter(|s| s.id != me.id && !s.read_only && !isolated(s))
+            .filter(|s| {
+                let (b0, b1) = span(s);
+                a0 < b1 && b0 < a1
+            })
+            .filter_map(|s| self.supervisor.result(s.id, Some(1), None))
+            .collect();
+        if others.is_empty() {
+            return String::new();
+        }
+        let mine = out.clone();
+        blocking(move || {
+            let Some(top) = worktree::checkout_of(&mine.snapshot.cwd) else {
+                return Ok(String::new());
+            };
+            let my_files = worktree::files_written(&mine.tool_calls, &mine.snapshot.cwd, &top);
+            let mut text = String::new();
+            for o in others {
+                if worktree::checkout_of(&o.snapshot.cwd).as_deref() != Some(top.as_path()) {
+                    continue;
+                }
+                let theirs = worktree::files_written(&o.tool_calls, &o.snapshot.cwd, &top);
+                let both = worktree::shared_files(&my_files, &theirs);
+                if !both.is_empty() {
+                    text.push_str(&render::isolation::overlap(
+                        mine.snapshot.id,
+                        o.snapshot.id,
+                        &both,
+                    ));
+                }
+            }
+            Ok(text)
         })
         .await
         .unwrap_or_default()

@@ -1,7 +1,8 @@
 //! `isolation: "worktree"` with the real opencode 1.18.33 and the fake LLM: the agent writes in
 //! its own worktree, the caller's checkout (and an uncommitted edit in it) stays as it was, the
 //! result shows the patch, `opencode_apply` brings it in or discards it, a conflict writes
-//! nothing, no worktree is left and HEAD, refs and the index never change.
+//! nothing, no worktree is left and HEAD, refs and the index never change; two editing tasks
+//! without isolation that write one file at once are each warned of the other.
 
 use crate::common;
 
@@ -104,6 +105,11 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
     );
     assert_eq!(read_git(&proj, &["status", "--porcelain"]), status_before);
     assert_eq!(fixed(&proj), before);
+    // The change outlives the bridge: a new one shows and applies it.
+    server.close_stdin();
+    assert!(server.wait_exit(Duration::from_secs(20)).is_some());
+    let mut server = Server::start_in(&world, &env, &proj);
+    server.initialize();
     let (result, _) = server.call_text(3, "opencode_result", json!({"id": id}));
     assert!(
         result.contains("changed files (1, from git):\n  hello.txt +1 -0 (added)"),
@@ -166,6 +172,37 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
         std::fs::read_to_string(proj.join("hello.txt")).unwrap(),
         "the caller's own\n"
     );
+
+    // 3. Two editing tasks without isolation in one checkout at once, both writing hello.txt:
+    // each result warns, naming both tasks and the file.
+    std::fs::remove_file(proj.join("hello.txt")).unwrap();
+    let plain = json!({"tier": "easy", "prompt": "Write the greeting file"});
+    let (a, _) = server.call_text(9, "opencode_start", plain.clone());
+    let (b, _) = server.call_text(10, "opencode_start", plain);
+    let task_id = |t: &str| {
+        t.strip_prefix("started task ")
+            .and_then(|r| r.split(':').next())
+            .unwrap()
+            .to_owned()
+    };
+    let (a, b) = (task_id(&a), task_id(&b));
+    until_ended(&mut server, &a, &mut next);
+    until_ended(&mut server, &b, &mut next);
+    let (ra, _) = server.call_text(11, "opencode_result", json!({"id": a}));
+    assert!(
+        ra.contains(&format!(
+            "warning: tasks {a} and {b} both edited hello.txt in the same checkout"
+        )),
+        "{ra}"
+    );
+    let (rb, _) = server.call_text(12, "opencode_result", json!({"id": b}));
+    assert!(
+        rb.contains(&format!("warning: tasks {b} and {a} both edited hello.txt")),
+        "{rb}"
+    );
+    // The isolated tasks above ran at other times: no warning there.
+    assert!(!rb.contains(&format!("and {id2} ")), "{rb}");
+    std::fs::remove_file(proj.join("hello.txt")).unwrap();
 
     // No worktree is left anywhere; HEAD, refs and the index never moved.
     assert_eq!(std::fs::read_dir(&wt).unwrap().count(), 0, "{wt:?}");

@@ -917,6 +917,45 @@ pub fn strays(state_dir: &Path, known: impl Fn(u64) -> bool) -> Vec<(u64, PathBu
         .collect()
 }
 
+/// Top directory of the git checkout containing `dir` (canonical), if any.
+pub fn checkout_of(dir: &Path) -> Option<PathBuf> {
+    let top = PathBuf::from(text(
+        git(dir, &["rev-parse", "--show-toplevel"], "rev-parse").ok()?,
+    ));
+    Some(top.canonicalize().unwrap_or(top))
+}
+
+/// The files a task's agent itself wrote (its completed write/edit/patch calls), as paths
+/// relative to the checkout's top `top`; relative titles are taken as relative to the task's
+/// `cwd`. (git's changed files would not do: two tasks in one tree each see the other's edits.)
+pub fn files_written(calls: &[crate::ToolCall], cwd: &Path, top: &Path) -> Vec<String> {
+    let rel = cwd.strip_prefix(top).unwrap_or(Path::new(""));
+    let mut v: Vec<String> = crate::changes::from_tool_calls(calls, top)
+        .files
+        .into_iter()
+        .map(|f| {
+            let p = Path::new(&f.path);
+            // Absolute (outside the checkout), or already relative to the top.
+            if p.is_absolute() || (!rel.as_os_str().is_empty() && p.starts_with(rel)) {
+                f.path
+            } else {
+                rel.join(&f.path).to_string_lossy().into_owned()
+            }
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The files in both lists (each sorted).
+pub fn shared_files(a: &[String], b: &[String]) -> Vec<String> {
+    a.iter()
+        .filter(|f| b.binary_search(f).is_ok())
+        .cloned()
+        .collect()
+}
+
 // ---- the supervisor's hooks: one check at start, one call before the first attempt, one
 // when the run ended ----
 
@@ -1198,6 +1237,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("explorer is read-only: drop isolation"), "{e}");
+    }
+
+    #[test]
+    fn files_written_are_relative_to_the_checkout_and_shared_ones_are_found() {
+        let call = |tool: &str, title: &str| crate::ToolCall {
+            tool: tool.into(),
+            status: "completed".into(),
+            title: Some(title.into()),
+            error: None,
+        };
+        let top = Path::new("/p/repo");
+        let a = files_written(
+            &[
+                call("write", "/p/repo/src/a.rs"),
+                call("edit", "b.rs"),
+                call("bash", "echo > c.rs"),
+            ],
+            &top.join("src"),
+            top,
+        );
+        assert_eq!(a, ["src/a.rs", "src/b.rs"]);
+        let b = files_written(
+            &[call("edit", "src/b.rs"), call("write", "README.md")],
+            top,
+            top,
+        );
+        assert_eq!(b, ["README.md", "src/b.rs"]);
+        assert_eq!(shared_files(&a, &b), ["src/b.rs"]);
+        assert!(shared_files(&a, &["x".to_string()]).is_empty());
     }
 
     #[test]
