@@ -126,7 +126,7 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_result",
             title: "Output of a delegated task",
-            description: "What a delegated task answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed, and for editing agents the files it changed with a short diff stat. Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
+            description: "What a delegated task answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed, and for editing agents the files it changed with a short diff stat; for a task started with isolation=worktree its patch (apply it with opencode_apply). Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
             schema: json!({
                 "type": "object",
                 "properties": {
