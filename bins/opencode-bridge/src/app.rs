@@ -231,11 +231,13 @@ impl App {
                     .result(id, head, tail)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
                 let note = self.lost_note(&out.snapshot).await;
-                let isolated = self.isolated_change(id, &out.snapshot, head, tail).await;
+                let (isolated, view) = self.isolated_change(id, &out.snapshot, head, tail).await;
                 let overlap = self.overlap_note(&out).await;
+                let mut result_view = structured::ResultView::from(&out);
+                result_view.isolated = view;
                 Ok(Reply {
                     text: render::tasks::result(&out) + &note + &isolated + &overlap,
-                    structured: Some(structured::to_value(&structured::ResultView::from(&out))),
+                    structured: Some(structured::to_value(&result_view)),
                     session: out
                         .snapshot
                         .session_id
@@ -477,25 +479,45 @@ impl App {
         }
     }
 
-    /// The change of an isolated task for `opencode_result` (empty for other tasks).
+    /// The change of an isolated task for `opencode_result`, as text and as structure (empty
+    /// and `None` for other tasks).
     async fn isolated_change(
         &self,
         id: TaskId,
         snap: &run_supervisor::TaskSnapshot,
         head: Option<usize>,
         tail: Option<usize>,
-    ) -> String {
+    ) -> (String, Option<structured::IsolatedChangeView>) {
         let Some(dir) = self.supervisor.state_dir().map(Path::to_path_buf) else {
-            return String::new();
+            return (String::new(), None);
         };
         let finished = snap.state.is_finished();
         blocking(move || {
             use run_supervisor::worktree;
+            let view = |info: &worktree::WorktreeInfo, c: Option<&worktree::Change>| {
+                let cut = c.map(|c| render::isolation::cut_patch(&c.patch, head, tail));
+                structured::IsolatedChangeView {
+                    worktree: info.dir.display().to_string(),
+                    checkout: info.repo.display().to_string(),
+                    collected: c.is_some(),
+                    stat: c.map(|c| c.stat.clone()).unwrap_or_default(),
+                    patch: cut.as_ref().map(|c| c.text.clone()).unwrap_or_default(),
+                    patch_chars: cut.as_ref().map_or(0, |c| c.total_chars as u64),
+                    patch_truncated: cut.as_ref().is_some_and(|c| c.truncated),
+                }
+            };
             Ok(
                 match (worktree::change(&dir, id), worktree::load(&dir, id)) {
-                    (Some(c), _) => render::isolation::change(id, &c, head, tail),
-                    (None, Some(info)) if finished => render::isolation::not_collected(id, &info),
-                    _ => String::new(),
+                    (Some(c), _) => (
+                        render::isolation::change(id, &c, head, tail),
+                        Some(view(&c.info, Some(&c))),
+                    ),
+                    (None, Some(info)) if finished => (
+                        render::isolation::not_collected(id, &info),
+                        Some(view(&info, None)),
+                    ),
+                    (None, Some(info)) => (String::new(), Some(view(&info, None))),
+                    _ => (String::new(), None),
                 },
             )
         })

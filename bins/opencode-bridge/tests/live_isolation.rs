@@ -122,6 +122,21 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
         !result.contains("+mine") && !result.contains("notes.txt"),
         "the caller's own changes are what the agent started from, not its change: {result}"
     );
+    let full = server.call(30, "opencode_result", json!({"id": id}));
+    let isolated = &full["result"]["structuredContent"]["isolated"];
+    assert_eq!(isolated["collected"], true, "{full}");
+    assert!(
+        isolated["patch"]
+            .as_str()
+            .unwrap()
+            .contains("+hi from fake\n"),
+        "{full}"
+    );
+    assert_eq!(
+        isolated["checkout"],
+        proj.to_string_lossy().as_ref(),
+        "{full}"
+    );
     let wt = world.path("xdg/state/opencode-bridge/worktrees");
     assert!(wt.join(&id).is_dir());
     let (applied, is_error) = server.call_text(4, "opencode_apply", json!({"id": id}));

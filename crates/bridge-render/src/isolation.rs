@@ -2,7 +2,7 @@
 //! `opencode_apply` did.
 
 use run_supervisor::worktree::{Applied, ApplyError, Change, WorktreeInfo};
-use run_supervisor::{TaskId, cut_text};
+use run_supervisor::{Cut, TaskId, cut_text};
 
 /// Characters of a patch shown when the caller gives neither `head` nor `tail` (the agent's
 /// text keeps its own 60 000, so both fit one reply).
@@ -19,6 +19,15 @@ pub fn started(dir: &str, repo: Option<&str>) -> String {
     )
 }
 
+/// The part of a patch a result shows: `head` / `tail` as asked, else its first
+/// [`PATCH_CHARS`] characters.
+pub fn cut_patch(patch: &str, head: Option<usize>, tail: Option<usize>) -> Cut {
+    match (head, tail) {
+        (None, None) => cut_text(patch, Some(PATCH_CHARS), None),
+        _ => cut_text(patch, head, tail),
+    }
+}
+
 /// The change of an isolated task in `opencode_result`: diff stat, then the patch, cut by
 /// `head` / `tail` (default: its first [`PATCH_CHARS`] characters).
 pub fn change(id: TaskId, c: &Change, head: Option<usize>, tail: Option<usize>) -> String {
@@ -29,10 +38,7 @@ pub fn change(id: TaskId, c: &Change, head: Option<usize>, tail: Option<usize>) 
             c.info.dir.display()
         );
     }
-    let cut = match (head, tail) {
-        (None, None) => cut_text(&c.patch, Some(PATCH_CHARS), None),
-        _ => cut_text(&c.patch, head, tail),
-    };
+    let cut = cut_patch(&c.patch, head, tail);
     let mut out = format!(
         "isolated change (worktree {}, not in your checkout {repo} yet):\n",
         c.info.dir.display()

@@ -329,6 +329,10 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
             "--binary",
             "--no-color",
             "--no-ext-diff",
+            "--no-textconv",
+            "--no-relative",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
             "--ignore-submodules",
             "HEAD",
         ],
@@ -387,7 +391,19 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
     }
     let index = index_path(state_dir, plan.task);
     let _ = std::fs::remove_file(&index);
-    git_with_index(&plan.dir, &index, &["read-tree", &head], "read-tree")?;
+    // Start from the worktree's own index (HEAD with the checkout's stat data), so `add -A`
+    // hashes only what differs; `read-tree` if it cannot be found.
+    let own = git(
+        &plan.dir,
+        &["rev-parse", "--git-path", "index"],
+        "rev-parse",
+    )
+    .map(|p| plan.dir.join(text(p)))
+    .ok()
+    .filter(|p| std::fs::copy(p, &index).is_ok());
+    if own.is_none() {
+        git_with_index(&plan.dir, &index, &["read-tree", &head], "read-tree")?;
+    }
     git_with_index(&plan.dir, &index, &["add", "-A"], "add")?;
     let base = text(git_with_index(
         &plan.dir,
@@ -476,6 +492,10 @@ pub fn collect(state_dir: &Path, id: u64) -> Result<Change, String> {
             "--binary",
             "--no-color",
             "--no-ext-diff",
+            "--no-textconv",
+            "--no-relative",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
             "--no-renames",
             "--full-index",
             &info.base,
