@@ -231,7 +231,7 @@ impl App {
                     .result(id, head, tail)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
                 let note = self.lost_note(&out.snapshot).await;
-                let (isolated, view) = self.isolated_change(id, &out.snapshot, head, tail).await;
+                let (isolated, view) = self.isolated_change(id, &out.snapshot, head, tail);
                 let overlap = self.overlap_note(&out).await;
                 let mut result_view = structured::ResultView::from(&out);
                 result_view.isolated = view;
@@ -480,49 +480,42 @@ impl App {
     }
 
     /// The change of an isolated task for `opencode_result`, as text and as structure (empty
-    /// and `None` for other tasks).
-    async fn isolated_change(
+    /// and `None` for other tasks). Reads the worktree's files in the state directory only.
+    pub fn isolated_change(
         &self,
         id: TaskId,
         snap: &run_supervisor::TaskSnapshot,
         head: Option<usize>,
         tail: Option<usize>,
     ) -> (String, Option<structured::IsolatedChangeView>) {
-        let Some(dir) = self.supervisor.state_dir().map(Path::to_path_buf) else {
+        use run_supervisor::worktree;
+        let Some(dir) = self.supervisor.state_dir() else {
             return (String::new(), None);
         };
-        let finished = snap.state.is_finished();
-        blocking(move || {
-            use run_supervisor::worktree;
-            let view = |info: &worktree::WorktreeInfo, c: Option<&worktree::Change>| {
-                let cut = c.map(|c| render::isolation::cut_patch(&c.patch, head, tail));
-                structured::IsolatedChangeView {
-                    worktree: info.dir.display().to_string(),
-                    checkout: info.repo.display().to_string(),
-                    collected: c.is_some(),
-                    stat: c.map(|c| c.stat.clone()).unwrap_or_default(),
-                    patch: cut.as_ref().map(|c| c.text.clone()).unwrap_or_default(),
-                    patch_chars: cut.as_ref().map_or(0, |c| c.total_chars as u64),
-                    patch_truncated: cut.as_ref().is_some_and(|c| c.truncated),
-                }
-            };
-            Ok(
-                match (worktree::change(&dir, id), worktree::load(&dir, id)) {
-                    (Some(c), _) => (
-                        render::isolation::change(id, &c, head, tail),
-                        Some(view(&c.info, Some(&c))),
-                    ),
-                    (None, Some(info)) if finished => (
-                        render::isolation::not_collected(id, &info),
-                        Some(view(&info, None)),
-                    ),
-                    (None, Some(info)) => (String::new(), Some(view(&info, None))),
-                    _ => (String::new(), None),
-                },
-            )
-        })
-        .await
-        .unwrap_or_default()
+        let view = |info: &worktree::WorktreeInfo, c: Option<&worktree::Change>| {
+            let cut = c.map(|c| render::isolation::cut_patch(&c.patch, head, tail));
+            structured::IsolatedChangeView {
+                worktree: info.dir.display().to_string(),
+                checkout: info.repo.display().to_string(),
+                collected: c.is_some(),
+                stat: c.map(|c| c.stat.clone()).unwrap_or_default(),
+                patch: cut.as_ref().map(|c| c.text.clone()).unwrap_or_default(),
+                patch_chars: cut.as_ref().map_or(0, |c| c.total_chars as u64),
+                patch_truncated: cut.as_ref().is_some_and(|c| c.truncated),
+            }
+        };
+        match (worktree::change(dir, id), worktree::load(dir, id)) {
+            (Some(c), _) => (
+                render::isolation::change(id, &c, head, tail),
+                Some(view(&c.info, Some(&c))),
+            ),
+            (None, Some(info)) if snap.state.is_finished() => (
+                render::isolation::not_collected(id, &info),
+                Some(view(&info, None)),
+            ),
+            (None, Some(info)) => (String::new(), Some(view(&info, None))),
+            _ => (String::new(), None),
+        }
     }
 
     /// Warnings for an editing task run in the caller's checkout: every other such task that
@@ -628,8 +621,9 @@ impl App {
             && let Some(out) = self.supervisor.result(id, None, None)
         {
             return format!(
-                "task {id} finished within wait_s={wait_s}:\n{}",
-                render::tasks::result(&out)
+                "task {id} finished within wait_s={wait_s}:\n{}{}",
+                render::tasks::result(&out),
+                self.isolated_change(id, &out.snapshot, None, None).0
             );
         }
         format!(

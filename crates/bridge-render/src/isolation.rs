@@ -150,6 +150,7 @@ mod tests {
             base: "def".into(),
             created_ms: 0,
             ended_ms: Some(1),
+            stat: String::new(),
         }
     }
 

@@ -75,6 +75,9 @@ pub struct WorktreeInfo {
     /// When the run's change was collected (ms since the epoch); `None` while it runs.
     #[serde(default)]
     pub ended_ms: Option<u64>,
+    /// `git diff --stat` of the change, once collected.
+    #[serde(default)]
+    pub stat: String,
 }
 
 impl WorktreeInfo {
@@ -420,6 +423,7 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
         base,
         created_ms: now_ms(),
         ended_ms: None,
+        stat: String::new(),
     };
     save(state_dir, &info)?;
     Ok(info)
@@ -518,47 +522,26 @@ pub fn collect(state_dir: &Path, id: u64) -> Result<Change, String> {
     write_atomic(&patch_path(state_dir, id), &patch)
         .map_err(|e| format!("cannot write the task's patch: {e}"))?;
     info.ended_ms = Some(now_ms());
+    info.stat = String::from_utf8_lossy(&stat).into_owned();
     save(state_dir, &info)?;
     Ok(Change {
+        stat: info.stat.clone(),
         info,
         patch: String::from_utf8_lossy(&patch).into_owned(),
-        stat: String::from_utf8_lossy(&stat).into_owned(),
     })
 }
 
 /// The change of an ended worktree task, as collected; `None` when there is no worktree or
-/// its run has not ended.
+/// its run has not ended. Reads files only (no git).
 pub fn change(state_dir: &Path, id: u64) -> Option<Change> {
     let info = load(state_dir, id)?;
     info.ended_ms?;
     let patch = std::fs::read(patch_path(state_dir, id)).ok()?;
-    let stat = stat_of(&info, &patch);
     Some(Change {
+        stat: info.stat.clone(),
         info,
         patch: String::from_utf8_lossy(&patch).into_owned(),
-        stat,
     })
-}
-
-fn stat_of(info: &WorktreeInfo, patch: &[u8]) -> String {
-    if patch.is_empty() {
-        return String::new();
-    }
-    let mut c = git_cmd(&info.dir);
-    c.args(["apply", "--stat", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    let Ok(mut child) = c.spawn() else {
-        return String::new();
-    };
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let bytes = patch.to_vec();
-    let w = std::thread::spawn(move || stdin.write_all(&bytes));
-    let out = child.wait_with_output();
-    let _ = w.join();
-    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
 }
 
 /// One entry of `git diff --raw`.
@@ -1126,7 +1109,8 @@ mod tests {
             c.patch
         );
         assert!(c.stat.contains("a.txt"), "{}", c.stat);
-        assert_eq!(change(&state, 7).unwrap().patch, c.patch);
+        let again = change(&state, 7).unwrap();
+        assert_eq!((again.patch, again.stat), (c.patch.clone(), c.stat.clone()));
         // The checkout is as it was.
         assert_eq!(out(&r, &["status", "--porcelain"]), b.status);
         assert_untouched_refs(&r, &b);
