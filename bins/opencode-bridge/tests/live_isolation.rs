@@ -229,3 +229,50 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
     );
     assert_eq!(fixed(&proj), before);
 }
+
+/// Outside git an isolated start is refused, saying what to do; `doctor` names a worktree
+/// whose task the registry does not know. (The fake opencode: nothing runs.)
+#[test]
+fn isolation_outside_git_is_refused_and_doctor_names_a_stray_worktree() {
+    let world = World::new();
+    let env = [(
+        "OPENCODE_BIN",
+        common::fake_opencode(&world).to_string_lossy().into_owned(),
+    )];
+    let mut server = Server::start(&world, &env);
+    server.initialize();
+    let (t, is_error) = server.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Fix the typo", "cwd": "demo", "isolation": "worktree"}),
+    );
+    assert!(is_error, "{t}");
+    assert!(
+        t.contains("needs a git repository") && t.contains("run the task without isolation"),
+        "{t}"
+    );
+    let (t, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Fix the typo", "isolation": "sideways"}),
+    );
+    assert!(is_error && t.contains("isolation"), "{t}");
+    let (t, is_error) = server.call_text(3, "opencode_apply", json!({"id": "77"}));
+    assert!(is_error && t.contains("77"), "{t}");
+    drop(server);
+
+    let stray = world.path("xdg/state/opencode-bridge/worktrees/42");
+    std::fs::create_dir_all(&stray).unwrap();
+    let out = common::run_cli(&world, &env, &["doctor"]);
+    let out = String::from_utf8_lossy(&out.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.contains("worktrees"))
+        .unwrap_or_else(|| panic!("no worktrees line:\n{out}"));
+    assert!(line.starts_with("warn"), "{line}");
+    assert!(
+        line.contains("task 42, which the registry does not know")
+            && line.contains("git worktree remove --force"),
+        "{line}"
+    );
+}

@@ -717,9 +717,14 @@ fn plan_writes(
             conflicts.push((e.path.clone(), "a submodule: not applied".into()));
             continue;
         }
+        let abs = info.repo.join(&e.path);
+        if std::fs::symlink_metadata(&abs).is_ok_and(|m| m.is_dir()) {
+            conflicts.push((e.path.clone(), "a directory in your checkout".into()));
+            continue;
+        }
         let base = blob(&info.dir, &e.old_oid).map_err(ApplyError::Other)?;
         let theirs = blob(&info.dir, &e.new_oid).map_err(ApplyError::Other)?;
-        let ours = current(&info.repo.join(&e.path)).map(|(b, _)| b);
+        let ours = current(&abs).map(|(b, _)| b);
         let w = if ours == base {
             match theirs {
                 Some(bytes) => Action::Put {
