@@ -215,6 +215,17 @@ pub fn rejected_permission_lines(stderr: &str) -> Vec<String> {
         .collect()
 }
 
+/// The last ~400 characters of stderr, colours removed and trimmed: what a failure quotes.
+pub(crate) fn stderr_tail(stderr: &str) -> String {
+    let clean = strip_ansi(stderr);
+    let t = clean.trim();
+    let mut start = t.len().saturating_sub(400);
+    while !t.is_char_boundary(start) {
+        start += 1;
+    }
+    t[start..].to_owned()
+}
+
 /// Removes ANSI escape sequences (opencode colours its stderr).
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -476,15 +487,7 @@ pub fn classify(summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Fa
             "the model stopped at its output-token limit (finish reason `length`); the answer is cut off",
         ));
     }
-    let stderr_tail = {
-        let clean = strip_ansi(stderr);
-        let t = clean.trim();
-        let mut start = t.len().saturating_sub(400);
-        while !t.is_char_boundary(start) {
-            start += 1;
-        }
-        t[start..].to_owned()
-    };
+    let stderr_tail = stderr_tail(stderr);
     if let Some(sig) = exit.signal {
         return Some(Failure::new(
             FailureKind::Exit,

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::classify::{ExitInfo, Failure, FailureKind, classify_error, strip_ansi};
+use crate::classify::{ExitInfo, Failure, FailureKind, classify_error, stderr_tail};
 use crate::command::{DROPPED_ENV, Launch};
 use crate::events::{ErrorEvent, RunSummary, TokenUsage, ToolCall};
 use crate::spec::TaskSpec;
@@ -552,15 +552,7 @@ pub fn classify(
     stderr: &str,
     exit: ExitInfo,
 ) -> Option<Classified> {
-    let stderr_tail = {
-        let clean = strip_ansi(stderr);
-        let t = clean.trim();
-        let mut start = t.len().saturating_sub(400);
-        while !t.is_char_boundary(start) {
-            start += 1;
-        }
-        t[start..].to_owned()
-    };
+    let stderr_tail = stderr_tail(stderr);
     let plain = |f: Failure| {
         Some(Classified {
             failure: f,

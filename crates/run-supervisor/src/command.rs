@@ -135,6 +135,8 @@ pub struct LaunchContext<'a> {
     /// The binary.
     pub program: &'a Path,
     /// Its capabilities.
+    /// The run's working directory (canonical; also its `PWD`).
+    pub cwd: &'a Path,
     pub caps: &'a Capabilities,
     /// The default model (`OPENCODE_BRIDGE_MODEL`).
     pub default_model: Option<&'a str>,
@@ -274,6 +276,7 @@ mod tests {
 
     fn ctx(caps: &Capabilities) -> LaunchContext<'_> {
         LaunchContext {
+            cwd: Path::new("/p"),
             program: Path::new("/bin/opencode"),
             caps,
             default_model: Some("fk/default"),

@@ -3,13 +3,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{Backend, OwnRun, Prepared, Stream, push_common};
+use super::{Backend, OwnRun, Prepared, Stream, Traits, push_common};
 use crate::classify::{ExitInfo, Failure};
 use crate::claude::{self as cc, ClaudeStream};
 use crate::command::{Launch, LaunchContext};
 use crate::events::RunSummary;
 use crate::proctable::OpencodeProcess;
-use crate::quota;
 use crate::spec::{SupervisorConfig, TaskSpec};
 
 #[derive(Debug)]
@@ -20,21 +19,11 @@ impl Backend for Claude {
         cc::resolve_claude(cfg.claude_bin.as_deref())
     }
 
-    /// Claude Code's flags are fixed; nothing to detect.
-    fn probes_capabilities(&self) -> bool {
-        false
-    }
-
-    fn launch(
-        &self,
-        spec: &TaskSpec,
-        cwd: &Path,
-        ctx: &LaunchContext<'_>,
-    ) -> Result<Launch, String> {
+    fn launch(&self, spec: &TaskSpec, ctx: &LaunchContext<'_>) -> Result<Launch, String> {
         let model = spec.model.as_deref().or(ctx.default_model);
         Ok(cc::build_launch(
             spec,
-            cwd,
+            ctx.cwd,
             ctx.program,
             model,
             ctx.base_env,
@@ -49,16 +38,15 @@ impl Backend for Claude {
         Prepared::Raw(String::from_utf8_lossy(line).into_owned())
     }
 
-    fn account_key(&self, model: Option<&str>) -> String {
-        quota::account_key(crate::Runner::Claude, model)
-    }
-
-    fn learns_session_from_store(&self) -> bool {
-        false
-    }
-
-    fn reports_opencode_version(&self) -> bool {
-        false
+    fn traits(&self) -> &'static Traits {
+        // Claude Code's flags are fixed (nothing to detect), it has no store of sessions we
+        // read, and it uses no opencode.
+        &Traits {
+            runner: crate::Runner::Claude,
+            probes_capabilities: false,
+            learns_session_from_store: false,
+            reports_opencode_version: false,
+        }
     }
 
     fn own_process(

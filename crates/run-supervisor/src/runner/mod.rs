@@ -41,6 +41,20 @@ pub(crate) enum Prepared {
     Raw(String),
 }
 
+/// What does not change about a runner.
+#[derive(Debug)]
+pub(crate) struct Traits {
+    /// Which runner.
+    pub runner: Runner,
+    /// The binary's capabilities are probed (once per supervisor) before the first launch;
+    /// false when its flags are fixed.
+    pub probes_capabilities: bool,
+    /// The task's session id can be learnt from opencode's store before its events name it.
+    pub learns_session_from_store: bool,
+    /// The task's snapshot shows the opencode version.
+    pub reports_opencode_version: bool,
+}
+
 /// What the process table shows of one of our running tasks.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct OwnRun<'a> {
@@ -57,17 +71,8 @@ pub(crate) trait Backend: Sync {
     /// The binary, from the configuration or the PATH; the error says what to set.
     fn binary(&self, cfg: &SupervisorConfig) -> Result<PathBuf, String>;
 
-    /// True when the binary's capabilities are probed (once per supervisor) before the first
-    /// launch; false when its flags are fixed.
-    fn probes_capabilities(&self) -> bool;
-
-    /// The command line, environment and stdin of one attempt.
-    fn launch(
-        &self,
-        spec: &TaskSpec,
-        cwd: &Path,
-        ctx: &LaunchContext<'_>,
-    ) -> Result<Launch, String>;
+    /// The command line, environment and stdin of one attempt, in `ctx.cwd`.
+    fn launch(&self, spec: &TaskSpec, ctx: &LaunchContext<'_>) -> Result<Launch, String>;
 
     /// A fresh parser for one attempt's output.
     fn stream(&self) -> Box<dyn Stream>;
@@ -75,16 +80,14 @@ pub(crate) trait Backend: Sync {
     /// Reads one stdout line (no lock held).
     fn prepare(&self, line: &[u8]) -> Prepared;
 
+    /// The fixed facts about the runner.
+    fn traits(&self) -> &'static Traits;
+
     /// The account whose quota a task with `model` uses (a refusal for quota blocks later
     /// starts on the same account).
-    fn account_key(&self, model: Option<&str>) -> String;
-
-    /// True when the task's session id can be learnt from opencode's store before its events
-    /// name it.
-    fn learns_session_from_store(&self) -> bool;
-
-    /// True when the task's snapshot shows the opencode version.
-    fn reports_opencode_version(&self) -> bool;
+    fn account_key(&self, model: Option<&str>) -> String {
+        crate::quota::account_key(self.traits().runner, model)
+    }
 
     /// The process-table entry of a running task of ours when [`crate::proctable::scan`] does
     /// not list it. `program` is the configured opencode binary, `table` what the scan found.

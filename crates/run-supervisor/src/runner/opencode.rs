@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{Backend, OwnRun, Prepared, Stream, push_common};
+use super::{Backend, OwnRun, Prepared, Stream, Traits, push_common};
 use crate::classify::{ExitInfo, Failure, classify};
 use crate::command::{self, Launch, LaunchContext};
 use crate::events::{ReadLine, RunSummary};
@@ -19,17 +19,8 @@ impl Backend for Opencode {
         command::resolve_binary(cfg.opencode_bin.as_deref())
     }
 
-    fn probes_capabilities(&self) -> bool {
-        true
-    }
-
-    fn launch(
-        &self,
-        spec: &TaskSpec,
-        cwd: &Path,
-        ctx: &LaunchContext<'_>,
-    ) -> Result<Launch, String> {
-        command::build_launch(spec, cwd, ctx)
+    fn launch(&self, spec: &TaskSpec, ctx: &LaunchContext<'_>) -> Result<Launch, String> {
+        command::build_launch(spec, ctx.cwd, ctx)
     }
 
     fn stream(&self) -> Box<dyn Stream> {
@@ -40,16 +31,13 @@ impl Backend for Opencode {
         Prepared::Parsed(ReadLine::read(line))
     }
 
-    fn account_key(&self, model: Option<&str>) -> String {
-        quota::account_key(crate::Runner::Opencode, model)
-    }
-
-    fn learns_session_from_store(&self) -> bool {
-        true
-    }
-
-    fn reports_opencode_version(&self) -> bool {
-        true
+    fn traits(&self) -> &'static Traits {
+        &Traits {
+            runner: crate::Runner::Opencode,
+            probes_capabilities: true,
+            learns_session_from_store: true,
+            reports_opencode_version: true,
+        }
     }
 
     fn own_process(

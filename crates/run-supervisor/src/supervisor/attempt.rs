@@ -163,7 +163,7 @@ async fn run_task_inner(
     let timeout = spec.timeout.unwrap_or(cfg.default_timeout);
     let deadline = tokio::time::Instant::now() + timeout;
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
-    let caps = if !backend(runner).probes_capabilities() {
+    let caps = if !backend(runner).traits().probes_capabilities {
         Ok(Capabilities::default())
     } else {
         let env = cfg.env.clone();

@@ -68,6 +68,7 @@ pub(super) async fn run_attempt(
         attempt
     ));
     let launch_ctx = LaunchContext {
+        cwd,
         program: bin,
         caps,
         default_model: cfg.default_model.as_deref(),
@@ -76,7 +77,7 @@ pub(super) async fn run_attempt(
         prompt_file_path: prompt_path,
     };
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
-    let launch = backend(runner).launch(spec, cwd, &launch_ctx);
+    let launch = backend(runner).launch(spec, &launch_ctx);
     let launch = match launch {
         Ok(l) => l,
         Err(e) => return AttemptEnd::SpawnFailed(e),

@@ -533,7 +533,7 @@ impl Supervisor {
             .tasks
             .iter()
             .filter(|(_, r)| {
-                backend(r.runner).learns_session_from_store()
+                backend(r.runner).traits().learns_session_from_store
                     && r.summary.session_id().is_none()
                     && r.rec.continues.is_none()
                     && r.finished
@@ -560,7 +560,7 @@ impl Supervisor {
         let Some(r) = inner.tasks.get_mut(&id) else {
             return false;
         };
-        let fits = backend(r.runner).learns_session_from_store()
+        let fits = backend(r.runner).traits().learns_session_from_store
             && r.summary.session_id().is_none()
             && r.rec.continues.is_none()
             && r.attempt_wall().is_some_and(|start| created >= start);

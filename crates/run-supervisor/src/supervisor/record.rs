@@ -115,7 +115,7 @@ impl Record {
         t.tool_calls = self.summary.tool_calls().len();
         // A Claude run uses no opencode.
         t.opencode_version = version
-            .filter(|_| backend(self.runner).reports_opencode_version())
+            .filter(|_| backend(self.runner).traits().reports_opencode_version)
             .map(str::to_owned);
         t.updated_ms = registry::now_ms();
         t
