@@ -15,8 +15,9 @@ pub mod store;
 pub mod tool_args;
 
 /// The binary's tool definitions and argument validation, compiled here by path (the binary
-/// has no library target). Only `serde_json` is needed by that file, except by its own unit
-/// tests (they need the binary's dev-dependencies), hence not under `cfg(test)`.
+/// has no library target). That file needs only crates this one depends on (`serde_json`,
+/// `bridge-policy`, `bridge-render`, `run-supervisor`), except for its own unit tests (they
+/// need the binary's dev-dependencies), hence not under `cfg(test)`.
 #[cfg(not(test))]
 #[path = "../../bins/opencode-bridge/src/tools.rs"]
 #[allow(dead_code)]

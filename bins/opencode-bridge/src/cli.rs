@@ -138,7 +138,7 @@ pub async fn run(app: &App, command: Command) -> i32 {
         .unwrap_or_default();
     let outcome = match tools::parse_call(tool, Some(&args)) {
         Ok(call) => app.call(call).await,
-        Err(e) => Err(as_cli_option(&e)),
+        Err(refused) => Err(refused.cli_text()),
     };
     match outcome {
         Ok(text) => {
@@ -513,29 +513,6 @@ fn cli_wording(message: &str) -> String {
     out
 }
 
-/// A validation message about a tool argument, reworded for the command line
-/// (`argument \`title_prefix\`` becomes `option \`--title-prefix\``).
-fn as_cli_option(message: &str) -> String {
-    let Some(start) = message.find("argument `") else {
-        return message.to_string();
-    };
-    let name_start = start + "argument `".len();
-    let Some(len) = message[name_start..].find('`') else {
-        return message.to_string();
-    };
-    let name = &message[name_start..name_start + len];
-    let option = if name == "id" {
-        "argument `<ID>`".to_string()
-    } else {
-        format!("option `--{}`", name.replace('_', "-"))
-    };
-    format!(
-        "{}{option}{}",
-        &message[..start],
-        &message[name_start + len + 1..]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,14 +527,5 @@ mod tests {
             cli_wording("opencode_session_output id=ses_1 shows it"),
             "`opencode-bridge output ses_1` shows it"
         );
-    }
-
-    #[test]
-    fn cli_wording_of_validation_errors() {
-        assert_eq!(
-            as_cli_option("bad argument `title_prefix`: x"),
-            "bad option `--title-prefix`: x"
-        );
-        assert_eq!(as_cli_option("no argument here"), "no argument here");
     }
 }

@@ -12,7 +12,7 @@ use rmcp::model::{
     CallToolResult, ContentBlock, CreateTaskResult, DetailedTask, ErrorCode, GetTaskResult,
     MetaObject, Task, TaskPayload, TaskStatus,
 };
-use run_supervisor::claude::fmt_utc;
+use run_supervisor::utc::format as fmt_utc;
 use run_supervisor::{TaskId, TaskSnapshot, TaskState};
 use serde_json::json;
 use std::time::{Duration, SystemTime};

@@ -272,7 +272,7 @@ impl ServerHandler for Bridge {
         }
         let call = match tools::parse_call(name, request.arguments.as_ref()) {
             Ok(call) => call,
-            Err(message) => return Ok(error_result(message)),
+            Err(refused) => return Ok(error_result(refused.mcp_text())),
         };
         tracing::debug!(tool = name, "tool call");
         // A client that declared the tasks extension gets a task for a start: the run goes on in

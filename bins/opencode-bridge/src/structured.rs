@@ -13,7 +13,7 @@
 use bridge_policy::view::PolicyView;
 use opencode_client::{Session, SessionList, SessionState};
 use rmcp::schemars::{self, JsonSchema};
-use run_supervisor::claude::fmt_utc;
+use run_supervisor::utc::format as fmt_utc;
 use run_supervisor::{
     ChangeSource, ChangedFiles, FailureKind, OpencodeProcess, TaskOutput, TaskSnapshot, TaskState,
     ToolCall, WaitReport,

@@ -6,6 +6,7 @@
 //! validator below accepts exactly what the schema describes (a test checks both agree).
 
 use bridge_policy::{Mode, Tier};
+use bridge_render::{ArgError, ArgProblem};
 use run_supervisor::Isolation;
 use run_supervisor::claude::{CLAUDE_ALIASES, capitalized, is_claude_alias};
 use serde_json::{Map, Value, json};
@@ -385,9 +386,9 @@ pub fn is_tool(name: &str) -> bool {
     TOOL_NAMES.contains(&name)
 }
 
-/// Validates the arguments of a call to a known tool. The error is one line naming the field
-/// and what is accepted.
-pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call, String> {
+/// Validates the arguments of a call to a known tool. The error names the field and what was
+/// wrong; bridge-render words it for MCP and for the command line.
+pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call, ArgError> {
     let empty = Map::new();
     // Built once: every call is checked against these schemas, and building them (twelve JSON
     // trees, the model pattern) cost more than the rest of a status call.
@@ -395,7 +396,7 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
     let def = DEFS
         .iter()
         .find(|d| d.name == tool)
-        .ok_or_else(|| format!("unknown tool {}", shown_name(tool)))?;
+        .ok_or_else(|| ArgError::new(tool, ArgProblem::UnknownTool))?;
     let a = Args {
         map: args.unwrap_or(&empty),
         schema: &def.schema,
@@ -481,47 +482,13 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             title: a.required_str_max("title", 200)?,
         },
         "opencode_processes" => Call::Processes,
-        other => {
-            return Err(format!("unknown tool {}", shown_name(other)));
-        }
+        other => return Err(ArgError::new(other, ArgProblem::UnknownTool)),
     })
 }
 
 struct Args<'a> {
     map: &'a Map<String, Value>,
     schema: &'a Value,
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-fn shown(v: &Value) -> String {
-    let s = v.to_string();
-    if s.chars().count() > 40 {
-        format!("{}...", s.chars().take(40).collect::<String>())
-    } else {
-        s
-    }
-}
-
-/// A name the caller sent, for an error text: JSON-escaped (so it stays on one line), clipped to
-/// 40 characters, in backticks.
-fn shown_name(name: &str) -> String {
-    let quoted = Value::String(name.to_string()).to_string();
-    let inner = &quoted[1..quoted.len() - 1];
-    if inner.chars().count() > 40 {
-        format!("`{}...`", inner.chars().take(40).collect::<String>())
-    } else {
-        format!("`{inner}`")
-    }
 }
 
 impl Args<'_> {
@@ -532,25 +499,18 @@ impl Args<'_> {
             .unwrap_or_default()
     }
 
-    fn check_unknown(&self) -> Result<(), String> {
+    fn check_unknown(&self) -> Result<(), ArgError> {
         let known = self.properties();
-        for key in self.map.keys() {
-            if !known.contains(&key.as_str()) {
-                let accepted = if known.is_empty() {
-                    "this tool takes no arguments".to_string()
-                } else {
-                    format!("accepted arguments: {}", known.join(", "))
-                };
-                let hint = closest(key, &known)
-                    .map(|k| format!("; did you mean `{k}`?"))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "unknown argument {}{hint}; {accepted}",
-                    shown_name(key)
-                ));
-            }
+        match self.map.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(key) => Err(ArgError::new(
+                key.as_str(),
+                ArgProblem::Unknown {
+                    suggestion: closest(key, &known).map(String::from),
+                    accepted: known.iter().map(|k| k.to_string()).collect(),
+                },
+            )),
         }
-        Ok(())
     }
 
     /// A present, non-null value. `null` counts as absent (some clients send it for "unset").
@@ -558,53 +518,58 @@ impl Args<'_> {
         self.map.get(field).filter(|v| !v.is_null())
     }
 
-    fn opt_str(&self, field: &str) -> Result<Option<String>, String> {
+    fn opt_str(&self, field: &'static str) -> Result<Option<String>, ArgError> {
         match self.get(field) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(v) => Err(format!(
-                "bad argument `{field}`: expected a string, got {}",
-                kind(v)
+            Some(v) => Err(ArgError::new(
+                field,
+                ArgProblem::WrongType {
+                    expected: "a string",
+                    got: v.clone(),
+                },
             )),
         }
     }
 
-    fn required_str(&self, field: &str) -> Result<String, String> {
+    fn required_str(&self, field: &'static str) -> Result<String, ArgError> {
         match self.opt_str(field)? {
             Some(s) if !s.trim().is_empty() => Ok(s),
-            Some(_) => Err(format!("bad argument `{field}`: must not be empty")),
-            None => Err(format!("missing required argument `{field}` (a string)")),
+            Some(_) => Err(ArgError::new(field, ArgProblem::Empty)),
+            None => Err(ArgError::new(
+                field,
+                ArgProblem::Missing {
+                    expected: "a string",
+                },
+            )),
         }
     }
 
     /// An optional string that, when given, must not be empty.
-    fn opt_nonempty(&self, field: &str) -> Result<Option<String>, String> {
+    fn opt_nonempty(&self, field: &'static str) -> Result<Option<String>, ArgError> {
         match self.opt_str(field)? {
-            Some(s) if s.is_empty() => Err(format!("bad argument `{field}`: must not be empty")),
+            Some(s) if s.is_empty() => Err(ArgError::new(field, ArgProblem::Empty)),
             other => Ok(other),
         }
     }
 
-    fn opt_str_max(&self, field: &str, max: usize) -> Result<Option<String>, String> {
+    fn opt_str_max(&self, field: &'static str, max: usize) -> Result<Option<String>, ArgError> {
         let s = self.opt_nonempty(field)?;
         if s.as_ref().is_some_and(|s| s.chars().count() > max) {
-            return Err(format!(
-                "bad argument `{field}`: longer than {max} characters"
-            ));
+            return Err(ArgError::new(field, ArgProblem::TooLong { max }));
         }
         Ok(s)
     }
 
     /// A required array of 1..=max non-empty strings.
-    fn required_ids(&self, field: &str, max: usize) -> Result<Vec<String>, String> {
-        let bad = || {
-            format!(
-                "bad argument `{field}`: use an array of 1 to {max} task ids, e.g. [\"3\", \"4\"]"
-            )
-        };
+    fn required_ids(&self, field: &'static str, max: usize) -> Result<Vec<String>, ArgError> {
+        let bad = || ArgError::new(field, ArgProblem::NotTaskIds { max });
         match self.get(field) {
-            None => Err(format!(
-                "missing required argument `{field}` (an array of task ids)"
+            None => Err(ArgError::new(
+                field,
+                ArgProblem::Missing {
+                    expected: "an array of task ids",
+                },
             )),
             Some(Value::Array(items)) if !items.is_empty() && items.len() <= max => items
                 .iter()
@@ -617,89 +582,86 @@ impl Args<'_> {
         }
     }
 
-    fn required_str_max(&self, field: &str, max: usize) -> Result<String, String> {
+    fn required_str_max(&self, field: &'static str, max: usize) -> Result<String, ArgError> {
         let s = self.required_str(field)?;
         if s.chars().count() > max {
-            return Err(format!(
-                "bad argument `{field}`: longer than {max} characters"
-            ));
+            return Err(ArgError::new(field, ArgProblem::TooLong { max }));
         }
         Ok(s)
     }
 
     /// One of `accepted`, in any letter case (`EASY` is `easy`); the value returned is the
     /// accepted spelling.
-    fn opt_enum(&self, field: &str, accepted: &[&str]) -> Result<Option<String>, String> {
-        let matching = |s: &str| {
-            accepted
-                .iter()
-                .find(|a| a.eq_ignore_ascii_case(s.trim()))
-                .map(|a| a.to_string())
-        };
-        match self.get(field) {
-            None => Ok(None),
-            Some(Value::String(s)) if matching(s).is_some() => Ok(matching(s)),
-            Some(v) => Err(format!(
-                "bad argument `{field}`: {} is not accepted; use one of {}",
-                shown(v),
-                accepted.join(", ")
-            )),
-        }
+    fn opt_enum(
+        &self,
+        field: &'static str,
+        accepted: &[&'static str],
+    ) -> Result<Option<String>, ArgError> {
+        Ok(self.opt_choice(field, accepted, |a| a)?.map(str::to_string))
     }
 
-    fn required_enum(&self, field: &str, accepted: &[&str]) -> Result<String, String> {
-        self.opt_enum(field, accepted)?.ok_or_else(|| {
-            format!(
-                "missing required argument `{field}`; use one of {}",
-                accepted.join(", ")
+    /// One of a closed set of values (`all`, spelt by `name`), in any letter case, parsed
+    /// into its type (the policy's [`Tier`] and [`Mode`] this way).
+    fn opt_choice<T: Copy>(
+        &self,
+        field: &'static str,
+        all: &[T],
+        name: fn(T) -> &'static str,
+    ) -> Result<Option<T>, ArgError> {
+        let Some(v) = self.get(field) else {
+            return Ok(None);
+        };
+        v.as_str()
+            .and_then(|s| {
+                all.iter()
+                    .find(|&&t| name(t).eq_ignore_ascii_case(s.trim()))
+            })
+            .map(|&t| Some(t))
+            .ok_or_else(|| {
+                ArgError::new(
+                    field,
+                    ArgProblem::NotOneOf {
+                        got: v.clone(),
+                        allowed: all.iter().map(|&t| name(t)).collect(),
+                    },
+                )
+            })
+    }
+
+    /// A required [`Args::opt_choice`].
+    fn required_choice<T: Copy>(
+        &self,
+        field: &'static str,
+        all: &[T],
+        name: fn(T) -> &'static str,
+    ) -> Result<T, ArgError> {
+        self.opt_choice(field, all, name)?.ok_or_else(|| {
+            ArgError::new(
+                field,
+                ArgProblem::MissingOneOf {
+                    allowed: all.iter().map(|&t| name(t)).collect(),
+                },
             )
         })
     }
 
-    /// One of a closed set of the policy's values (`all`, spelt by `name`), in any letter
-    /// case, parsed into its type; errors word for word as [`Args::opt_enum`].
-    fn opt_choice<T: Copy>(
-        &self,
-        field: &str,
-        all: &[T],
-        name: fn(T) -> &'static str,
-    ) -> Result<Option<T>, String> {
-        let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
-        let chosen = self.opt_enum(field, &names)?;
-        Ok(chosen.and_then(|n| all.iter().copied().find(|&t| name(t) == n)))
-    }
-
-    /// A required [`Args::opt_choice`]; errors word for word as [`Args::required_enum`].
-    fn required_choice<T: Copy>(
-        &self,
-        field: &str,
-        all: &[T],
-        name: fn(T) -> &'static str,
-    ) -> Result<T, String> {
-        let names: Vec<&str> = all.iter().map(|&t| name(t)).collect();
-        let chosen = self.required_enum(field, &names)?;
-        all.iter()
-            .copied()
-            .find(|&t| name(t) == chosen)
-            .ok_or_else(|| format!("bad argument `{field}`: {chosen:?} is not accepted"))
-    }
-
-    fn opt_bool(&self, field: &str) -> Result<Option<bool>, String> {
+    fn opt_bool(&self, field: &'static str) -> Result<Option<bool>, ArgError> {
         match self.get(field) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(v) => Err(format!(
-                "bad argument `{field}`: expected true or false, got {}",
-                shown(v)
-            )),
+            Some(v) => Err(ArgError::new(field, ArgProblem::NotBool { got: v.clone() })),
         }
     }
 
-    fn opt_int(&self, field: &str, min: u64, max: u64) -> Result<Option<u64>, String> {
+    fn opt_int(&self, field: &'static str, min: u64, max: u64) -> Result<Option<u64>, ArgError> {
         let bad = |v: &Value| {
-            format!(
-                "bad argument `{field}`: {} is not accepted; use a whole number from {min} to {max}",
-                shown(v)
+            ArgError::new(
+                field,
+                ArgProblem::OutOfRange {
+                    got: v.clone(),
+                    min,
+                    max,
+                },
             )
         };
         match self.get(field) {
@@ -719,16 +681,14 @@ impl Args<'_> {
         }
     }
 
-    fn opt_model(&self, field: &str) -> Result<Option<String>, String> {
+    fn opt_model(&self, field: &'static str) -> Result<Option<String>, ArgError> {
         let Some(model) = self.opt_str(field)? else {
             return Ok(None);
         };
         if valid_model(&model) {
             Ok(Some(model))
         } else {
-            Err(format!(
-                "bad argument `{field}`: {model:?} is not accepted; use provider/model or provider/model#variant (opencode), or a Claude model: sonnet, opus, haiku, claude-... (Claude Code)"
-            ))
+            Err(ArgError::new(field, ArgProblem::BadModel { got: model }))
         }
     }
 }
@@ -797,19 +757,11 @@ pub fn valid_model(model: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn names_the_caller_sent_stay_on_one_short_line() {
-        // Found by the tool_args fuzz target: an unknown argument named with a newline made a
-        // two-line error, and a huge name was echoed whole.
-        assert_eq!(shown_name("a\nb"), "`a\\nb`");
-        let long = "x".repeat(10_000);
-        assert_eq!(shown_name(&long), format!("`{}...`", "x".repeat(40)));
-    }
-
     use super::*;
 
+    /// A call, with a refusal worded for MCP.
     fn call(tool: &str, args: Value) -> Result<Call, String> {
-        parse_call(tool, args.as_object())
+        parse_call(tool, args.as_object()).map_err(|e| e.mcp_text())
     }
 
     #[test]

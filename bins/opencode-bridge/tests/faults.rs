@@ -5,10 +5,10 @@
 
 use crate::common;
 
+use bridge_testkit::http;
 use common::{Server, World, hung_http_server};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,56 +25,40 @@ enum Reply {
 }
 
 /// A loopback HTTP server answering every request the same way.
-fn serve(reply: Reply) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { break };
-            std::thread::spawn(move || {
-                // Read the request head (and ignore the body: these are GETs).
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut line = String::new();
-                loop {
-                    line.clear();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+fn serve(reply: Reply) -> http::Server {
+    http::Server::start("faults", move |s, _stop| {
+        // Read the request (these are GETs).
+        let _ = http::read_request(&mut BufReader::new(&s));
+        let _ = match reply {
+            Reply::Status(code, body) => http::respond(
+                &s,
+                code,
+                http::reason_phrase(code),
+                "application/json",
+                &[("connection", "close")],
+                body.as_bytes(),
+            ),
+            Reply::Huge(bytes) => {
+                let mut out = &s;
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {bytes}\r\nConnection: close\r\n\r\n["
+                );
+                let chunk = vec![b' '; 64 * 1024];
+                let mut sent = 1;
+                while sent < bytes {
+                    if out.write_all(&chunk).is_err() {
                         break;
                     }
+                    sent += chunk.len();
                 }
-                let _ = match reply {
-                    Reply::Status(code, body) => write!(
-                        s,
-                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    ),
-                    Reply::Huge(bytes) => {
-                        let _ = write!(
-                            s,
-                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {bytes}\r\nConnection: close\r\n\r\n["
-                        );
-                        let chunk = vec![b' '; 64 * 1024];
-                        let mut sent = 1;
-                        while sent < bytes {
-                            if s.write_all(&chunk).is_err() {
-                                break;
-                            }
-                            sent += chunk.len();
-                        }
-                        Ok(())
-                    }
-                };
-                let mut rest = Vec::new();
-                let _ = s.read_to_end(&mut rest);
-            });
-        }
-    });
-    port
-}
-
-/// A port nothing listens on.
-fn stopped_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+                Ok(())
+            }
+        };
+        let mut rest = Vec::new();
+        let _ = (&s).read_to_end(&mut rest);
+    })
+    .unwrap()
 }
 
 fn check_one_line_error(
@@ -110,28 +94,20 @@ fn service_env(port: u16) -> Vec<(&'static str, String)> {
 #[test]
 fn service_faults_are_one_line_errors_within_the_deadline() {
     let (hung, _h) = hung_http_server();
+    let unauthorized = serve(Reply::Status(401, "{\"error\":\"unauthorized\"}"));
+    let failing = serve(Reply::Status(
+        500,
+        "{\"name\":\"UnknownError\",\"data\":{\"message\":\"boom\\nsecond line\"}}",
+    ));
+    let huge = serve(Reply::Huge(50 << 20));
+    let malformed = serve(Reply::Status(200, "[{\"id\": \"ses_1\", "));
     let cases: Vec<(&str, u16, &str)> = vec![
         ("hung", hung, "2000"),
-        ("stopped", stopped_port(), "refused"),
-        (
-            "401",
-            serve(Reply::Status(401, "{\"error\":\"unauthorized\"}")),
-            "401",
-        ),
-        (
-            "500",
-            serve(Reply::Status(
-                500,
-                "{\"name\":\"UnknownError\",\"data\":{\"message\":\"boom\\nsecond line\"}}",
-            )),
-            "500",
-        ),
-        ("50 MB reply", serve(Reply::Huge(50 << 20)), "bytes"),
-        (
-            "malformed JSON",
-            serve(Reply::Status(200, "[{\"id\": \"ses_1\", ")),
-            "",
-        ),
+        ("stopped", http::closed_port(), "refused"),
+        ("401", unauthorized.port(), "401"),
+        ("500", failing.port(), "500"),
+        ("50 MB reply", huge.port(), "bytes"),
+        ("malformed JSON", malformed.port(), ""),
     ];
     let world = World::new();
     for (i, (case, port, mention)) in cases.iter().enumerate() {

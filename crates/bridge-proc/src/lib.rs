@@ -9,6 +9,8 @@
 //! not yet reaped (until then its pid, and so the group id, cannot be reused).
 //!
 //! - [`ident`]: [`ProcId`], the start time from `/proc/<pid>/stat`;
+//! - [`info`]: what `/proc` says about one process ([`ProcInfo`]) and its age ([`BootClock`],
+//!   the one place a process's elapsed time is computed);
 //! - [`tree`]: descendants from the `/proc` walk (also those that left the group with `setsid`),
 //!   the kill sequence (SIGTERM to the group and every known descendant, a grace, SIGKILL, a
 //!   sweep of known descendants), subreaping;
@@ -24,12 +26,14 @@ pub mod capture;
 pub mod env;
 pub mod group;
 pub mod ident;
+pub mod info;
 pub mod tree;
 
 pub use capture::{CaptureError, CaptureLimits, Captured, run_capture};
 pub use env::DROPPED_ENV;
 pub use group::GroupChild;
 pub use ident::{ProcId, start_time};
+pub use info::{BootClock, ProcInfo};
 pub use tree::{
     become_subreaper, reap_if_our_zombie, refresh_known, refresh_known_recent, sweep,
     terminate_tree,

@@ -2,11 +2,13 @@
 //! with humanised times and sizes. Pure functions of plain values; the current time is an
 //! argument so the output is reproducible.
 
+pub mod args;
 pub mod human;
 pub mod isolation;
 pub mod policy;
 pub mod sessions;
 pub mod tasks;
 
+pub use args::{ArgError, ArgProblem};
 pub use policy::{WELL_KNOWN_AGENTS, instructions, policy, roster_summary};
 pub use sessions::{OutputMode, renamed, session_header, session_list, transcript};

@@ -1,7 +1,27 @@
-//! The minimal HTTP/1.1 plumbing shared by the in-process fakes: one request reader
-//! (`Content-Length` or chunked bodies), one responder (status line, headers, body, then the
-//! write side is closed), the head of a server-sent event stream, and a loopback listener that
-//! polls for connections until it is dropped.
+//! The minimal HTTP/1.1 plumbing shared by the in-process fakes and by every test that needs a
+//! loopback HTTP server: one request reader ([`read_request`]: `Content-Length` or chunked
+//! bodies), one responder ([`respond`] / [`respond_untyped`]: status line, headers, body, then
+//! the write side is closed), the head of a server-sent event stream, and a loopback listener
+//! ([`Server`]) that hands each connection to a handler until it is dropped.
+//!
+//! For fault tests: [`hung_server`] accepts connections and never answers; [`closed_port`] is a
+//! port nothing listens on.
+//!
+//! A test server is written as a [`Server::start`] handler, e.g. one that answers every request
+//! with `401`:
+//!
+//! ```
+//! use bridge_testkit::http::{self, Server};
+//! use std::io::BufReader;
+//!
+//! let server = Server::start("auth", |stream, _stop| {
+//!     let _ = http::read_request(&mut BufReader::new(&stream));
+//!     let _ = http::respond(&stream, 401, http::reason_phrase(401), "application/json", &[], b"{}");
+//! })
+//! .unwrap();
+//! let answer = http::exchange(server.port(), "GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+//! assert!(answer.starts_with("HTTP/1.1 401 Unauthorized"));
+//! ```
 
 use std::io::{self, BufRead, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -11,23 +31,26 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 /// One parsed request.
-#[derive(Debug, Default)]
-pub(crate) struct Request {
-    pub(crate) method: String,
+#[derive(Debug, Default, Clone)]
+pub struct Request {
+    /// `GET`, `POST`, ...
+    pub method: String,
     /// The request target as sent, query included.
-    pub(crate) path: String,
+    pub path: String,
     /// Header names lower-cased, values trimmed, in the order received.
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) body: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+    /// The body (chunked bodies joined).
+    pub body: Vec<u8>,
 }
 
 impl Request {
     /// The path without its query string.
-    pub(crate) fn route(&self) -> &str {
+    pub fn route(&self) -> &str {
         self.path.split('?').next().unwrap_or("")
     }
 
-    fn header(&self, name: &str) -> Option<&str> {
+    /// The value of the first header named `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
@@ -36,7 +59,7 @@ impl Request {
 }
 
 /// Reads one request; `None` when the peer closed before sending a request line.
-pub(crate) fn read_request(reader: &mut impl BufRead) -> io::Result<Option<Request>> {
+pub fn read_request(reader: &mut impl BufRead) -> io::Result<Option<Request>> {
     let mut line = String::new();
     if reader.read_line(&mut line)? == 0 {
         return Ok(None);
@@ -100,7 +123,7 @@ fn read_chunked(reader: &mut impl BufRead) -> io::Result<Vec<u8>> {
 }
 
 /// The usual reason phrase of a status code.
-pub(crate) fn reason_phrase(status: u16) -> &'static str {
+pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
@@ -117,18 +140,42 @@ pub(crate) fn reason_phrase(status: u16) -> &'static str {
 
 /// Writes a whole response: `HTTP/1.1 <status> <reason>`, `content-type`, `content-length`,
 /// then `headers` in order, then `body`; flushes and closes the write side.
-pub(crate) fn respond(
-    mut out: &TcpStream,
+pub fn respond(
+    out: &TcpStream,
     status: u16,
     reason: &str,
     content_type: &str,
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n",
-        body.len()
-    );
+    write_response(out, status, reason, Some(content_type), headers, body)
+}
+
+/// [`respond`] without a `content-type` (the headers given are all there is besides
+/// `content-length`), for tests of what a client does with an untyped answer.
+pub fn respond_untyped(
+    out: &TcpStream,
+    status: u16,
+    reason: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<()> {
+    write_response(out, status, reason, None, headers, body)
+}
+
+fn write_response(
+    mut out: &TcpStream,
+    status: u16,
+    reason: &str,
+    content_type: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<()> {
+    let mut head = format!("HTTP/1.1 {status} {reason}\r\n");
+    if let Some(t) = content_type {
+        head.push_str(&format!("content-type: {t}\r\n"));
+    }
+    head.push_str(&format!("content-length: {}\r\n", body.len()));
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -142,7 +189,7 @@ pub(crate) fn respond(
 
 /// Writes the head of a `200` server-sent event stream (no length; the connection closes at
 /// its end). Not flushed.
-pub(crate) fn write_event_stream_head(mut out: &TcpStream) -> io::Result<()> {
+pub fn write_event_stream_head(mut out: &TcpStream) -> io::Result<()> {
     out.write_all(
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
     )
@@ -151,7 +198,8 @@ pub(crate) fn write_event_stream_head(mut out: &TcpStream) -> io::Result<()> {
 /// A listener on a free `127.0.0.1` port that hands every connection, in blocking mode, to
 /// `handler` on its own thread. Dropping it stops accepting (in-flight handlers see the stop
 /// flag they were given) and waits for the accept thread.
-pub(crate) struct Server {
+#[derive(Debug)]
+pub struct Server {
     port: u16,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -159,7 +207,7 @@ pub(crate) struct Server {
 
 impl Server {
     /// Binds and starts accepting; `label` prefixes the accept-error messages.
-    pub(crate) fn start(
+    pub fn start(
         label: &'static str,
         handler: impl Fn(TcpStream, &AtomicBool) + Send + Sync + 'static,
     ) -> io::Result<Server> {
@@ -194,12 +242,12 @@ impl Server {
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub(crate) fn base_url(&self) -> String {
+    pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// The port it listens on.
-    pub(crate) fn port(&self) -> u16 {
+    pub fn port(&self) -> u16 {
         self.port
     }
 }
@@ -213,9 +261,28 @@ impl Drop for Server {
     }
 }
 
+/// A loopback server that accepts every connection, reads nothing and never answers (a hung
+/// service); each connection is held open until the server is dropped.
+pub fn hung_server() -> io::Result<Server> {
+    Server::start("hung server", |stream, stop| {
+        while !stop.load(Ordering::Relaxed) {
+            thread::sleep(Duration::from_millis(20));
+        }
+        drop(stream);
+    })
+}
+
+/// A `127.0.0.1` port nothing listens on (bound, then released): connecting is refused.
+pub fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    l.local_addr().expect("a bound address").port()
+}
+
 /// Test client: sends `request` as is to `127.0.0.1:port` and returns the whole answer.
-#[cfg(test)]
-pub(crate) fn exchange(port: u16, request: &str) -> String {
+///
+/// # Panics
+/// When the connection or the exchange fails.
+pub fn exchange(port: u16, request: &str) -> String {
     use std::io::Read;
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.write_all(request.as_bytes()).unwrap();
@@ -225,8 +292,10 @@ pub(crate) fn exchange(port: u16, request: &str) -> String {
 }
 
 /// Test client: `POST path` with a JSON body; returns the whole answer.
-#[cfg(test)]
-pub(crate) fn post_json(port: u16, path: &str, body: &serde_json::Value) -> String {
+///
+/// # Panics
+/// As [`exchange`].
+pub fn post_json(port: u16, path: &str, body: &serde_json::Value) -> String {
     let b = body.to_string();
     exchange(
         port,

@@ -3,13 +3,15 @@
 //! - [`fake_llm`]: an OpenAI-compatible fake LLM server whose model name picks the behaviour.
 //! - [`sandbox`]: the real opencode / Claude Code binaries in tests, and an isolated opencode
 //!   world ([`OpencodeSandbox`]) wired to the fake LLM.
+//! - [`http`]: the loopback HTTP plumbing of the fakes, for any test that needs a server
+//!   (scripted answers, a hung service, a closed port).
 
 mod anthropic_api;
 pub mod bins;
 pub mod fake_anthropic;
 pub mod fake_claude_api;
 pub mod fake_llm;
-mod http;
+pub mod http;
 pub mod sandbox;
 
 pub use fake_llm::{FakeLlm, RecordedRequest};

@@ -516,27 +516,9 @@ pub struct Classified {
     pub reset: Option<SystemTime>,
 }
 
-/// Formats an instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
-pub fn fmt_utc(t: SystemTime) -> String {
-    let epoch = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let days = (epoch / 86_400) as i64;
-    let secs = epoch % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        (secs / 60) % 60,
-        secs % 60
-    )
-}
+/// Formats an instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC): [`crate::utc::format`], named here
+/// for the callers that still import it from this module.
+pub use crate::utc::format as fmt_utc;
 
 /// Classifies a finished `claude -p` run (`None`: it succeeded).
 ///
@@ -619,7 +601,7 @@ pub fn classify(
     let message = format!("{}{status}", r.text);
     if usage || r.api_error_status == Some(402) {
         let when = reset
-            .map(|t| format!("; the window resets at {}", fmt_utc(t)))
+            .map(|t| format!("; the window resets at {}", crate::utc::format(t)))
             .unwrap_or_default();
         return Some(Classified {
             failure: Failure::with_advice(
@@ -668,32 +650,19 @@ pub(crate) fn process_entry(
     model: Option<&str>,
     session_id: Option<&str>,
 ) -> Option<crate::proctable::OpencodeProcess> {
-    let p = procfs::process::Process::new(pid).ok()?;
-    let stat = p.stat().ok()?;
-    let cmdline = p.cmdline().unwrap_or_default();
-    let ticks = procfs::ticks_per_second().max(1);
-    let boot = procfs::boot_time_secs().ok();
-    let elapsed = boot
-        .map(|b| {
-            let started = b as f64 + stat.starttime as f64 / ticks as f64;
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            Duration::from_secs_f64((now - started).max(0.0))
-        })
-        .unwrap_or_default();
+    let info = bridge_proc::ProcInfo::of(pid)?;
     Some(crate::proctable::OpencodeProcess {
         pid,
-        ppid: stat.ppid,
+        ppid: info.ppid,
         kind: crate::proctable::ProcessKind::Other("claude -p".into()),
-        elapsed,
+        elapsed: info.elapsed,
         agent: Some(agent.to_owned()),
         title: (!title.is_empty()).then(|| title.to_owned()),
         model: model.map(str::to_owned),
-        cwd: p.cwd().ok(),
+        cwd: info.cwd,
         session_id: session_id.map(str::to_owned),
         task_id: Some(task_id),
-        cmdline,
+        cmdline: info.cmdline,
     })
 }
 
@@ -1071,16 +1040,7 @@ mod tests {
     }
 
     #[test]
-    fn utc_formatting() {
-        assert_eq!(fmt_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(
-            fmt_utc(UNIX_EPOCH + Duration::from_secs(1_893_456_000)),
-            "2030-01-01T00:00:00Z"
-        );
-        assert_eq!(
-            fmt_utc(UNIX_EPOCH + Duration::from_secs(1_709_251_199)),
-            "2024-02-29T23:59:59Z"
-        );
+    fn usage_limit_reset_in_text() {
         assert_eq!(
             reset_in_text("Claude AI usage limit reached|1893456000"),
             Some(1_893_456_000)

@@ -15,6 +15,7 @@
 //! - [`changes`]: the files an editing task changed, with a short diff stat.
 //! - [`worktree`]: `isolation: "worktree"`, an editing task in a detached git worktree of its
 //!   own, its change applied to the caller's checkout (or discarded) when asked.
+//! - [`utc`]: UTC instants as RFC 3339 text and back.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
 //! signalled, each after checking its start time. Every signal goes through `bridge-proc`
@@ -35,6 +36,7 @@ mod runner;
 mod spec;
 mod supervisor;
 mod task;
+pub mod utc;
 pub mod worktree;
 
 use std::path::PathBuf;

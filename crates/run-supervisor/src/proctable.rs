@@ -16,6 +16,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bridge_proc::BootClock;
+
 /// What an opencode process is doing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessKind {
@@ -200,11 +202,6 @@ pub fn describe_args(args: &[String]) -> ArgsInfo {
     }
 }
 
-fn uptime_secs(proc_root: &Path) -> Option<f64> {
-    let s = std::fs::read_to_string(proc_root.join("uptime")).ok()?;
-    s.split_whitespace().next()?.parse().ok()
-}
-
 struct Raw {
     pid: i32,
     ppid: i32,
@@ -280,7 +277,7 @@ fn first_look(dir: &mut PathBuf) -> FirstLook {
 }
 
 /// The table entry of one process from its raw facts.
-fn entry(r: &Raw, up: Option<f64>, tps: f64) -> OpencodeProcess {
+fn entry(r: &Raw, clock: Option<&BootClock>) -> OpencodeProcess {
     let ArgsInfo {
         kind,
         agent,
@@ -289,10 +286,7 @@ fn entry(r: &Raw, up: Option<f64>, tps: f64) -> OpencodeProcess {
         dir,
         session,
     } = describe_args(&r.args);
-    let elapsed = up
-        .map(|u| (u - r.start_ticks as f64 / tps).max(0.0))
-        .map(Duration::from_secs_f64)
-        .unwrap_or_default();
+    let elapsed = BootClock::age_or_zero(clock, r.start_ticks);
     let cwd = match dir {
         Some(d) => {
             let p = PathBuf::from(&d);
@@ -323,24 +317,23 @@ fn entry(r: &Raw, up: Option<f64>, tps: f64) -> OpencodeProcess {
 /// scan only recognises processes named opencode): its arguments are what follows `program`
 /// on the command line (after an interpreter for a script), else everything after `argv[0]`.
 pub(crate) fn own_run_entry(pid: i32, program: &Path) -> Option<OpencodeProcess> {
-    let p = procfs::process::Process::new(pid).ok()?;
-    let cmdline = p.cmdline().ok().filter(|c| !c.is_empty())?;
-    let st = p.stat().ok().filter(|st| st.state != 'Z')?;
+    let info =
+        bridge_proc::ProcInfo::of(pid).filter(|i| !i.cmdline.is_empty() && !i.is_zombie())?;
     let name = program.file_name().and_then(|n| n.to_str());
-    let skip = cmdline
+    let skip = info
+        .cmdline
         .iter()
         .position(|a| name.is_some_and(|n| base(a) == n))
         .unwrap_or(0);
     let raw = Raw {
         pid,
-        ppid: st.ppid,
-        start_ticks: st.starttime,
-        args: cmdline[skip + 1..].to_vec(),
-        cmdline: cmdline.clone(),
-        cwd: p.cwd().ok(),
+        ppid: info.ppid,
+        start_ticks: info.start_time,
+        args: info.cmdline[skip + 1..].to_vec(),
+        cmdline: info.cmdline.clone(),
+        cwd: info.cwd,
     };
-    let tps = procfs::ticks_per_second().max(1) as f64;
-    Some(entry(&raw, uptime_secs(Path::new("/proc")), tps))
+    Some(entry(&raw, BootClock::now().as_ref()))
 }
 
 /// Like [`scan`] on a procfs mounted at `proc_root` (tests use a synthetic tree).
@@ -398,8 +391,7 @@ pub fn scan_in(proc_root: &Path) -> Vec<OpencodeProcess> {
                 m.entry(r.ppid).or_default().push(i);
                 m
             });
-    let tps = procfs::ticks_per_second().max(1) as f64;
-    let up = uptime_secs(proc_root);
+    let clock = BootClock::in_root(proc_root);
     let mut out = Vec::new();
     for r in &raws {
         let shadowed = by_parent
@@ -408,7 +400,7 @@ pub fn scan_in(proc_root: &Path) -> Vec<OpencodeProcess> {
         if shadowed {
             continue;
         }
-        out.push(entry(r, up, tps));
+        out.push(entry(r, clock.as_ref()));
     }
     out.sort_by_key(|p| p.pid);
     out

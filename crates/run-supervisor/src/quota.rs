@@ -29,32 +29,6 @@ pub fn account_key(runner: Runner, model: Option<&str>) -> String {
     }
 }
 
-/// Parses `YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)` (UTC only) into epoch seconds.
-pub fn parse_rfc3339_utc(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
-        return None;
-    }
-    let n = |a: usize, z: usize| s.get(a..z)?.parse::<i64>().ok();
-    let (y, m, d) = (n(0, 4)?, n(5, 7)?, n(8, 10)?);
-    let (hh, mm, ss) = (n(11, 13)?, n(14, 16)?, n(17, 19)?);
-    let rest = &s[19..];
-    let rest = rest.trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
-    if !(rest.is_empty() || rest == "Z" || rest == "+00:00") {
-        return None;
-    }
-    // Days from civil (Howard Hinnant).
-    let y2 = if m <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
-}
-
 /// Durations like `6m0s`, `1.5s`, `20ms`, `2h` (OpenAI's `x-ratelimit-reset-*`).
 fn parse_go_duration(s: &str) -> Option<Duration> {
     let mut total = 0f64;
@@ -121,8 +95,8 @@ pub fn reset_from_headers(headers: &Value, now: SystemTime) -> Option<SystemTime
                 take(UNIX_EPOCH + Duration::from_secs(s));
             }
         } else if k.starts_with("anthropic-ratelimit-") && k.ends_with("-reset") {
-            if let Some(s) = parse_rfc3339_utc(v) {
-                take(UNIX_EPOCH + Duration::from_secs(s));
+            if let Some(t) = crate::utc::parse(v) {
+                take(t);
             }
         } else if k.starts_with("x-ratelimit-reset")
             && let Some(d) = parse_go_duration(v)
@@ -178,10 +152,5 @@ mod tests {
             Some(now + Duration::from_secs(360))
         );
         assert_eq!(reset_from_headers(&json!({"content-type": "x"}), now), None);
-        assert_eq!(
-            parse_rfc3339_utc("2024-02-29T23:59:59.123Z"),
-            Some(1_709_251_199)
-        );
-        assert_eq!(parse_rfc3339_utc("nope"), None);
     }
 }

@@ -240,10 +240,7 @@ async fn live_network_and_midstream_errors_are_classified() {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let closed = bridge_testkit::http::closed_port();
     let down = OpencodeSandbox::new(&format!("http://127.0.0.1:{closed}/v1")).unwrap();
     let sup = supervisor(&oc, &sb, 2);
     let sup_down = supervisor(&oc, &down, 2);

@@ -210,20 +210,12 @@ impl Drop for Server {
     }
 }
 
-/// A loopback HTTP server that accepts connections and never answers (a hung service).
-pub fn hung_http_server() -> (u16, std::thread::JoinHandle<()>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let handle = std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().take(16) {
-            match stream {
-                Ok(s) => held.push(s),
-                Err(_) => break,
-            }
-        }
-    });
-    (port, handle)
+/// A loopback HTTP server that accepts connections and never answers (a hung service): the
+/// testkit's [`bridge_testkit::http::hung_server`], with its port. It stops when the server
+/// value is dropped.
+pub fn hung_http_server() -> (u16, bridge_testkit::http::Server) {
+    let server = bridge_testkit::http::hung_server().unwrap();
+    (server.port(), server)
 }
 
 /// Replaces run-dependent values (ids, times, paths, durations) so snapshots are stable.

@@ -4,16 +4,19 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use bridge_testkit::http;
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the scripted server does with one request.
 pub enum Reply {
     /// Status, extra headers, body.
     Full(u16, Vec<(String, String)>, Vec<u8>),
-    /// Accept, read the request, and never answer (the connection stays open for a minute).
+    /// Accept, read the request, and never answer (the connection stays open for a minute, or
+    /// until the server is dropped).
     Hang,
     /// Announce a body of this many bytes and stream it (chunked when `chunked`).
     Huge { bytes: usize, chunked: bool },
@@ -34,9 +37,11 @@ pub struct Seen {
     pub body: String,
 }
 
+/// A running scripted server (the testkit's loopback [`http::Server`]); it stops when dropped.
 pub struct Scripted {
     pub port: u16,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    _server: http::Server,
 }
 
 impl Scripted {
@@ -53,75 +58,53 @@ pub fn serve<F>(f: F) -> Scripted
 where
     F: Fn(&Seen) -> Reply + Send + Sync + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let f = Arc::new(f);
     let seen2 = seen.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(stream) = conn else { break };
-            let f = f.clone();
-            let seen = seen2.clone();
-            std::thread::spawn(move || handle(stream, &*f, &seen));
-        }
-    });
-    Scripted { port, seen }
+    let server = http::Server::start("scripted", move |stream, stop| {
+        handle(stream, &f, &seen2, stop)
+    })
+    .unwrap();
+    Scripted {
+        port: server.port(),
+        seen,
+        _server: server,
+    }
 }
 
 /// A port on which nothing listens (bound, then released).
 pub fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    http::closed_port()
 }
 
-fn handle(stream: TcpStream, f: &dyn Fn(&Seen) -> Reply, seen: &Mutex<Vec<Seen>>) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+fn handle(
+    stream: TcpStream,
+    f: &dyn Fn(&Seen) -> Reply,
+    seen: &Mutex<Vec<Seen>>,
+    stop: &AtomicBool,
+) {
+    let Ok(Some(request)) = http::read_request(&mut BufReader::new(&stream)) else {
         return;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("").to_string();
-    let mut len = 0usize;
-    let mut authorization = None;
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-            break;
-        }
-        let lower = h.to_ascii_lowercase();
-        if let Some(v) = lower.strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-        if lower.starts_with("authorization:") {
-            authorization = Some(h[14..].trim().to_string());
-        }
-    }
-    let mut body = vec![0u8; len];
-    let _ = reader.read_exact(&mut body);
+    };
     let req = Seen {
-        method,
-        path,
-        authorization,
-        body: String::from_utf8_lossy(&body).into_owned(),
+        authorization: request.header("authorization").map(str::to_string),
+        body: String::from_utf8_lossy(&request.body).into_owned(),
+        method: request.method,
+        path: request.path,
     };
     seen.lock().unwrap().push(req.clone());
-    let mut out = stream;
+    let mut out = &stream;
     match f(&req) {
-        Reply::Hang => std::thread::sleep(Duration::from_secs(60)),
-        Reply::Full(status, headers, body) => {
-            let mut head = format!(
-                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
-                body.len()
-            );
-            for (k, v) in headers {
-                head.push_str(&format!("{k}: {v}\r\n"));
+        Reply::Hang => {
+            let until = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
             }
-            head.push_str("\r\n");
-            let _ = out.write_all(head.as_bytes());
-            let _ = out.write_all(&body);
+        }
+        Reply::Full(status, headers, body) => {
+            let mut all: Vec<(&str, &str)> = vec![("connection", "close")];
+            all.extend(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            let _ =
+                http::respond_untyped(&stream, status, http::reason_phrase(status), &all, &body);
         }
         Reply::Huge { bytes, chunked } => {
             let head = if chunked {

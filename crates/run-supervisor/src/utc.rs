@@ -1,0 +1,123 @@
+//! UTC instants as RFC 3339 text, to the second: [`format`] writes `YYYY-MM-DDTHH:MM:SSZ` and
+//! [`parse`], its inverse, reads that shape back (with optional fractional seconds and `Z` or
+//! `+00:00`; other offsets are refused).
+//!
+//! The two are the proleptic Gregorian calendar conversions of Howard Hinnant
+//! (`civil_from_days` and `days_from_civil`), kept side by side so they stay each other's
+//! inverse; a test checks the round trip.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Formats an instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC; instants before 1970 show the epoch,
+/// sub-second parts are dropped).
+pub fn format(t: SystemTime) -> String {
+    let epoch = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (y, m, d) = civil_from_days((epoch / 86_400) as i64);
+    let secs = epoch % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fff](Z|+00:00)` (UTC only), to the second; `None` for any other
+/// shape or an instant before 1970.
+pub fn parse(s: &str) -> Option<SystemTime> {
+    let s = s.trim();
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+        return None;
+    }
+    let n = |a: usize, z: usize| s.get(a..z)?.parse::<i64>().ok();
+    let (y, m, d) = (n(0, 4)?, n(5, 7)?, n(8, 10)?);
+    let (hh, mm, ss) = (n(11, 13)?, n(14, 16)?, n(17, 19)?);
+    let rest = &s[19..];
+    let rest = rest.trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
+    if !(rest.is_empty() || rest == "Z" || rest == "+00:00") {
+        return None;
+    }
+    let secs = u64::try_from(days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60 + ss).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// Year, month (1-12) and day (1-31) of a day counted from 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Days from 1970-01-01 to a date; the inverse of [`civil_from_days`].
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn utc_formatting() {
+        assert_eq!(format(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(format(at(1_893_456_000)), "2030-01-01T00:00:00Z");
+        assert_eq!(format(at(1_709_251_199)), "2024-02-29T23:59:59Z");
+        assert_eq!(
+            format(UNIX_EPOCH - Duration::from_secs(1)),
+            "1970-01-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn utc_parsing() {
+        assert_eq!(parse("2024-02-29T23:59:59.123Z"), Some(at(1_709_251_199)));
+        assert_eq!(
+            parse(" 2030-01-01T00:00:00+00:00 "),
+            Some(at(1_893_456_000))
+        );
+        assert_eq!(parse("2030-01-01T00:00:00"), Some(at(1_893_456_000)));
+        assert_eq!(parse("nope"), None);
+        assert_eq!(parse("2030-01-01T00:00:00+02:00"), None);
+        assert_eq!(parse("2030-01-01 00:00:00Z"), None);
+        assert_eq!(parse("1969-12-31T23:59:59Z"), None);
+    }
+
+    #[test]
+    fn parse_is_the_inverse_of_format() {
+        // Every day boundary across four centuries (leap years, the 100/400 rules) and a
+        // spread of times within days.
+        let mut secs = 0u64;
+        while secs < 13_000_000_000 {
+            let t = at(secs);
+            let text = format(t);
+            assert_eq!(parse(&text), Some(t), "{text}");
+            assert_eq!(format(parse(&text).unwrap()), text);
+            secs += 86_400 * 7 + 3_661;
+        }
+        for day in 0..(366 * 410) {
+            let d = day as i64;
+            let (y, m, dd) = civil_from_days(d);
+            assert_eq!(days_from_civil(y, m, dd), d, "{y}-{m}-{dd}");
+        }
+        // A fractional part is dropped, not rounded.
+        let t = at(1_709_251_199) + Duration::from_millis(999);
+        assert_eq!(parse(&format(t)), Some(at(1_709_251_199)));
+    }
+}
