@@ -1159,6 +1159,45 @@ mod tests {
     }
 
     #[test]
+    fn binary_files_modes_and_symlinks_come_through_exactly() {
+        use std::os::unix::fs::PermissionsExt;
+        let (d, r) = repo();
+        std::fs::write(r.join("blob.bin"), [0u8, 1, 2, 3]).unwrap();
+        sh(&r, &["add", "blob.bin"]);
+        sh(&r, &["commit", "-q", "-m", "bin"]);
+        // An untracked symlink of the caller's is carried over as a symlink.
+        std::os::unix::fs::symlink("b.txt", r.join("link")).unwrap();
+        let state = d.path().join("state");
+        let info = make(&r, &state, 8);
+        assert_eq!(
+            std::fs::read_link(info.dir.join("link")).unwrap(),
+            Path::new("b.txt")
+        );
+        std::fs::write(info.dir.join("blob.bin"), [0u8, 9, 9, 9, 255]).unwrap();
+        let script = info.dir.join("run.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("a.txt", info.dir.join("to-a")).unwrap();
+        let c = collect(&state, 8).unwrap();
+        assert!(c.patch.contains("GIT binary patch"), "{}", c.patch);
+        apply(&state, 8).unwrap();
+        assert_eq!(
+            std::fs::read(r.join("blob.bin")).unwrap(),
+            [0u8, 9, 9, 9, 255]
+        );
+        let mode = std::fs::metadata(r.join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o111, 0o111, "{mode:o}");
+        assert_eq!(
+            std::fs::read_link(r.join("to-a")).unwrap(),
+            Path::new("a.txt")
+        );
+        assert!(!info.dir.exists());
+    }
+
+    #[test]
     fn a_conflict_writes_nothing_and_discard_removes_the_worktree() {
         let (d, r) = repo();
         let state = d.path().join("state");
