@@ -1085,6 +1085,9 @@ mod tests {
     fn isolated_change_leaves_the_checkout_alone_until_applied() {
         let (d, r) = repo();
         let state = d.path().join("state");
+        // Diff settings of the caller's that would make a patch unappliable are overridden.
+        sh(&r, &["config", "diff.noprefix", "true"]);
+        sh(&r, &["config", "diff.relative", "true"]);
         let b = before(&r);
         let info = make(&r, &state, 7);
         assert_eq!(info.run_cwd(), info.dir.join("sub"));
