@@ -463,6 +463,7 @@ impl App {
             return String::new();
         };
         let root = run_supervisor::worktree::root(dir);
+        let root = root.canonicalize().unwrap_or(root);
         match run_supervisor::worktree::load(dir, id) {
             Some(info) => render::isolation::started(
                 &info.dir.display().to_string(),
@@ -524,7 +525,11 @@ impl App {
     async fn overlap_note(&self, out: &run_supervisor::TaskOutput) -> String {
         use run_supervisor::worktree;
         let me = &out.snapshot;
-        let isolated_root = self.supervisor.state_dir().map(worktree::root);
+        let isolated_root = self
+            .supervisor
+            .state_dir()
+            .map(worktree::root)
+            .map(|r| r.canonicalize().unwrap_or(r));
         let isolated = |s: &run_supervisor::TaskSnapshot| {
             isolated_root.as_ref().is_some_and(|r| s.cwd.starts_with(r))
         };
