@@ -236,9 +236,13 @@ impl App {
                     .result(id, head, tail)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
                 let note = self.lost_note(&out.snapshot).await;
+                let (isolated, view) = self.isolated_change(id, &out.snapshot, head, tail);
+                let overlap = self.overlap_note(&out).await;
+                let mut result_view = structured::ResultView::from(&out);
+                result_view.isolated = view;
                 Ok(Reply {
-                    text: render::tasks::result(&out) + &note,
-                    structured: Some(structured::to_value(&structured::ResultView::from(&out))),
+                    text: render::tasks::result(&out) + &note + &isolated + &overlap,
+                    structured: Some(structured::to_value(&result_view)),
                     session: out
                         .snapshot
                         .session_id
@@ -246,6 +250,7 @@ impl App {
                         .or(out.snapshot.continues.clone()),
                 })
             }
+            Call::Apply { id, discard } => self.apply(&id, discard).await.map(Reply::text),
             Call::Cancel { id } => {
                 let id = parse_task_id(&id)?;
                 render::tasks::cancelled(id, self.supervisor.cancel(id).await).map(Reply::text)
@@ -430,6 +435,7 @@ impl App {
         spec.session = session.as_ref().map(|s| s.id.clone());
         spec.label = args.label.clone();
         spec.denied = denied_permissions(agent);
+        spec.isolation = args.isolation;
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
         if progress.wanted() {
             self.report_start(id, progress).await;
@@ -453,8 +459,166 @@ impl App {
             title_warning: title_warning.as_deref(),
             label: args.label.as_deref(),
             continues: session.as_ref().map(|s| s.id.as_str()),
-        });
+        }) + &self.isolated_start(id);
         Ok((id, started))
+    }
+
+    /// The start note of an isolated task (empty for one that runs in the caller's checkout).
+    fn isolated_start(&self, id: TaskId) -> String {
+        let Some(dir) = self.supervisor.state_dir() else {
+            return String::new();
+        };
+        let root = run_supervisor::worktree::root(dir);
+        let root = root.canonicalize().unwrap_or(root);
+        match run_supervisor::worktree::load(dir, id) {
+            Some(info) => render::isolation::started(
+                &info.dir.display().to_string(),
+                Some(&info.repo.display().to_string()),
+            ),
+            // Not made yet (it is made before the first attempt): the task's cwd is in it.
+            None => match self.supervisor.status(id) {
+                Some(s) if s.cwd.starts_with(&root) => render::isolation::started(
+                    &root.join(id.to_string()).display().to_string(),
+                    None,
+                ),
+                _ => String::new(),
+            },
+        }
+    }
+
+    /// The change of an isolated task for `opencode_result`, as text and as structure (empty
+    /// and `None` for other tasks). Reads the worktree's files in the state directory only.
+    pub fn isolated_change(
+        &self,
+        id: TaskId,
+        snap: &run_supervisor::TaskSnapshot,
+        head: Option<usize>,
+        tail: Option<usize>,
+    ) -> (String, Option<structured::IsolatedChangeView>) {
+        use run_supervisor::worktree;
+        let Some(dir) = self.supervisor.state_dir() else {
+            return (String::new(), None);
+        };
+        let view = |info: &worktree::WorktreeInfo, c: Option<&worktree::Change>| {
+            let cut = c.map(|c| render::isolation::cut_patch(&c.patch, head, tail));
+            structured::IsolatedChangeView {
+                worktree: info.dir.display().to_string(),
+                checkout: info.repo.display().to_string(),
+                collected: c.is_some(),
+                stat: c.map(|c| c.stat.clone()).unwrap_or_default(),
+                patch: cut.as_ref().map(|c| c.text.clone()).unwrap_or_default(),
+                patch_chars: cut.as_ref().map_or(0, |c| c.total_chars as u64),
+                patch_truncated: cut.as_ref().is_some_and(|c| c.truncated),
+            }
+        };
+        match (worktree::change(dir, id), worktree::load(dir, id)) {
+            (Some(c), _) => (
+                render::isolation::change(id, &c, head, tail),
+                Some(view(&c.info, Some(&c))),
+            ),
+            (None, Some(info)) if snap.state.is_finished() => (
+                render::isolation::not_collected(id, &info),
+                Some(view(&info, None)),
+            ),
+            (None, Some(info)) => (String::new(), Some(view(&info, None))),
+            _ => (String::new(), None),
+        }
+    }
+
+    /// Warnings for an editing task run in the caller's checkout: every other such task that
+    /// ran in the same checkout at the same time and whose agent wrote some of the same files
+    /// (named, from both runs' write/edit calls).
+    async fn overlap_note(&self, out: &run_supervisor::TaskOutput) -> String {
+        use run_supervisor::worktree;
+        let me = &out.snapshot;
+        let isolated_root = self
+            .supervisor
+            .state_dir()
+            .map(worktree::root)
+            .map(|r| r.canonicalize().unwrap_or(r));
+        let isolated = |s: &run_supervisor::TaskSnapshot| {
+            isolated_root.as_ref().is_some_and(|r| s.cwd.starts_with(r))
+        };
+        if me.read_only || isolated(me) || out.changed_files.is_none() {
+            return String::new();
+        }
+        let span = |s: &run_supervisor::TaskSnapshot| (s.started_at, s.started_at + s.elapsed);
+        let (a0, a1) = span(me);
+        let others: Vec<run_supervisor::TaskOutput> = self
+            .supervisor
+            .list()
+            .into_iter()
+            .filter(|s| s.id != me.id && !s.read_only && !isolated(s))
+            .filter(|s| {
+                let (b0, b1) = span(s);
+                a0 < b1 && b0 < a1
+            })
+            .filter_map(|s| self.supervisor.result(s.id, Some(1), None))
+            .collect();
+        if others.is_empty() {
+            return String::new();
+        }
+        let mine = out.clone();
+        blocking(move || {
+            let Some(top) = worktree::checkout_of(&mine.snapshot.cwd) else {
+                return Ok(String::new());
+            };
+            let my_files = worktree::files_written(&mine.tool_calls, &mine.snapshot.cwd, &top);
+            let mut text = String::new();
+            for o in others {
+                if worktree::checkout_of(&o.snapshot.cwd).as_deref() != Some(top.as_path()) {
+                    continue;
+                }
+                let theirs = worktree::files_written(&o.tool_calls, &o.snapshot.cwd, &top);
+                let both = worktree::shared_files(&my_files, &theirs);
+                if !both.is_empty() {
+                    text.push_str(&render::isolation::overlap(
+                        mine.snapshot.id,
+                        o.snapshot.id,
+                        &both,
+                    ));
+                }
+            }
+            Ok(text)
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// `opencode_apply`: brings an isolated task's change into the caller's checkout, or with
+    /// `discard` throws it away; either removes its worktree. A task whose run ended without
+    /// its change collected (its bridge died) is collected first.
+    pub async fn apply(&self, id: &str, discard: bool) -> Result<String, String> {
+        use run_supervisor::worktree;
+        let id = parse_task_id(id)?;
+        let snap = self
+            .supervisor
+            .status(id)
+            .ok_or_else(|| render::tasks::unknown_task(id))?;
+        let dir = self
+            .supervisor
+            .state_dir()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| format!("task {id} has no worktree: this bridge keeps no state directory (OPENCODE_BRIDGE_STATE_DIR), so no task runs isolated"))?;
+        if !snap.state.is_finished() {
+            return Err(format!(
+                "task {id} is {}: wait for it (opencode_wait ids=[\"{id}\"]) or cancel it, then call opencode_apply",
+                snap.state
+            ));
+        }
+        blocking(move || {
+            if worktree::load(&dir, id).is_some_and(|i| i.ended_ms.is_none()) {
+                worktree::collect(&dir, id)?;
+            }
+            if discard {
+                return worktree::discard(&dir, id).map(|i| render::isolation::discarded(id, &i));
+            }
+            match worktree::apply(&dir, id) {
+                Ok(a) => Ok(render::isolation::applied(id, &a)),
+                Err(e) => Err(render::isolation::conflict(id, &e)),
+            }
+        })
+        .await
     }
 
     /// A sync run: waits up to `wait_s` seconds; a finished task answers with its result, an
@@ -468,8 +632,9 @@ impl App {
             && let Some(out) = self.supervisor.result(id, None, None)
         {
             return format!(
-                "task {id} finished within wait_s={wait_s}:\n{}",
-                render::tasks::result(&out)
+                "task {id} finished within wait_s={wait_s}:\n{}{}",
+                render::tasks::result(&out),
+                self.isolated_change(id, &out.snapshot, None, None).0
             );
         }
         format!(

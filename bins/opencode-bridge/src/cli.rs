@@ -243,6 +243,9 @@ pub async fn doctor(app: &App) -> (String, bool) {
             line("FAIL", "config", e.clone());
         }
     }
+    for (status, detail) in doctor_worktrees(app) {
+        line(status, "worktrees", detail);
+    }
     let not_yet = app.store_not_created_yet();
     match app.source() {
         _ if not_yet.is_some() => {
@@ -360,6 +363,45 @@ pub async fn doctor(app: &App) -> (String, bool) {
 
 /// The `model` line: the configured `OPENCODE_BRIDGE_MODEL` must be one `opencode models`
 /// lists (a model opencode does not know fails every task with an `UnknownError`).
+/// The `worktrees` lines, only when there is something to say: isolated changes waiting for
+/// `opencode_apply`, and worktrees in the state directory whose task the registry does not know
+/// (left by a registry that was removed or pruned by hand), with the command that removes them.
+fn doctor_worktrees(app: &App) -> Vec<(&'static str, String)> {
+    use run_supervisor::worktree;
+    let sup = app.supervisor();
+    let Some(dir) = sup.state_dir() else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    let ids = worktree::ids(dir);
+    let waiting: Vec<String> = ids
+        .iter()
+        .filter(|&&id| sup.status(id).is_some())
+        .map(|id| id.to_string())
+        .collect();
+    if !waiting.is_empty() {
+        lines.push((
+            "ok",
+            format!(
+                "{} isolated change(s) not applied or discarded yet (tasks {}): opencode_apply id=N, or discard=true; removed after OPENCODE_BRIDGE_PRUNE_DAYS",
+                waiting.len(),
+                waiting.join(", ")
+            ),
+        ));
+    }
+    for (id, path) in worktree::strays(dir, |id| sup.status(id).is_some()) {
+        lines.push((
+            "warn",
+            format!(
+                "{} belongs to task {id}, which the registry does not know: remove it with `git worktree remove --force {}` in its repository (or delete the directory and run `git worktree prune` there)",
+                path.display(),
+                path.display()
+            ),
+        ));
+    }
+    lines
+}
+
 async fn doctor_model(app: &App, opencode: &Path) -> (&'static str, String) {
     let sup = app.supervisor();
     let Some(model) = sup.config().default_model.clone() else {

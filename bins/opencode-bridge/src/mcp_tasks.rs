@@ -57,7 +57,9 @@ pub fn get(app: &App, task_id: &str) -> Result<GetTaskResult, McpError> {
         TaskState::Cancelled => TaskPayload::Cancelled,
         s if s.is_finished() => {
             let text = match app.supervisor().result(id, None, None) {
-                Some(out) => render::tasks::result(&out),
+                Some(out) => {
+                    render::tasks::result(&out) + &app.isolated_change(id, &snap, None, None).0
+                }
                 None => render::tasks::status(&snap),
             };
             let failed = snap.state != TaskState::Succeeded;

@@ -74,7 +74,7 @@ impl Bridge {
 /// Tools whose schemas Claude Code keeps in the prompt even with tool search on
 /// (`anthropic/alwaysLoad`): what every delegation needs — start it, wait for it (the cheapest
 /// way without MCP tasks: one call instead of polling status), read its result, and the rules
-/// before delegating. The rest (status, cancel, list, sessions, session output, rename,
+/// before delegating. The rest (status, apply, cancel, list, sessions, session output, rename,
 /// processes) are for inspection and load through tool search on their hint.
 const ALWAYS_LOADED: [&str; 4] = [
     "opencode_start",
@@ -98,6 +98,9 @@ fn search_hint(name: &str) -> &'static str {
             "opencode delegated task status progress running tokens session id failure kind"
         }
         "opencode_cancel" => "stop cancel kill delegated opencode task run process group",
+        "opencode_apply" => {
+            "apply discard isolated worktree change patch delegated opencode task checkout"
+        }
         "opencode_list" => "list delegated opencode tasks history label finished running",
         "opencode_sessions" => {
             "opencode sessions list every session state agent directory title search tokens"

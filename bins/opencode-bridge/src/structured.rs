@@ -303,6 +303,29 @@ pub struct ResultView {
     /// The post-run audit of an opencode run, once finished: `audited: agent …, model … in N
     /// assistant messages` or `not audited: …` (`null`: not audited, e.g. a Claude run).
     pub audit: Option<String>,
+    /// A task started with `isolation: "worktree"` whose worktree is still there (`null`:
+    /// not isolated, or its change was applied or discarded).
+    pub isolated: Option<IsolatedChangeView>,
+}
+
+/// The change of an isolated task, waiting for `opencode_apply`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct IsolatedChangeView {
+    /// The task's worktree.
+    pub worktree: String,
+    /// The caller's checkout `opencode_apply` writes to.
+    pub checkout: String,
+    /// `false` while the run goes on, or when its bridge died before collecting it
+    /// (`opencode_apply` collects it then).
+    pub collected: bool,
+    /// `git diff --stat` of the change.
+    pub stat: String,
+    /// The patch against what the agent started from, cut like the text (`head`/`tail`,
+    /// default its first 30000 characters).
+    pub patch: String,
+    /// Characters of the whole patch.
+    pub patch_chars: u64,
+    pub patch_truncated: bool,
 }
 
 impl From<&TaskOutput> for ResultView {
@@ -314,6 +337,7 @@ impl From<&TaskOutput> for ResultView {
             tool_calls: o.tool_calls.iter().map(Into::into).collect(),
             changed_files: o.changed_files.as_ref().map(Into::into),
             audit: o.audit.clone(),
+            isolated: None,
         }
     }
 }

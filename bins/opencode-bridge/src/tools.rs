@@ -1,4 +1,4 @@
-//! The eleven tools: names, descriptions, input schemas, annotations, and the validation that turns
+//! The twelve tools: names, descriptions, input schemas, annotations, and the validation that turns
 //! a `tools/call` argument object into typed arguments before anything runs.
 //!
 //! The schemas are written by hand, on purpose: optional parameters are plain optional
@@ -7,14 +7,16 @@
 
 use bridge_policy::{Mode, Tier};
 use bridge_render::{ArgError, ArgProblem};
+use run_supervisor::Isolation;
 use run_supervisor::claude::{CLAUDE_ALIASES, capitalized, is_claude_alias};
 use serde_json::{Map, Value, json};
 
 /// Tool names, in the order `tools/list` returns them.
-pub const TOOL_NAMES: [&str; 11] = [
+pub const TOOL_NAMES: [&str; 12] = [
     "opencode_start",
     "opencode_status",
     "opencode_result",
+    "opencode_apply",
     "opencode_wait",
     "opencode_cancel",
     "opencode_list",
@@ -43,6 +45,8 @@ pub const MODES: [&str; 3] = [
 pub const STATES: [&str; 5] = ["running", "succeeded", "failed", "interrupted", "stale"];
 /// Values of `children`.
 pub const CHILDREN: [&str; 3] = ["include", "exclude", "only"];
+/// Values of `isolation` for `opencode_start`.
+pub const ISOLATIONS: [&str; 2] = [Isolation::None.as_str(), Isolation::Worktree.as_str()];
 /// Values of `mode` for `opencode_session_output`.
 pub const OUTPUT_MODES: [&str; 3] = ["last", "tail", "full"];
 
@@ -75,7 +79,7 @@ pub struct ToolDef {
     pub destructive: bool,
 }
 
-/// The eleven tool definitions.
+/// The twelve tool definitions.
 pub fn definitions() -> Vec<ToolDef> {
     let id = |what: &str| json!({"type": "string", "minLength": 1, "description": what});
     vec![
@@ -98,7 +102,8 @@ pub fn definitions() -> Vec<ToolDef> {
                     "wait_s": {"type": "integer", "minimum": 1, "maximum": WAIT_MAX_S, "description": "Sync run: wait up to this many seconds (at most 55, under client tool timeouts) and return the result directly if the task finishes in time; otherwise the task id is returned as usual."},
                     "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."},
                     "session": {"type": "string", "minLength": 1, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
-                    "label": {"type": "string", "minLength": 1, "maxLength": 100, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."}
+                    "label": {"type": "string", "minLength": 1, "maxLength": 100, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."},
+                    "isolation": {"type": "string", "enum": ISOLATIONS, "description": "worktree: an editing agent works in its own detached git worktree (your uncommitted and untracked files carried over) and your checkout is not touched; opencode_result shows its patch and opencode_apply brings it in or discards it. Needs a git repository with a commit. Default: none (the agent edits your checkout)."}
                 },
                 "required": ["tier", "prompt"],
                 "additionalProperties": false
@@ -122,7 +127,7 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_result",
             title: "Output of a delegated task",
-            description: "What a delegated task answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed, and for editing agents the files it changed with a short diff stat. Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
+            description: "What a delegated task answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed, and for editing agents the files it changed with a short diff stat; for a task started with isolation=worktree its patch (apply it with opencode_apply). Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
             schema: json!({
                 "type": "object",
                 "properties": {
@@ -135,6 +140,22 @@ pub fn definitions() -> Vec<ToolDef> {
             }),
             read_only: true,
             destructive: false,
+        },
+        ToolDef {
+            name: "opencode_apply",
+            title: "Apply or discard an isolated task's change",
+            description: "For a finished task started with isolation=worktree: bring its change into your checkout, or with discard=true throw it away; either removes the task's worktree. Files you changed meanwhile are merged three-way; if any file conflicts nothing is written and the conflicting files are named (resolve them, then apply again, or discard). Never commits, stages or moves a ref.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "id": id("Task id returned by opencode_start (a task started with isolation=worktree)."),
+                    "discard": {"type": "boolean", "description": "Throw the change away instead of applying it."}
+                },
+                "required": ["id"],
+                "additionalProperties": false
+            }),
+            read_only: false,
+            destructive: true,
         },
         ToolDef {
             name: "opencode_wait",
@@ -294,6 +315,10 @@ pub enum Call {
         all: bool,
         timeout_s: u64,
     },
+    Apply {
+        id: String,
+        discard: bool,
+    },
     Cancel {
         id: String,
     },
@@ -330,6 +355,8 @@ pub struct StartArgs {
     pub label: Option<String>,
     /// Sync run: seconds to wait for the result before answering with the task id.
     pub wait_s: Option<u64>,
+    /// Where an editing agent works: the caller's checkout or a worktree of its own.
+    pub isolation: Isolation,
 }
 
 /// Arguments of `opencode_sessions`.
@@ -363,7 +390,7 @@ pub fn is_tool(name: &str) -> bool {
 /// wrong; bridge-render words it for MCP and for the command line.
 pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call, ArgError> {
     let empty = Map::new();
-    // Built once: every call is checked against these schemas, and building them (eleven JSON
+    // Built once: every call is checked against these schemas, and building them (twelve JSON
     // trees, the model pattern) cost more than the rest of a status call.
     static DEFS: std::sync::LazyLock<Vec<ToolDef>> = std::sync::LazyLock::new(definitions);
     let def = DEFS
@@ -390,6 +417,10 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             session: a.opt_nonempty("session")?,
             label: a.opt_str_max("label", 100)?,
             wait_s: a.opt_int("wait_s", 1, WAIT_MAX_S)?,
+            isolation: match a.opt_enum("isolation", &ISOLATIONS)?.as_deref() {
+                Some("worktree") => Isolation::Worktree,
+                _ => Isolation::None,
+            },
         }),
         "opencode_status" => Call::Status {
             id: a.required_str("id")?,
@@ -409,6 +440,10 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             timeout_s: a
                 .opt_int("timeout_s", 1, WAIT_MAX_S)?
                 .unwrap_or(WAIT_DEFAULT_S),
+        },
+        "opencode_apply" => Call::Apply {
+            id: a.required_str("id")?,
+            discard: a.opt_bool("discard")?.unwrap_or(false),
         },
         "opencode_cancel" => Call::Cancel {
             id: a.required_str("id")?,

@@ -43,7 +43,7 @@ fn discover_reports_identity_versions_and_instructions() {
     let r = server.request(2, "tools/list", json!({"_meta": modern_meta()}));
     assert_eq!(
         r["result"]["tools"].as_array().map(Vec::len),
-        Some(11),
+        Some(12),
         "{r}"
     );
 }
@@ -82,6 +82,7 @@ fn tools_list_matches_snapshot() {
             "opencode_start",
             "opencode_status",
             "opencode_result",
+            "opencode_apply",
             "opencode_wait",
             "opencode_cancel",
             "opencode_list",
@@ -97,10 +98,10 @@ fn tools_list_matches_snapshot() {
         let name = t["name"].as_str().unwrap();
         let expect_ro = !matches!(
             name,
-            "opencode_start" | "opencode_cancel" | "opencode_session_rename"
+            "opencode_start" | "opencode_apply" | "opencode_cancel" | "opencode_session_rename"
         );
         assert_eq!(read_only, expect_ro, "{name}");
-        if name == "opencode_cancel" {
+        if name == "opencode_cancel" || name == "opencode_apply" {
             assert_eq!(t["annotations"]["destructiveHint"], true);
         }
         assert_eq!(t["inputSchema"]["additionalProperties"], false, "{name}");
@@ -547,6 +548,7 @@ fn structured_results_validate_against_their_output_schemas() {
                 matches!(
                     name.as_str(),
                     "opencode_start"
+                        | "opencode_apply"
                         | "opencode_cancel"
                         | "opencode_session_output"
                         | "opencode_session_rename"
@@ -1104,7 +1106,7 @@ fn a_slow_session_listing_does_not_hold_up_resources_list() {
     assert_eq!(l["result"]["resources"], json!([]), "{l}");
     assert_eq!(
         t["result"]["tools"].as_array().map(Vec::len),
-        Some(11),
+        Some(12),
         "{t}"
     );
     assert!(

@@ -172,7 +172,7 @@ pub const ROSTER: EnvVar = EnvVar::new(
 pub const PRUNE_DAYS: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_PRUNE_DAYS",
     "7",
-    "finished tasks older than this many days leave the registry",
+    "finished tasks older than this many days leave the registry; so do isolated tasks' worktrees neither applied nor discarded",
 );
 /// `OPENCODE_BRIDGE_BACKEND`.
 pub const BACKEND: EnvVar = EnvVar::new(

@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod human;
+pub mod isolation;
 pub mod policy;
 pub mod sessions;
 pub mod tasks;

@@ -15,6 +15,8 @@
 //! - [`changes`]: the files an editing task changed, with a short diff stat.
 //! - [`audit`]: the post-run audit: what a run's session used (agent, model, tool calls) and
 //!   what changed in a read-only agent's tree, against what the task asked; fails closed.
+//! - [`worktree`]: `isolation: "worktree"`, an editing task in a detached git worktree of its
+//!   own, its change applied to the caller's checkout (or discarded) when asked.
 //! - [`utc`]: UTC instants as RFC 3339 text and back.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
@@ -38,6 +40,7 @@ mod spec;
 mod supervisor;
 mod task;
 pub mod utc;
+pub mod worktree;
 
 use std::path::PathBuf;
 
@@ -54,6 +57,7 @@ pub use supervisor::{FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS,
 pub use task::{
     CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
+pub use worktree::Isolation;
 
 /// Why a task was not started. Each message says what to do.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,6 @@
 //! What a task is (given by the caller) and how the supervisor is configured.
 
+use crate::worktree::Isolation;
 use bridge_env as env;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,6 +40,9 @@ pub struct TaskSpec {
     /// Permissions the policy believes denied in this run, for the post-run audit of its tool
     /// calls ([`crate::audit`]); read-only agents always count `edit`, `bash` and `task` denied.
     pub denied: crate::audit::Denied,
+    /// Run in the caller's checkout ([`Isolation::None`], the default) or in a detached git
+    /// worktree of its own whose change is applied on request (see [`crate::worktree`]).
+    pub isolation: Isolation,
 }
 
 impl TaskSpec {
@@ -64,6 +68,7 @@ impl TaskSpec {
             session: None,
             label: None,
             denied: crate::audit::Denied::default(),
+            isolation: Isolation::None,
         }
     }
 }

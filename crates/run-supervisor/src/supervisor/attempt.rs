@@ -104,6 +104,22 @@ pub(super) async fn run_task(
     bin: PathBuf,
     stop_rx: watch::Receiver<Option<StopReason>>,
 ) {
+    // An isolated task: its worktree first (the task's cwd is in it).
+    let state_dir = shared
+        .registry
+        .as_ref()
+        .and(shared.config.state_dir.clone());
+    let (sp, dir) = (spec.clone(), state_dir.clone());
+    let made =
+        tokio::task::spawn_blocking(move || crate::worktree::before_run(&sp, dir.as_deref(), id))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+    if let Err(e) = made {
+        let advice = "fix what the message names, or start the task without isolation";
+        let failure = Failure::with_advice(FailureKind::Spawn, e, advice);
+        finish(&shared, id, TaskState::Failed, Some(failure)).await;
+        return;
+    }
     // Look at the git tree before and after: an editing agent's changes are listed, a read-only
     // agent's are a policy violation (the audit).
     let before = {
@@ -139,6 +155,9 @@ pub(super) async fn run_task(
         .flatten();
         shared.with(id, |r| r.changes = changes);
     }
+    // An isolated task: its patch, before it is shown finished.
+    let collect = move || crate::worktree::after_run(state_dir.as_deref(), id);
+    let _ = tokio::task::spawn_blocking(collect).await;
     let (state, failure) = audited::settle(&shared, id, &expected, state, failure, tree).await;
     finish(&shared, id, state, failure).await;
 }

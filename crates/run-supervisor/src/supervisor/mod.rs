@@ -126,6 +126,14 @@ impl Supervisor {
             if pruned > 0 || lost > 0 {
                 tracing::info!(pruned, lost, "registry swept");
             }
+            if let Some(dir) = config.state_dir.as_deref() {
+                // Isolated tasks' worktrees neither applied nor discarded go at the same age.
+                let done = |id| reg.read_task(id).is_none_or(|t| t.state().is_finished());
+                let gone = crate::worktree::prune(dir, config.prune_after, done);
+                if gone > 0 {
+                    tracing::info!(worktrees = gone, "isolated tasks' worktrees pruned");
+                }
+            }
         }
         let shared = Arc::new_cyclic(|me: &std::sync::Weak<Shared>| {
             let me = me.clone();
@@ -205,6 +213,7 @@ impl Supervisor {
         }
         let cfg = &self.shared.config;
         let cwd = command::check_cwd(&spec.cwd, &cfg.root)?;
+        let isolated = crate::worktree::start_check(&spec, &cwd, self.state_dir())?;
         let model = spec.model.clone().or_else(|| cfg.default_model.clone());
         let runner = Runner::for_model(model.as_deref());
         let account = backend(runner).account_key(model.as_deref());
@@ -247,6 +256,8 @@ impl Supervisor {
                     id
                 }
             };
+            // An isolated task works in its worktree (made before the first attempt).
+            let cwd = isolated.map_or(cwd, |c| c.for_task(id).run_cwd());
             let mut rec = TaskRecord::accepted(id, self.shared.me, &spec.agent, &spec.title, &cwd);
             rec.model = model.clone();
             rec.read_only = spec.read_only;
@@ -258,8 +269,9 @@ impl Supervisor {
             if let Some(r) = inner.tasks.get(&id) {
                 persist(&self.shared, r, Save::Record);
             }
-            id
+            (id, cwd)
         };
+        let (id, cwd) = id;
         let shared = Arc::clone(&self.shared);
         tokio::spawn(attempt::run_task(shared, id, spec, cwd, bin, stop_rx));
         Ok(id)
