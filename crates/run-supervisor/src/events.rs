@@ -435,16 +435,23 @@ fn parse_generic(trimmed: &str) -> Option<ParsedLine<'static>> {
     Some(ParsedLine { session_id, event })
 }
 
-/// One output line, parsed and detached from its bytes, not yet folded into a summary. Parsing
-/// is the costly part of reading a run's output; a caller can do it without holding whatever
-/// guards the summary, then fold with [`RunSummary::push_read`].
+/// One output line, parsed but not yet folded into a summary. Parsing is the costly part of
+/// reading a run's output; a caller can do it without holding whatever guards the summary,
+/// then fold with [`RunSummary::push_read`]. Its strings borrow from the line's bytes (an
+/// event's text is copied once, into the summary, not once more on the way);
+/// [`ReadLine::into_owned`] detaches them.
 #[derive(Debug)]
-pub struct ReadLine(Line<'static>);
+pub struct ReadLine<'a>(Line<'a>);
 
-impl ReadLine {
+impl ReadLine<'_> {
     /// Reads a raw output line (without its `\n`), as [`RunSummary::push_line_bytes`] does.
-    pub fn read(line: &[u8]) -> ReadLine {
-        ReadLine(match classify_line(line) {
+    pub fn read(line: &[u8]) -> ReadLine<'_> {
+        ReadLine(classify_line(line))
+    }
+
+    /// The same line with every string owned.
+    pub fn into_owned(self) -> ReadLine<'static> {
+        ReadLine(match self.0 {
             Line::Blank => Line::Blank,
             Line::Malformed => Line::Malformed,
             Line::Event(p) => Line::Event(p.into_owned()),
@@ -822,7 +829,7 @@ impl RunSummary {
     /// bytes.
     ///
     /// [`push_line_bytes`]: RunSummary::push_line_bytes
-    pub fn push_read(&mut self, line: ReadLine) -> bool {
+    pub fn push_read(&mut self, line: ReadLine<'_>) -> bool {
         self.push_classified(line.0)
     }
 

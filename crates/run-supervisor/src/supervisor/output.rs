@@ -71,7 +71,7 @@ pub(super) async fn read_stream(
 }
 
 /// Reads one stdout line by the rules of `runner` (no lock held).
-fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared {
+fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared<'_> {
     match piece {
         Piece::TooLong => Prepared::TooLong,
         Piece::Line(line) => backend(runner).prepare(line),
@@ -89,7 +89,12 @@ fn fold_stdout(
     chunk: &[u8],
 ) -> bool {
     let mut read = Vec::new();
-    lines.feed(chunk, |piece| read.push(prepare(runner, piece)));
+    // Lines whole in `chunk` are read in place (their text is copied once, when folded); only
+    // the line that earlier chunks began is detached from the splitter's buffer.
+    let rest = lines.feed_first(chunk, |piece| {
+        read.push(prepare(runner, piece).into_owned())
+    });
+    lines.feed_rest(rest, |piece| read.push(prepare(runner, piece)));
     let mut inner = shared.lock();
     let Some(r) = inner.tasks.get_mut(&id) else {
         return false;
@@ -115,7 +120,7 @@ fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
 }
 
 /// Folds one stdout line (or an over-long one) into the task record.
-fn fold(shared: &Shared, r: &mut Record, line: Prepared) {
+fn fold(shared: &Shared, r: &mut Record, line: Prepared<'_>) {
     let event = r.stream.push(&mut r.summary, line);
     if event {
         r.last_event = Some(Instant::now());
