@@ -13,6 +13,7 @@ use super::record::{Record, Save};
 use super::{Shared, persist};
 use crate::capture::{LineSplitter, Piece};
 use crate::claude::Runner;
+use crate::events::TextBuffer;
 use crate::runner::{Prepared, backend};
 use crate::task::TaskId;
 
@@ -44,7 +45,7 @@ pub(super) async fn read_stream(
 ) {
     let mut buf = vec![0u8; if is_stdout { STDOUT_READ } else { STDERR_READ }];
     let mut lines = LineSplitter::new(MAX_LINE);
-    let Some(runner) = shared.with(id, |r| r.runner) else {
+    let Some((runner, text)) = shared.with(id, |r| (r.runner, r.summary.text_buffer())) else {
         return;
     };
     loop {
@@ -54,7 +55,7 @@ pub(super) async fn read_stream(
         };
         let chunk = &buf[..n];
         if is_stdout {
-            if !fold_stdout(&shared, id, runner, &mut lines, chunk) {
+            if !fold_stdout(&shared, id, (runner, &text), &mut lines, chunk) {
                 break;
             }
             continue;
@@ -78,13 +79,17 @@ fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared<'_> {
     }
 }
 
-/// Folds what a run wrote to stdout: every whole line of `chunk` (the rest waits in `lines`).
-/// The lines are parsed before the task table is locked, so a flood of events holds the lock
-/// only for the folding. False when the task is gone.
+/// Folds what a run wrote to stdout: every whole line of `chunk` (the rest waits in `lines`),
+/// by the rules of the attempt's runner into its summary, whose text buffer is `text`. The
+/// lines are parsed, and the events' text appended to the text buffer, before the task table
+/// is locked, so a flood of events holds that lock only for the counting. (Copying the text is
+/// most of folding a flood; a follower preempted while it holds the table's lock keeps every
+/// call waiting, while the text buffer's own lock is taken only by a result and a save.) False
+/// when the task is gone.
 fn fold_stdout(
     shared: &Shared,
     id: TaskId,
-    runner: Runner,
+    (runner, text): (Runner, &TextBuffer),
     lines: &mut LineSplitter,
     chunk: &[u8],
 ) -> bool {
@@ -95,6 +100,14 @@ fn fold_stdout(
         read.push(prepare(runner, piece).into_owned())
     });
     lines.feed_rest(rest, |piece| read.push(prepare(runner, piece)));
+    {
+        let mut text = text.lock();
+        for line in &mut read {
+            if let Prepared::Parsed(line) = line {
+                line.push_text_into(&mut text);
+            }
+        }
+    }
     let mut inner = shared.lock();
     let Some(r) = inner.tasks.get_mut(&id) else {
         return false;
@@ -197,7 +210,7 @@ pub(super) fn follow_output(
     let mut buf = vec![0u8; STDOUT_READ];
     let mut lines = LineSplitter::new(MAX_LINE);
     let (mut offset, mut punched) = (0u64, 0u64);
-    let Some(runner) = shared.with(id, |r| r.runner) else {
+    let Some((runner, text)) = shared.with(id, |r| (r.runner, r.summary.text_buffer())) else {
         return;
     };
     loop {
@@ -218,7 +231,7 @@ pub(super) fn follow_output(
                 return;
             }
             offset += n as u64;
-            if !fold_stdout(shared, id, runner, &mut lines, &buf[..n]) {
+            if !fold_stdout(shared, id, (runner, &text), &mut lines, &buf[..n]) {
                 return;
             }
             if offset - punched >= PUNCH_EVERY {
