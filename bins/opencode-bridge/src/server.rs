@@ -38,9 +38,48 @@ pub struct Bridge {
     listing: Arc<crate::mcp_resources::Listing>,
 }
 
+/// The tools' output schemas as [`crate::structured::output_schema`] derives them, written out
+/// (a JSON object by tool name). Deriving them with schemars took about half of a cold start's
+/// instructions and pulled its code into memory; parsing the text is a small part of that. The
+/// unit test `written_output_schemas_are_what_schemars_derives` keeps the file current and
+/// says how to rewrite it.
+const OUTPUT_SCHEMAS: &str = include_str!("output_schemas.json");
+
+/// The output schemas by tool name: [`OUTPUT_SCHEMAS`], or derived when it cannot be read
+/// (which the unit test rules out).
+fn output_schemas() -> serde_json::Map<String, serde_json::Value> {
+    serde_json::from_str(OUTPUT_SCHEMAS).unwrap_or_else(|e| {
+        tracing::warn!("output_schemas.json: {e}; deriving the schemas");
+        derived_output_schemas()
+    })
+}
+
+fn derived_output_schemas() -> serde_json::Map<String, serde_json::Value> {
+    tools::definitions()
+        .iter()
+        .filter_map(|d| {
+            let schema = crate::structured::output_schema(d.name)?;
+            Some((
+                d.name.to_owned(),
+                serde_json::Value::Object((*schema).clone()),
+            ))
+        })
+        .collect()
+}
+
 impl Bridge {
     pub fn new(app: Arc<App>) -> Bridge {
-        let tools: Vec<Tool> = tools::definitions().into_iter().map(to_tool).collect();
+        let mut schemas = output_schemas();
+        let tools: Vec<Tool> = tools::definitions()
+            .into_iter()
+            .map(|def| {
+                let schema = match schemas.remove(def.name) {
+                    Some(serde_json::Value::Object(map)) => Some(Arc::new(map)),
+                    _ => None,
+                };
+                to_tool(def, schema)
+            })
+            .collect();
         let plain_tools = tools
             .iter()
             .cloned()
@@ -114,7 +153,7 @@ fn search_hint(name: &str) -> &'static str {
     }
 }
 
-fn to_tool(def: ToolDef) -> Tool {
+fn to_tool(def: ToolDef, output_schema: Option<Arc<rmcp::model::JsonObject>>) -> Tool {
     let schema = match def.schema {
         serde_json::Value::Object(map) => map,
         _ => unreachable!("tool schemas are objects"),
@@ -150,7 +189,7 @@ fn to_tool(def: ToolDef) -> Tool {
         .with_title(def.title)
         .with_annotations(annotations)
         .with_meta(meta);
-    match crate::structured::output_schema(def.name) {
+    match output_schema {
         Some(schema) => tool.with_raw_output_schema(schema),
         None => tool,
     }
@@ -440,4 +479,35 @@ pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
     // rmcp's transport is gone by now; let the writer put out what rmcp wrote last.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_output_schemas_are_what_schemars_derives() {
+        let derived = serde_json::to_string_pretty(&derived_output_schemas()).unwrap() + "\n";
+        if std::env::var_os("OPENCODE_BRIDGE_WRITE_SCHEMAS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/output_schemas.json");
+            std::fs::write(path, &derived).unwrap();
+            return;
+        }
+        assert!(
+            OUTPUT_SCHEMAS == derived,
+            "src/output_schemas.json differs from the schemas the types in structured.rs derive: \
+             rewrite it with `OPENCODE_BRIDGE_WRITE_SCHEMAS=1 cargo nextest run -p opencode-bridge \
+             -E 'test(written_output_schemas)'`"
+        );
+        // Every tool with structured results has its schema in the file.
+        let written = output_schemas();
+        for def in tools::definitions() {
+            assert_eq!(
+                written.contains_key(def.name),
+                crate::structured::output_schema(def.name).is_some(),
+                "{}",
+                def.name
+            );
+        }
+    }
 }

@@ -212,39 +212,73 @@ impl LineSplitter {
     }
 
     /// Feeds the next chunk of the stream; `out` gets every line it completes, in order.
-    pub fn feed(&mut self, mut chunk: &[u8], mut out: impl FnMut(Piece<'_>)) {
+    pub fn feed(&mut self, chunk: &[u8], mut out: impl FnMut(Piece<'_>)) {
+        let rest = self.feed_first(chunk, &mut out);
+        self.feed_rest(rest, out);
+    }
+
+    /// The first half of [`feed`](Self::feed): completes the line that earlier chunks began,
+    /// if `chunk` ends it, handing it (or [`Piece::TooLong`]) to `out`; returns the rest of
+    /// `chunk`, for [`feed_rest`](Self::feed_rest). The line handed out is the only one
+    /// gathered in the internal buffer, so it borrows from the splitter; the lines of the rest
+    /// borrow from the chunk alone and can outlive the next call.
+    pub fn feed_first<'c>(&mut self, chunk: &'c [u8], out: impl FnOnce(Piece<'_>)) -> &'c [u8] {
+        if self.pending.is_empty() && !self.skipping {
+            return chunk;
+        }
+        let Some(pos) = memchr::memchr(b'\n', chunk) else {
+            if self.keep_partial(chunk) {
+                out(Piece::TooLong);
+            }
+            return &[];
+        };
+        let part = &chunk[..pos];
+        if self.skipping {
+            self.skipping = false;
+        } else if self.pending.len() + part.len() > self.max_line {
+            out(Piece::TooLong);
+            self.clear_pending();
+        } else {
+            self.pending.extend_from_slice(part);
+            out(Piece::Line(&self.pending));
+            self.clear_pending();
+        }
+        &chunk[pos + 1..]
+    }
+
+    /// The second half of [`feed`](Self::feed), on what [`feed_first`](Self::feed_first)
+    /// returned: every line that lies whole in `chunk` goes to `out` as a slice of it; an
+    /// unfinished end is kept for the next chunk.
+    pub fn feed_rest<'a>(&mut self, mut chunk: &'a [u8], mut out: impl FnMut(Piece<'a>)) {
+        debug_assert!(chunk.is_empty() || (self.pending.is_empty() && !self.skipping));
         while let Some(pos) = memchr::memchr(b'\n', chunk) {
             let part = &chunk[..pos];
             chunk = &chunk[pos + 1..];
-            if self.skipping {
-                self.skipping = false;
-                continue;
-            }
-            if self.pending.is_empty() {
-                out(if part.len() > self.max_line {
-                    Piece::TooLong
-                } else {
-                    Piece::Line(part)
-                });
-                continue;
-            }
-            if self.pending.len() + part.len() > self.max_line {
-                out(Piece::TooLong);
+            out(if part.len() > self.max_line {
+                Piece::TooLong
             } else {
-                self.pending.extend_from_slice(part);
-                out(Piece::Line(&self.pending));
-            }
-            self.clear_pending();
+                Piece::Line(part)
+            });
         }
+        if self.keep_partial(chunk) {
+            out(Piece::TooLong);
+        }
+    }
+
+    /// Keeps `chunk`, a line's beginning (or more of it) without its `\n`, for the next chunk.
+    /// True when the line just grew too long: the caller reports it (once), and the rest of it
+    /// is skipped.
+    fn keep_partial(&mut self, chunk: &[u8]) -> bool {
         if self.skipping || chunk.is_empty() {
-            return;
+            return false;
         }
         if self.pending.len() + chunk.len() > self.max_line {
-            out(Piece::TooLong);
             self.clear_pending();
             self.skipping = true;
+            true
         } else {
             self.pending.extend_from_slice(chunk);
+            false
         }
     }
 

@@ -11,6 +11,8 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::Value;
 
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use crate::capture::HeadTail;
 
 /// Token counts summed over every `step_finish` of a run.
@@ -435,21 +437,69 @@ fn parse_generic(trimmed: &str) -> Option<ParsedLine<'static>> {
     Some(ParsedLine { session_id, event })
 }
 
-/// One output line, parsed and detached from its bytes, not yet folded into a summary. Parsing
-/// is the costly part of reading a run's output; a caller can do it without holding whatever
-/// guards the summary, then fold with [`RunSummary::push_read`].
+/// One output line, parsed but not yet folded into a summary. Parsing is the costly part of
+/// reading a run's output; a caller can do it without holding whatever guards the summary,
+/// then fold with [`RunSummary::push_read`]. Its strings borrow from the line's bytes (an
+/// event's text is copied once, into the summary, not once more on the way);
+/// [`ReadLine::into_owned`] detaches them.
 #[derive(Debug)]
-pub struct ReadLine(Line<'static>);
+pub struct ReadLine<'a> {
+    line: Line<'a>,
+    /// Its text is in the summary's text buffer already ([`ReadLine::push_text_into`]).
+    text_appended: bool,
+}
 
-impl ReadLine {
+impl ReadLine<'_> {
     /// Reads a raw output line (without its `\n`), as [`RunSummary::push_line_bytes`] does.
-    pub fn read(line: &[u8]) -> ReadLine {
-        ReadLine(match classify_line(line) {
-            Line::Blank => Line::Blank,
-            Line::Malformed => Line::Malformed,
-            Line::Event(p) => Line::Event(p.into_owned()),
-        })
+    pub fn read(line: &[u8]) -> ReadLine<'_> {
+        ReadLine {
+            line: classify_line(line),
+            text_appended: false,
+        }
     }
+
+    /// The same line with every string owned.
+    pub fn into_owned(self) -> ReadLine<'static> {
+        ReadLine {
+            line: match self.line {
+                Line::Blank => Line::Blank,
+                Line::Malformed => Line::Malformed,
+                Line::Event(p) => Line::Event(p.into_owned()),
+            },
+            text_appended: self.text_appended,
+        }
+    }
+
+    /// Appends the text of a (non-synthetic) text event to `text`, the buffer of
+    /// [`RunSummary::text_buffer`] the line will be folded into, as folding it would; folding
+    /// it with [`RunSummary::push_read`] then does the rest. The lines of one summary must be
+    /// handled in order, each appended before it is folded. Appending is the costly part of
+    /// folding a flood of text (a copy of every byte): a reader does it holding only the
+    /// buffer's lock.
+    pub fn push_text_into(&mut self, text: &mut HeadTail) {
+        if let Line::Event(ParsedLine {
+            event:
+                Event::Text {
+                    text: t,
+                    synthetic: false,
+                    ..
+                },
+            ..
+        }) = &self.line
+            && !self.text_appended
+        {
+            append_text(text, t);
+            self.text_appended = true;
+        }
+    }
+}
+
+/// Appends one text part to the bounded text: parts are separated by blank lines.
+fn append_text(buf: &mut HeadTail, text: &str) {
+    if !buf.is_empty() {
+        buf.push(b"\n\n");
+    }
+    buf.push(text.as_bytes());
 }
 
 /// What one line is.
@@ -596,6 +646,25 @@ fn push_capped(s: &mut String, add: &str, cap: usize) {
     s.push_str(&add[..n]);
 }
 
+/// The bounded text of a [`RunSummary`], behind a lock of its own; clones share it.
+#[derive(Debug, Clone)]
+pub struct TextBuffer(Arc<Mutex<HeadTail>>);
+
+impl TextBuffer {
+    /// The buffer, locked.
+    pub fn lock(&self) -> MutexGuard<'_, HeadTail> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// [`HeadTail::to_string_lossy`] of the buffer.
+    pub fn to_string_lossy(&self) -> String {
+        self.lock().to_string_lossy()
+    }
+    /// [`HeadTail::total_bytes`] of the buffer.
+    pub fn total_bytes(&self) -> u64 {
+        self.lock().total_bytes()
+    }
+}
+
 /// Everything learnt from the event lines of one run (one attempt).
 #[derive(Debug, Clone)]
 pub struct RunSummary {
@@ -626,7 +695,9 @@ pub struct RunSummary {
     /// True when a `step_finish` came after the last error event (the run recovered).
     finished_after_error: bool,
     /// Text the model wrote (non-synthetic text parts, separated by blank lines), bounded.
-    text: HeadTail,
+    /// Behind a lock of its own, so a reader of a run's output can append an event's text
+    /// without holding whatever guards the rest of the summary ([`ReadLine::push_text_into`]).
+    text: TextBuffer,
     /// The text parts of the last assistant message that had text.
     final_text: String,
     final_message: Option<String>,
@@ -654,7 +725,7 @@ impl RunSummary {
             cost: 0.0,
             last_finish_reason: None,
             finished_after_error: false,
-            text: HeadTail::new(text_cap),
+            text: TextBuffer(Arc::new(Mutex::new(HeadTail::new(text_cap)))),
             final_text: String::new(),
             final_message: None,
             produced_output: false,
@@ -715,8 +786,14 @@ impl RunSummary {
         self.finished_after_error
     }
     /// Text the model wrote (non-synthetic text parts, separated by blank lines), bounded.
-    pub fn text(&self) -> &HeadTail {
-        &self.text
+    /// The buffer is locked while the guard lives (the lock is not reentrant: one guard at a
+    /// time).
+    pub fn text(&self) -> MutexGuard<'_, HeadTail> {
+        self.text.lock()
+    }
+    /// The text buffer itself, for [`ReadLine::push_text_into`].
+    pub fn text_buffer(&self) -> TextBuffer {
+        self.text.clone()
     }
     /// The text parts of the last assistant message that had text, at most [`FINAL_CAP`]
     /// bytes.
@@ -771,11 +848,13 @@ impl RunSummary {
     /// the final text (parts of one message joined by blank lines; a new message starts it
     /// anew), capped at [`FINAL_CAP`] bytes.
     pub fn push_text(&mut self, message_id: Option<&str>, text: &str) {
+        append_text(&mut self.text(), text);
+        self.note_text(message_id, text);
+    }
+
+    /// [`push_text`](Self::push_text) of a text already appended to the text buffer.
+    fn note_text(&mut self, message_id: Option<&str>, text: &str) {
         self.produced_output = true;
-        if !self.text.is_empty() {
-            self.text.push(b"\n\n");
-        }
-        self.text.push(text.as_bytes());
         if message_id.is_some() && message_id == self.final_message.as_deref() {
             if !self.final_text.is_empty() {
                 push_capped(&mut self.final_text, "\n\n", FINAL_CAP);
@@ -822,11 +901,11 @@ impl RunSummary {
     /// bytes.
     ///
     /// [`push_line_bytes`]: RunSummary::push_line_bytes
-    pub fn push_read(&mut self, line: ReadLine) -> bool {
-        self.push_classified(line.0)
+    pub fn push_read(&mut self, line: ReadLine<'_>) -> bool {
+        self.push_classified(line.line, line.text_appended)
     }
 
-    fn push_classified(&mut self, line: Line<'_>) -> bool {
+    fn push_classified(&mut self, line: Line<'_>, text_appended: bool) -> bool {
         match line {
             Line::Blank => false,
             Line::Malformed => {
@@ -834,7 +913,7 @@ impl RunSummary {
                 false
             }
             Line::Event(parsed) => {
-                self.push(parsed);
+                self.push_event(parsed, text_appended);
                 true
             }
         }
@@ -844,11 +923,17 @@ impl RunSummary {
     /// [`parse_line_bytes`] does. Returns true if it was a valid event; blank lines are not
     /// counted, other lines that are not events count as malformed.
     pub fn push_line_bytes(&mut self, line: &[u8]) -> bool {
-        self.push_classified(classify_line(line))
+        self.push_classified(classify_line(line), false)
     }
 
     /// Folds one parsed event into the summary.
     pub fn push(&mut self, parsed: ParsedLine<'_>) {
+        self.push_event(parsed, false);
+    }
+
+    /// [`push`](Self::push); `text_appended` when a text event's text is in the text buffer
+    /// already.
+    fn push_event(&mut self, parsed: ParsedLine<'_>, text_appended: bool) {
         self.note_event(parsed.session_id.as_deref());
         match parsed.event {
             Event::StepStart { .. } => self.steps += 1,
@@ -860,7 +945,11 @@ impl RunSummary {
                 if synthetic {
                     return;
                 }
-                self.push_text(message_id.as_deref(), &text);
+                if text_appended {
+                    self.note_text(message_id.as_deref(), &text);
+                } else {
+                    self.push_text(message_id.as_deref(), &text);
+                }
             }
             Event::Reasoning { .. } => {}
             Event::ToolUse(call) => self.push_tool_call(call),

@@ -34,8 +34,8 @@ impl Backend for Claude {
         Box::new(ClaudeStream::default())
     }
 
-    fn prepare(&self, line: &[u8]) -> Prepared {
-        Prepared::Raw(String::from_utf8_lossy(line).into_owned())
+    fn prepare<'a>(&self, line: &'a [u8]) -> Prepared<'a> {
+        Prepared::Raw(String::from_utf8_lossy(line))
     }
 
     fn traits(&self) -> &'static Traits {
@@ -67,7 +67,7 @@ impl Backend for Claude {
 }
 
 impl Stream for ClaudeStream {
-    fn push(&mut self, summary: &mut RunSummary, line: Prepared) -> bool {
+    fn push(&mut self, summary: &mut RunSummary, line: Prepared<'_>) -> bool {
         match push_common(summary, line) {
             Some(Prepared::Raw(text)) => self.push_line(summary, &text),
             // Not made by this runner's `prepare`.

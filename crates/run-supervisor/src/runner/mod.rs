@@ -7,6 +7,7 @@
 //! Adding a runner: a file with a type implementing [`Backend`] (and its [`Stream`]), a variant
 //! of [`Runner`], and one line in [`backend`].
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -31,14 +32,27 @@ pub(crate) fn backend(runner: Runner) -> &'static dyn Backend {
 
 /// A stdout line read but not yet folded: what [`Backend::prepare`] makes of it without any
 /// lock held (parsing is the costly part of reading a flood of events).
+/// Its strings borrow from the line's bytes ([`Prepared::into_owned`] detaches them).
 #[derive(Debug)]
-pub(crate) enum Prepared {
+pub(crate) enum Prepared<'a> {
     /// Longer than the line limit: counted as malformed, never parsed.
     TooLong,
     /// Parsed into an event (a runner whose lines can be read on their own).
-    Parsed(ReadLine),
-    /// The line's text, for a runner whose parser keeps state between lines.
-    Raw(String),
+    Parsed(ReadLine<'a>),
+    /// The line's text (decoded lossily as UTF-8), for a runner whose parser keeps state
+    /// between lines.
+    Raw(Cow<'a, str>),
+}
+
+impl Prepared<'_> {
+    /// The same line with every string owned.
+    pub(crate) fn into_owned(self) -> Prepared<'static> {
+        match self {
+            Prepared::TooLong => Prepared::TooLong,
+            Prepared::Parsed(line) => Prepared::Parsed(line.into_owned()),
+            Prepared::Raw(text) => Prepared::Raw(Cow::Owned(text.into_owned())),
+        }
+    }
 }
 
 /// What does not change about a runner.
@@ -78,7 +92,7 @@ pub(crate) trait Backend: Sync {
     fn stream(&self) -> Box<dyn Stream>;
 
     /// Reads one stdout line (no lock held).
-    fn prepare(&self, line: &[u8]) -> Prepared;
+    fn prepare<'a>(&self, line: &'a [u8]) -> Prepared<'a>;
 
     /// The fixed facts about the runner.
     fn traits(&self) -> &'static Traits;
@@ -102,7 +116,7 @@ pub(crate) trait Backend: Sync {
 /// The parser of one attempt's output, with whatever state the runner's format needs.
 pub(crate) trait Stream: Send + std::fmt::Debug {
     /// Folds one prepared line into `summary`. True when it was an event.
-    fn push(&mut self, summary: &mut RunSummary, line: Prepared) -> bool;
+    fn push(&mut self, summary: &mut RunSummary, line: Prepared<'_>) -> bool;
 
     /// The failure of the finished attempt, if it failed.
     fn classify(&self, summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure>;
@@ -112,7 +126,7 @@ pub(crate) trait Stream: Send + std::fmt::Debug {
 }
 
 /// Folds a prepared line the way every runner does for lines it cannot read.
-fn push_common(summary: &mut RunSummary, line: Prepared) -> Option<Prepared> {
+fn push_common<'a>(summary: &mut RunSummary, line: Prepared<'a>) -> Option<Prepared<'a>> {
     match line {
         Prepared::TooLong => {
             summary.note_malformed();

@@ -27,7 +27,7 @@ impl Backend for Opencode {
         Box::new(Events)
     }
 
-    fn prepare(&self, line: &[u8]) -> Prepared {
+    fn prepare<'a>(&self, line: &'a [u8]) -> Prepared<'a> {
         Prepared::Parsed(ReadLine::read(line))
     }
 
@@ -60,7 +60,7 @@ impl Backend for Opencode {
 struct Events;
 
 impl Stream for Events {
-    fn push(&mut self, summary: &mut RunSummary, line: Prepared) -> bool {
+    fn push(&mut self, summary: &mut RunSummary, line: Prepared<'_>) -> bool {
         match push_common(summary, line) {
             Some(Prepared::Parsed(line)) => summary.push_read(line),
             Some(Prepared::Raw(text)) => summary.push_line(&text),

@@ -13,6 +13,7 @@ use super::record::{Record, Save};
 use super::{Shared, persist};
 use crate::capture::{LineSplitter, Piece};
 use crate::claude::Runner;
+use crate::events::TextBuffer;
 use crate::runner::{Prepared, backend};
 use crate::task::TaskId;
 
@@ -44,7 +45,7 @@ pub(super) async fn read_stream(
 ) {
     let mut buf = vec![0u8; if is_stdout { STDOUT_READ } else { STDERR_READ }];
     let mut lines = LineSplitter::new(MAX_LINE);
-    let Some(runner) = shared.with(id, |r| r.runner) else {
+    let Some((runner, text)) = shared.with(id, |r| (r.runner, r.summary.text_buffer())) else {
         return;
     };
     loop {
@@ -54,7 +55,7 @@ pub(super) async fn read_stream(
         };
         let chunk = &buf[..n];
         if is_stdout {
-            if !fold_stdout(&shared, id, runner, &mut lines, chunk) {
+            if !fold_stdout(&shared, id, (runner, &text), &mut lines, chunk) {
                 break;
             }
             continue;
@@ -71,25 +72,42 @@ pub(super) async fn read_stream(
 }
 
 /// Reads one stdout line by the rules of `runner` (no lock held).
-fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared {
+fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared<'_> {
     match piece {
         Piece::TooLong => Prepared::TooLong,
         Piece::Line(line) => backend(runner).prepare(line),
     }
 }
 
-/// Folds what a run wrote to stdout: every whole line of `chunk` (the rest waits in `lines`).
-/// The lines are parsed before the task table is locked, so a flood of events holds the lock
-/// only for the folding. False when the task is gone.
+/// Folds what a run wrote to stdout: every whole line of `chunk` (the rest waits in `lines`),
+/// by the rules of the attempt's runner into its summary, whose text buffer is `text`. The
+/// lines are parsed, and the events' text appended to the text buffer, before the task table
+/// is locked, so a flood of events holds that lock only for the counting. (Copying the text is
+/// most of folding a flood; a follower preempted while it holds the table's lock keeps every
+/// call waiting, while the text buffer's own lock is taken only by a result and a save.) False
+/// when the task is gone.
 fn fold_stdout(
     shared: &Shared,
     id: TaskId,
-    runner: Runner,
+    (runner, text): (Runner, &TextBuffer),
     lines: &mut LineSplitter,
     chunk: &[u8],
 ) -> bool {
     let mut read = Vec::new();
-    lines.feed(chunk, |piece| read.push(prepare(runner, piece)));
+    // Lines whole in `chunk` are read in place (their text is copied once, when folded); only
+    // the line that earlier chunks began is detached from the splitter's buffer.
+    let rest = lines.feed_first(chunk, |piece| {
+        read.push(prepare(runner, piece).into_owned())
+    });
+    lines.feed_rest(rest, |piece| read.push(prepare(runner, piece)));
+    {
+        let mut text = text.lock();
+        for line in &mut read {
+            if let Prepared::Parsed(line) = line {
+                line.push_text_into(&mut text);
+            }
+        }
+    }
     let mut inner = shared.lock();
     let Some(r) = inner.tasks.get_mut(&id) else {
         return false;
@@ -115,7 +133,7 @@ fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
 }
 
 /// Folds one stdout line (or an over-long one) into the task record.
-fn fold(shared: &Shared, r: &mut Record, line: Prepared) {
+fn fold(shared: &Shared, r: &mut Record, line: Prepared<'_>) {
     let event = r.stream.push(&mut r.summary, line);
     if event {
         r.last_event = Some(Instant::now());
@@ -192,7 +210,7 @@ pub(super) fn follow_output(
     let mut buf = vec![0u8; STDOUT_READ];
     let mut lines = LineSplitter::new(MAX_LINE);
     let (mut offset, mut punched) = (0u64, 0u64);
-    let Some(runner) = shared.with(id, |r| r.runner) else {
+    let Some((runner, text)) = shared.with(id, |r| (r.runner, r.summary.text_buffer())) else {
         return;
     };
     loop {
@@ -213,7 +231,7 @@ pub(super) fn follow_output(
                 return;
             }
             offset += n as u64;
-            if !fold_stdout(shared, id, runner, &mut lines, &buf[..n]) {
+            if !fold_stdout(shared, id, (runner, &text), &mut lines, &buf[..n]) {
                 return;
             }
             if offset - punched >= PUNCH_EVERY {

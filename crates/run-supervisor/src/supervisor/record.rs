@@ -128,15 +128,20 @@ impl Record {
     /// cut from.
     pub(super) fn output(&self) -> TaskOutputRecord {
         let stderr_clean = crate::classify::strip_ansi(&self.stderr.tail_string(16_000));
+        // One lock of the text buffer for both (it is not reentrant).
+        let (text, stdout_bytes_dropped) = {
+            let text = self.summary.text();
+            (text.to_string_lossy(), text.dropped_bytes())
+        };
         TaskOutputRecord {
             version: registry::FORMAT_VERSION,
-            text: self.summary.text().to_string_lossy(),
+            text,
             final_text: self.summary.final_text().to_owned(),
             tool_calls: self.summary.tool_calls().iter().map(Into::into).collect(),
             stderr_tail: cut_text(stderr_clean.trim(), None, Some(4_000)).text,
             malformed_lines: self.summary.malformed(),
             unknown_events: self.summary.unknown(),
-            stdout_bytes_dropped: self.summary.text().dropped_bytes(),
+            stdout_bytes_dropped,
             changed_files: self.changes.clone(),
             audit: self.audit.clone(),
         }
