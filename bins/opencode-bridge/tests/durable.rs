@@ -416,24 +416,6 @@ impl Live {
     }
 }
 
-/// Polls opencode_status until the task ended; returns the last status text.
-fn until_ended(server: &mut Server, id: &str, next: &mut i64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        *next += 1;
-        let (s, _) = server.call_text(*next, "opencode_status", json!({"id": id}));
-        let first = s.lines().next().unwrap_or("").to_owned();
-        if ["succeeded", "failed", "cancelled", "timed_out"]
-            .iter()
-            .any(|w| first.contains(w))
-        {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "task {id} did not end: {s}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 fn session_of(status: &str) -> String {
     status
         .lines()
@@ -517,7 +499,7 @@ fn live_a_follow_up_continues_the_session_and_an_edit_lists_its_files() {
         json!({"tier": "easy", "prompt": "First question: alpha", "label": "conv"}),
     );
     assert!(t.starts_with("started task 1:"), "{t}");
-    let first = until_ended(&mut server, "1", &mut next);
+    let first = common::until_ended(&mut server, "1", &mut next);
     assert!(first.contains("succeeded"), "{first}");
     let session = session_of(&first);
     let (t, is_error) = server.call_text(
@@ -530,7 +512,7 @@ fn live_a_follow_up_continues_the_session_and_an_edit_lists_its_files() {
         t.contains(&format!("follow-up in session {session}")),
         "{t}"
     );
-    let second = until_ended(&mut server, "2", &mut next);
+    let second = common::until_ended(&mut server, "2", &mut next);
     assert!(second.contains("succeeded"), "{second}");
     assert_eq!(session_of(&second), session, "the session keeps its id");
     // The session now holds both exchanges, and the model saw the first one again.
@@ -561,7 +543,7 @@ fn live_a_follow_up_continues_the_session_and_an_edit_lists_its_files() {
         json!({"tier": "easy", "prompt": "Write the greeting file", "model": "fk/toolwrite"}),
     );
     assert!(t.starts_with("started task 3:"), "{t}");
-    let status = until_ended(&mut server, "3", &mut next);
+    let status = common::until_ended(&mut server, "3", &mut next);
     assert!(status.contains("succeeded"), "{status}");
     let (result, _) = server.call_text(5, "opencode_result", json!({"id": "3"}));
     assert!(

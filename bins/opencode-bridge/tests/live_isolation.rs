@@ -10,7 +10,7 @@ use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
 use common::{Server, World};
 use serde_json::json;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// git's answer, read without taking optional locks (so reading does not refresh the index).
 fn read_git(dir: &Path, args: &[&str]) -> String {
@@ -32,23 +32,6 @@ fn fixed(dir: &Path) -> (String, String, Vec<u8>) {
         read_git(dir, &["for-each-ref"]),
         std::fs::read(dir.join(".git/index")).unwrap(),
     )
-}
-
-fn until_ended(server: &mut Server, id: &str, next: &mut i64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        *next += 1;
-        let (s, _) = server.call_text(*next, "opencode_status", json!({"id": id}));
-        let first = s.lines().next().unwrap_or("").to_owned();
-        if ["succeeded", "failed", "cancelled", "timed_out"]
-            .iter()
-            .any(|w| first.contains(w))
-        {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "task {id} did not end: {s}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 #[test]
@@ -93,7 +76,7 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
         .and_then(|r| r.split(':').next())
         .unwrap()
         .to_owned();
-    let status = until_ended(&mut server, &id, &mut next);
+    let status = common::until_ended(&mut server, &id, &mut next);
     assert!(status.contains("succeeded"), "{status}");
     assert!(
         !proj.join("hello.txt").exists(),
@@ -164,7 +147,7 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
         .and_then(|r| r.split(':').next())
         .unwrap()
         .to_owned();
-    let status = until_ended(&mut server, &id2, &mut next);
+    let status = common::until_ended(&mut server, &id2, &mut next);
     assert!(status.contains("succeeded"), "{status}");
     std::fs::write(proj.join("hello.txt"), "the caller's own\n").unwrap();
     let (conflict, is_error) = server.call_text(7, "opencode_apply", json!({"id": id2}));
@@ -201,8 +184,8 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
             .to_owned()
     };
     let (a, b) = (task_id(&a), task_id(&b));
-    until_ended(&mut server, &a, &mut next);
-    until_ended(&mut server, &b, &mut next);
+    common::until_ended(&mut server, &a, &mut next);
+    common::until_ended(&mut server, &b, &mut next);
     let (ra, _) = server.call_text(11, "opencode_result", json!({"id": a}));
     assert!(
         ra.contains(&format!(

@@ -191,6 +191,19 @@ fn run(mut c: Command, what: &str) -> Result<Vec<u8>, String> {
     }
 }
 
+/// `git diff` as every patch here is made: binary-safe, and blind to the user's settings that
+/// would change its text (colour, external diff and textconv drivers, `diff.relative`, prefixes).
+const DIFF: &[&str] = &[
+    "diff",
+    "--binary",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-relative",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+];
+
 fn git(dir: &Path, args: &[&str], what: &str) -> Result<Vec<u8>, String> {
     let mut c = git_cmd(dir);
     c.args(args);
@@ -327,18 +340,7 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
     // Read the caller's state first, so the checkout below cannot change what is carried.
     let diff = git(
         top,
-        &[
-            "diff",
-            "--binary",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--no-relative",
-            "--src-prefix=a/",
-            "--dst-prefix=b/",
-            "--ignore-submodules",
-            "HEAD",
-        ],
+        &[DIFF, &["--ignore-submodules", "HEAD"]].concat(),
         "diff HEAD",
     )?;
     let untracked = git(
@@ -489,24 +491,13 @@ fn tree_now(state_dir: &Path, info: &WorktreeInfo) -> Result<String, String> {
 pub fn collect(state_dir: &Path, id: u64) -> Result<Change, String> {
     let mut info = load(state_dir, id).ok_or_else(|| format!("task {id} has no worktree"))?;
     let end = tree_now(state_dir, &info)?;
-    let patch = git(
-        &info.dir,
-        &[
-            "diff",
-            "--binary",
-            "--no-color",
-            "--no-ext-diff",
-            "--no-textconv",
-            "--no-relative",
-            "--src-prefix=a/",
-            "--dst-prefix=b/",
-            "--no-renames",
-            "--full-index",
-            &info.base,
-            &end,
-        ],
-        "diff",
-    )?;
+    let tail = [
+        "--no-renames",
+        "--full-index",
+        info.base.as_str(),
+        end.as_str(),
+    ];
+    let patch = git(&info.dir, &[DIFF, &tail].concat(), "diff")?;
     let stat = git(
         &info.dir,
         &[

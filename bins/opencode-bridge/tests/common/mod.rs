@@ -353,3 +353,21 @@ pub fn sandbox_env_for_bridge(sb: &bridge_testkit::OpencodeSandbox) -> Vec<(&'st
         .filter_map(|(k, v)| PASSED.iter().find(|p| **p == k).map(|p| (*p, v)))
         .collect()
 }
+
+/// Polls opencode_status until the task ended; returns the last status text.
+pub fn until_ended(server: &mut Server, id: &str, next: &mut i64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        *next += 1;
+        let (s, _) = server.call_text(*next, "opencode_status", json!({"id": id}));
+        let first = s.lines().next().unwrap_or("").to_owned();
+        if ["succeeded", "failed", "cancelled", "timed_out"]
+            .iter()
+            .any(|w| first.contains(w))
+        {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "task {id} did not end: {s}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
