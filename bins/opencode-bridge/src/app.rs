@@ -680,18 +680,12 @@ impl App {
         let Some(sid) = snap.session_id.clone().filter(|_| snap.lost) else {
             return String::new();
         };
-        let Ok((source, _why)) = self.source() else {
-            return String::new();
-        };
-        let Ok(cfg) = self.client.as_ref().map(Clone::clone) else {
-            return String::new();
-        };
         let liveness = self.liveness().await;
-        let session = blocking(move || {
-            let ctx = cfg.scan_context(liveness);
-            source.get(&sid, &ctx).map_err(|e| e.to_string())
-        })
-        .await;
+        let session = self
+            .on_source(liveness, move |source, ctx| {
+                source.get(&sid, ctx).map_err(|e| e.to_string())
+            })
+            .await;
         match session {
             Ok(s) => format!(
                 "its session {} is {} now{}; opencode_session_output id={} shows what it did\n",
@@ -711,16 +705,16 @@ impl App {
     async fn session_for_follow_up(&self, id: &str) -> Result<opencode_client::Session, String> {
         let id = &self.whole_session_id(id).await?;
         let liveness = self.liveness().await;
-        let (source, _why) = self.source()?;
-        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         let id = id.to_owned();
-        let session = blocking(move || {
-            let ctx = cfg.scan_context(liveness);
-            source.get(&id, &ctx).map_err(|e| {
-                format!("cannot continue session {id}: {e} (opencode_sessions lists the sessions)")
+        let session = self
+            .on_source(liveness, move |source, ctx| {
+                source.get(&id, ctx).map_err(|e| {
+                    format!(
+                        "cannot continue session {id}: {e} (opencode_sessions lists the sessions)"
+                    )
+                })
             })
-        })
-        .await?;
+            .await?;
         if let Some(holder) = self.session_holder(&session).await {
             return Err(render::tasks::follow_up_refused(&session.id, &holder));
         }
@@ -814,12 +808,9 @@ impl App {
     /// then says it is unknown); a prefix of several is an error naming some of them.
     async fn whole_session_id(&self, id: &str) -> Result<String, String> {
         let liveness = self.liveness().await;
-        let (source, _why) = self.source()?;
-        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         let id = id.trim().to_owned();
-        blocking(move || {
-            let ctx = cfg.scan_context(liveness);
-            match source.get(&id, &ctx) {
+        self.on_source(liveness, move |source, ctx| {
+            match source.get(&id, ctx) {
                 Ok(s) => return Ok(s.id),
                 Err(ClientError::NotFound { .. }) => {}
                 Err(e) => return Err(e.to_string()),
@@ -828,7 +819,7 @@ impl App {
                 limit: usize::MAX,
                 ..Default::default()
             };
-            let list = source.list(&all, &ctx).map_err(|e| e.to_string())?;
+            let list = source.list(&all, ctx).map_err(|e| e.to_string())?;
             let hits: Vec<&str> = list
                 .sessions
                 .iter()
@@ -844,6 +835,26 @@ impl App {
                     many.iter().take(3).copied().collect::<Vec<_>>().join(", ")
                 )),
             }
+        })
+        .await
+    }
+
+    /// Runs `f` on the blocking pool with the session source, chosen afresh, and a scan
+    /// context: choosing the source opens the store, or may run `opencode --help`, which the
+    /// runtime thread must never wait for (every other call would wait with it).
+    async fn on_source<T: Send + 'static>(
+        &self,
+        liveness: Liveness,
+        f: impl FnOnce(&dyn SessionSource, &opencode_client::ScanContext) -> Result<T, String>
+        + Send
+        + 'static,
+    ) -> Result<T, String> {
+        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        blocking(move || {
+            let (source, _why) =
+                choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
+            let ctx = cfg.scan_context(liveness);
+            f(source.as_ref(), &ctx)
         })
         .await
     }
@@ -889,12 +900,9 @@ impl App {
     /// of the same title and cwd, nothing is learnt (the event stream will tell).
     async fn learn_sessions(&self) {
         let wanted = self.supervisor.sessionless();
-        if wanted.is_empty() || self.store_not_created_yet().is_some() {
+        if wanted.is_empty() {
             return;
         }
-        let Ok((source, _why)) = self.source() else {
-            return;
-        };
         let Ok(cfg) = self.client.as_ref().map(Clone::clone) else {
             return;
         };
@@ -904,7 +912,14 @@ impl App {
             .into_iter()
             .filter_map(|t| t.session_id)
             .collect();
+        // On the blocking pool from the start: whether a store exists may run `opencode
+        // --help`, and choosing the source opens the store.
         let found = blocking(move || {
+            if store_not_created_yet(&cfg).is_some() {
+                return Ok(Vec::new());
+            }
+            let (source, _why) =
+                choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
             let ctx = cfg.scan_context(Liveness::default());
             let mut found = Vec::new();
             for w in &wanted {
@@ -974,7 +989,9 @@ impl App {
             },
         };
         let described = describe_filter(&args);
-        if let Some(store) = self.store_not_created_yet() {
+        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let not_yet = blocking(move || Ok(store_not_created_yet(&cfg))).await?;
+        if let Some(store) = not_yet {
             let none = structured::SessionsView {
                 sessions: Vec::new(),
                 scanned: 0,
@@ -988,11 +1005,8 @@ impl App {
             });
         }
         let liveness = self.liveness().await;
-        let (source, _why) = self.source()?;
-        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
-        blocking(move || {
-            let ctx = cfg.scan_context(liveness);
-            let list = source.list(&filter, &ctx).map_err(|e| e.to_string())?;
+        self.on_source(liveness, move |source, ctx| {
+            let list = source.list(&filter, ctx).map_err(|e| e.to_string())?;
             Ok(Reply {
                 text: render::session_list(&list, &described, ctx.now_ms),
                 structured: Some(structured::to_value(&structured::SessionsView::from(&list))),
@@ -1011,12 +1025,9 @@ impl App {
             render::OutputMode::Last | render::OutputMode::Full => None,
         };
         let liveness = self.liveness().await;
-        let (source, _why) = self.source()?;
-        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
-        blocking(move || {
-            let ctx = cfg.scan_context(liveness);
+        self.on_source(liveness, move |source, ctx| {
             let t = source
-                .transcript(&args.id, last, &ctx)
+                .transcript(&args.id, last, ctx)
                 .map_err(|e| e.to_string())?;
             Ok(render::transcript(
                 &t,
@@ -1095,13 +1106,8 @@ impl App {
             )
         });
         let liveness = self.liveness().await;
-        let (source, _why) = self.source()?;
-        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
-        blocking(move || {
-            let ctx = cfg.scan_context(liveness);
-            let s = source
-                .rename(&id, &title, &ctx)
-                .map_err(|e| e.to_string())?;
+        self.on_source(liveness, move |source, ctx| {
+            let s = source.rename(&id, &title, ctx).map_err(|e| e.to_string())?;
             Ok(render::renamed(&s, warning.as_deref(), ctx.now_ms))
         })
         .await
