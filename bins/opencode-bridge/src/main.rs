@@ -50,6 +50,11 @@ fn main() -> anyhow::Result<()> {
                     "opencode-bridge: serving MCP on stdin/stdout for Claude Code (waiting for JSON-RPC; Ctrl-D ends). At a terminal try `opencode-bridge doctor` or `opencode-bridge --help`."
                 );
             }
+            // This thread runs the runtime, so it answers every call: a short slice lets it
+            // take a core sooner from runs and output followers when a call arrives.
+            if let Err(e) = bridge_proc::sched::short_slice_for_this_thread() {
+                tracing::debug!("no short scheduler slice for the answering thread: {e}");
+            }
             let app = Arc::new(app::App::new(config::Settings::from_env(), true));
             let outcome = runtime.block_on(server::serve(app));
             // Every task is stopped by now; a blocking read still waiting on a hung service

@@ -17,6 +17,9 @@
 //! (JSON-RPC never answers a notification). Everything rmcp writes and every guard answer go to
 //! stdout through one writer task that only starts a guard answer between two whole lines, so
 //! no line is ever interleaved. Stdin EOF closes rmcp's input, so the server stops as before.
+//!
+//! When stdin and stdout are pipes or sockets, the guard reads and writes them on the runtime's
+//! own thread ([`own_stdio`]), so a call never waits for a second thread to be scheduled.
 
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
 use serde_json::Value;
@@ -67,8 +70,71 @@ pub type RmcpPipes = (DuplexStream, DuplexStream);
 /// Starts the guard over the real stdin/stdout. Returns rmcp's transport and the writer task,
 /// which ends once rmcp has closed its output and everything is written.
 pub fn start() -> (RmcpPipes, tokio::task::JoinHandle<()>) {
-    let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
-    start_on(stdin, stdout)
+    match own_stdio() {
+        Some((input, output)) => start_on(input, output),
+        None => {
+            let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
+            start_on(stdin, stdout)
+        }
+    }
+}
+
+type BoxedReader = Box<dyn AsyncRead + Unpin + Send>;
+type BoxedWriter = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// Stdin and stdout read and written by the runtime's own thread, when both are pipes or
+/// sockets (a client spawning the bridge gives it one or the other: Node's `spawn` socket
+/// pairs, most others pipes); `None` otherwise (a terminal, a file), and then tokio's stdin and
+/// stdout are used, which hand every read and write to a thread of the blocking pool.
+///
+/// That hand-off is what this avoids: with it, a call waits for a core three times (the
+/// reading thread, the runtime thread, the writing thread), and while runs flood the cores
+/// each wait can be a scheduler slice. Our duplicates of the two descriptors are made
+/// non-blocking and registered with the runtime; fds 0 and 1 themselves then point at
+/// `/dev/null`, so a child that inherits them, or a stray write to stdout, can neither read
+/// the client's requests nor break its stream, and nothing but this process shares the
+/// non-blocking descriptions.
+fn own_stdio() -> Option<(BoxedReader, BoxedWriter)> {
+    use nix::sys::stat::{SFlag, fstat};
+    use std::os::fd::AsFd as _;
+    let kind = |fd: std::os::fd::BorrowedFd<'_>| {
+        let mode = SFlag::from_bits_truncate(fstat(fd).ok()?.st_mode) & SFlag::S_IFMT;
+        match mode {
+            SFlag::S_IFIFO => Some(true),
+            SFlag::S_IFSOCK => Some(false),
+            _ => None,
+        }
+    };
+    let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+    let in_is_pipe = kind(stdin.as_fd())?;
+    let out_is_pipe = kind(stdout.as_fd())?;
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .ok()?;
+    let input = stdin.as_fd().try_clone_to_owned().ok()?;
+    let output = stdout.as_fd().try_clone_to_owned().ok()?;
+    let reader: BoxedReader = if in_is_pipe {
+        Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(input).ok()?)
+    } else {
+        let s = std::os::unix::net::UnixStream::from(input);
+        s.set_nonblocking(true).ok()?;
+        Box::new(tokio::net::UnixStream::from_std(s).ok()?)
+    };
+    let writer: BoxedWriter = if out_is_pipe {
+        Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(output).ok()?)
+    } else {
+        let s = std::os::unix::net::UnixStream::from(output);
+        s.set_nonblocking(true).ok()?;
+        Box::new(tokio::net::UnixStream::from_std(s).ok()?)
+    };
+    // From here on only our duplicates reach the client.
+    let moved = nix::unistd::dup2_stdin(&devnull).and(nix::unistd::dup2_stdout(&devnull));
+    if let Err(e) = moved {
+        tracing::debug!("stdin/stdout not pointed at /dev/null: {e}");
+    }
+    Some((reader, writer))
 }
 
 /// [`start`] over any reader and writer (tests use in-memory pipes).

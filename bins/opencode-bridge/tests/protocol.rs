@@ -220,6 +220,85 @@ fn exits_on_stdin_eof() {
     assert!(status.success(), "{status:?}\n{}", server.stderr());
 }
 
+/// Node's `spawn` (so Claude Code) hands a child socket pairs, not pipes: the server serves
+/// over them, reads and writes them from its answering thread (fds 0 and 1 then point at
+/// /dev/null, so no child it starts inherits the client's streams), gives that thread a short
+/// scheduler slice, and stops when the client shuts its end.
+#[test]
+fn serves_over_socket_pairs_with_the_client_streams_kept_from_children() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let world = World::new();
+    let (mut to_server, server_in) = UnixStream::pair().unwrap();
+    let (from_server, server_out) = UnixStream::pair().unwrap();
+    let mut child = std::process::Command::new(common::binary())
+        .env_clear()
+        .envs(world.env())
+        .current_dir(world.root())
+        .stdin(OwnedFd::from(server_in))
+        .stdout(OwnedFd::from(server_out))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(from_server);
+    // Writes `msgs`, one line each, and reads the next line.
+    let mut ask = |msgs: &[Value]| -> Value {
+        for msg in msgs {
+            writeln!(to_server, "{msg}").unwrap();
+        }
+        let mut line = String::new();
+        lines.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    let init = ask(&[
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "socket-client", "version": "1"}}}),
+    ]);
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "opencode-bridge",
+        "{init}"
+    );
+    let tools = ask(&[
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    ]);
+    assert!(
+        tools["result"]["tools"].as_array().unwrap().len() > 10,
+        "{tools}"
+    );
+    let pid = child.id();
+    for fd in [0, 1] {
+        let target = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
+        assert_eq!(target, std::path::Path::new("/dev/null"), "fd {fd}");
+    }
+    // The kernel shows a thread's slice as `se.slice` (Linux 6.6+); the answering thread is
+    // the main one.
+    let ours = std::fs::read_to_string("/proc/thread-self/sched").unwrap();
+    if ours.contains("se.slice") {
+        let theirs = std::fs::read_to_string(format!("/proc/{pid}/sched")).unwrap();
+        let slice = theirs.lines().find(|l| l.starts_with("se.slice")).unwrap();
+        assert!(
+            slice.ends_with(": 100000") || slice.trim_end().ends_with(" 100000"),
+            "{slice}"
+        );
+    }
+    to_server.shutdown(std::net::Shutdown::Write).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit after the client shut its end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn stdout_carries_only_json_rpc() {
     let world = World::new();

@@ -131,6 +131,16 @@ pub(crate) fn latency(
     mb: usize,
     calls: usize,
 ) -> Result<Vec<Row>, String> {
+    // The calls are timed on this thread. It asks for the short scheduler slice the bridge's
+    // answering thread has, so that its own waits for a core (not the bridge's, and counted
+    // apart below) weigh less in the figures; set OPENCODE_BRIDGE_BENCH_CLIENT_SLICE=default
+    // to time with the default slice.
+    if std::env::var("OPENCODE_BRIDGE_BENCH_CLIENT_SLICE").as_deref() != Ok("default") {
+        match bridge_proc::sched::short_slice_for_this_thread() {
+            Ok(()) => println!("  the bench's calling thread has a short scheduler slice too"),
+            Err(e) => println!("  the bench's calling thread keeps the default slice ({e})"),
+        }
+    }
     let mut b = crate::flood::flood_bridge(bin, mb, floods + 1)?;
     // A finished task to ask about (a small flood).
     let first = start(&mut b, "the task asked about")?;

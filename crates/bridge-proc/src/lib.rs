@@ -16,7 +16,9 @@
 //!   sweep of known descendants), subreaping;
 //! - [`group`]: a child leading its own process group, stopped and reaped on every path;
 //! - [`capture`]: a short command in its own group, with a timeout and capped output;
-//! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit.
+//! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit;
+//! - [`sched`]: a short scheduler slice for the thread that answers calls, which threads and
+//!   processes it starts do not inherit.
 //!
 //! Depends on no crate of the bridge; Linux only (`/proc`).
 
@@ -27,6 +29,7 @@ pub mod env;
 pub mod group;
 pub mod ident;
 pub mod info;
+pub mod sched;
 pub mod tree;
 
 pub use capture::{CaptureError, CaptureLimits, Captured, run_capture};
