@@ -115,19 +115,29 @@ fn own_stdio() -> Option<(BoxedReader, BoxedWriter)> {
         .ok()?;
     let input = stdin.as_fd().try_clone_to_owned().ok()?;
     let output = stdout.as_fd().try_clone_to_owned().ok()?;
-    let reader: BoxedReader = if in_is_pipe {
-        Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(input).ok()?)
-    } else {
-        let s = std::os::unix::net::UnixStream::from(input);
-        s.set_nonblocking(true).ok()?;
-        Box::new(tokio::net::UnixStream::from_std(s).ok()?)
-    };
-    let writer: BoxedWriter = if out_is_pipe {
-        Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(output).ok()?)
-    } else {
-        let s = std::os::unix::net::UnixStream::from(output);
-        s.set_nonblocking(true).ok()?;
-        Box::new(tokio::net::UnixStream::from_std(s).ok()?)
+    let streams = (|| {
+        let reader: BoxedReader = if in_is_pipe {
+            Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd(input).ok()?)
+        } else {
+            Box::new(socket(input)?)
+        };
+        let writer: BoxedWriter = if out_is_pipe {
+            Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(output).ok()?)
+        } else {
+            Box::new(socket(output)?)
+        };
+        Some((reader, writer))
+    })();
+    let Some((reader, writer)) = streams else {
+        // tokio's stdio then reads and writes fds 0 and 1 blocking: undo what was set.
+        for fd in [stdin.as_fd(), stdout.as_fd()] {
+            use nix::fcntl::{FcntlArg, OFlag, fcntl};
+            if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
+                let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+                let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+            }
+        }
+        return None;
     };
     // From here on only our duplicates reach the client.
     let moved = nix::unistd::dup2_stdin(&devnull).and(nix::unistd::dup2_stdout(&devnull));
@@ -135,6 +145,13 @@ fn own_stdio() -> Option<(BoxedReader, BoxedWriter)> {
         tracing::debug!("stdin/stdout not pointed at /dev/null: {e}");
     }
     Some((reader, writer))
+}
+
+/// A socket descriptor, non-blocking, registered with the runtime.
+fn socket(fd: std::os::fd::OwnedFd) -> Option<tokio::net::UnixStream> {
+    let s = std::os::unix::net::UnixStream::from(fd);
+    s.set_nonblocking(true).ok()?;
+    tokio::net::UnixStream::from_std(s).ok()
 }
 
 /// [`start`] over any reader and writer (tests use in-memory pipes).
