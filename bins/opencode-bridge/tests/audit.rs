@@ -82,11 +82,7 @@ fn a_follow_up_into_a_busy_session_is_refused_and_says_who_holds_it() {
 /// line) and returns its status and result texts once it ended.
 fn run_recorded(scenario: &str, args: Value) -> (String, String) {
     let world = World::new();
-    let fake = bridge_testkit::bins::fake_opencode();
-    let mut server = Server::start(
-        &world,
-        &[("OPENCODE_BIN", fake.to_string_lossy().into_owned())],
-    );
+    let mut server = Server::with_fake_opencode(&world);
     server.initialize();
     let mut start = json!({"tier": "easy", "prompt": format!("scenario: {scenario}\nSay hello"), "cwd": "demo"});
     for (k, v) in args.as_object().unwrap() {

@@ -484,11 +484,7 @@ fn live_a_follow_up_continues_the_session_and_an_edit_lists_its_files() {
     let live = Live::new(oc);
     let proj = live.sb.project_dir().to_path_buf();
     // A git tree with one commit: the task's write shows up as a change.
-    let git = |args: &[&str]| bridge_testkit::git(&proj, args);
-    git(&["init", "-q"]);
-    std::fs::write(proj.join("README.md"), "# demo\n").unwrap();
-    git(&["add", "."]);
-    git(&["commit", "-q", "-m", "init"]);
+    bridge_testkit::git_repo(&proj, &[("README.md", "# demo\n")]);
     let head = std::fs::read_to_string(proj.join(".git/HEAD")).unwrap();
 
     let mut server = live.server();

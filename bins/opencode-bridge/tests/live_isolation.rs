@@ -41,11 +41,7 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
     let world = World::new();
     let proj = sb.project_dir().to_path_buf();
-    let git = |args: &[&str]| bridge_testkit::git(&proj, args);
-    git(&["init", "-q"]);
-    std::fs::write(proj.join("README.md"), "# demo\n").unwrap();
-    git(&["add", "."]);
-    git(&["commit", "-q", "-m", "init"]);
+    bridge_testkit::git_repo(&proj, &[("README.md", "# demo\n")]);
     // The caller's own work in progress: an uncommitted edit and an untracked file.
     std::fs::write(proj.join("README.md"), "# demo\nmine\n").unwrap();
     std::fs::write(proj.join("notes.txt"), "notes\n").unwrap();

@@ -353,11 +353,7 @@ fn tasks_meta() -> Value {
 #[test]
 fn a_start_from_a_tasks_client_is_a_task_whose_result_comes_from_tasks_get() {
     let world = World::new();
-    let fake = bridge_testkit::bins::fake_opencode();
-    let mut server = Server::start(
-        &world,
-        &[("OPENCODE_BIN", fake.to_string_lossy().into_owned())],
-    );
+    let mut server = Server::with_fake_opencode(&world);
     let r = server.request(1, "server/discover", json!({"_meta": tasks_meta()}));
     assert!(
         r["result"]["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
@@ -932,11 +928,7 @@ fn no_store_yet_means_no_session_resources() {
 #[test]
 fn a_start_links_its_session_once_known() {
     let world = World::new();
-    let fake = bridge_testkit::bins::fake_opencode();
-    let mut server = Server::start(
-        &world,
-        &[("OPENCODE_BIN", fake.to_string_lossy().into_owned())],
-    );
+    let mut server = Server::with_fake_opencode(&world);
     server.initialize();
     let link = "opencode://session/ses_fake0000000000000000000001";
     let r = server.call(

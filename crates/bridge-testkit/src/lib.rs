@@ -36,3 +36,17 @@ pub fn git(dir: &std::path::Path, args: &[&str]) {
         .unwrap_or_else(|e| panic!("cannot run git: {e}"));
     assert!(st.success(), "git {args:?} in {}", dir.display());
 }
+
+/// Makes `dir` a git repository holding `files` (path, content) in one commit, `init`.
+///
+/// # Panics
+/// When a file cannot be written or git fails.
+pub fn git_repo(dir: &std::path::Path, files: &[(&str, &str)]) {
+    git(dir, &["init", "-q"]);
+    for (path, content) in files {
+        std::fs::write(dir.join(path), content)
+            .unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+    }
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-q", "-m", "init"]);
+}

@@ -445,11 +445,7 @@ async fn a_follow_up_names_its_session() {
 async fn an_editing_task_lists_the_files_it_changed_in_git() {
     let w = World::new();
     let proj = w.proj();
-    let git = |args: &[&str]| bridge_testkit::git(&proj, args);
-    git(&["init", "-q"]);
-    std::fs::write(proj.join("README"), "r\n").unwrap();
-    git(&["add", "."]);
-    git(&["commit", "-q", "-m", "init"]);
+    bridge_testkit::git_repo(&proj, &[("README", "r\n")]);
     let head = std::fs::read(proj.join(".git/HEAD")).unwrap();
     let sup = w.supervisor();
     let mut spec = w.spec("ok");

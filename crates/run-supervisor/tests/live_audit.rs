@@ -60,11 +60,7 @@ async fn live_a_read_only_run_that_changed_a_file_fails_closed_naming_it() {
     let llm = FakeLlm::start().unwrap();
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
     let proj = sb.project_dir().to_path_buf();
-    let git = |args: &[&str]| bridge_testkit::git(&proj, args);
-    git(&["init", "-q"]);
-    std::fs::write(proj.join("README.md"), "# demo\n").unwrap();
-    git(&["add", "."]);
-    git(&["commit", "-q", "-m", "init"]);
+    bridge_testkit::git_repo(&proj, &[("README.md", "# demo\n")]);
     let sup = Supervisor::new(SupervisorConfig {
         opencode_bin: Some(oc.clone()),
         root: sb.root().to_path_buf(),

@@ -73,6 +73,16 @@ impl Server {
         Server::start_in(world, extra_env, &world.root())
     }
 
+    /// A server in `world` whose opencode is the testkit's fake (`FAKE_OPENCODE_SCENARIO`
+    /// or a `scenario:` line in the prompt says what it does).
+    pub fn with_fake_opencode(world: &World) -> Server {
+        let fake = bridge_testkit::bins::fake_opencode();
+        Server::start(
+            world,
+            &[("OPENCODE_BIN", fake.to_string_lossy().into_owned())],
+        )
+    }
+
     pub fn start_in(world: &World, extra_env: &[(&str, String)], cwd: &Path) -> Server {
         let stderr_path = world.path(&format!(
             "stderr-{}.log",
