@@ -966,7 +966,7 @@ impl App {
         .await
         .unwrap_or_default();
         for (id, sid, created) in found {
-            if self.supervisor.learn_session(id, &sid, created) {
+            if self.supervisor.learn_session(id, &sid, created).await {
                 tracing::debug!(task = id, session = %sid, "session id learnt from the store");
             }
         }

@@ -554,23 +554,34 @@ impl Supervisor {
     /// Records `session_id` as the session of task `id`, learnt from opencode's store before
     /// the run's event stream named it (opencode prints the session id only with its first
     /// event). Taken only while the task has no session id, is an opencode task and the session
-    /// was created (`created`) no earlier than the task's current attempt started. The registry
-    /// gets it at once. True when recorded.
-    pub fn learn_session(&self, id: TaskId, session_id: &str, created: SystemTime) -> bool {
-        let mut inner = self.shared.lock();
-        let Some(r) = inner.tasks.get_mut(&id) else {
-            return false;
+    /// was created (`created`) no earlier than the task's current attempt started. Returns once
+    /// the registry holds it (a snapshot shows a session id only then, see
+    /// `Record::durable_session`), or after a second at most, so that the call that learnt it
+    /// shows it. True when recorded.
+    pub async fn learn_session(&self, id: TaskId, session_id: &str, created: SystemTime) -> bool {
+        let written = {
+            let mut inner = self.shared.lock();
+            let Some(r) = inner.tasks.get_mut(&id) else {
+                return false;
+            };
+            let fits = backend(r.runner).traits().learns_session_from_store
+                && r.summary.session_id().is_none()
+                && r.rec.continues.is_none()
+                && r.attempt_wall().is_some_and(|start| created >= start);
+            if !fits {
+                return false;
+            }
+            r.summary.learn_session_id(session_id);
+            r.persisted_session = true;
+            let version = self.shared.version();
+            self.shared
+                .writer
+                .as_ref()
+                .map(|w| w.write_acked(r.record(r.state, version.as_deref()), None))
         };
-        let fits = backend(r.runner).traits().learns_session_from_store
-            && r.summary.session_id().is_none()
-            && r.rec.continues.is_none()
-            && r.attempt_wall().is_some_and(|start| created >= start);
-        if !fits {
-            return false;
+        if let Some(ack) = written {
+            let _ = tokio::time::timeout(Duration::from_secs(1), ack).await;
         }
-        r.summary.learn_session_id(session_id);
-        r.persisted_session = true;
-        persist(&self.shared, r, Save::Record);
         true
     }
 
