@@ -156,6 +156,12 @@ pub const KILL_GRACE_MS: EnvVar = EnvVar::new(
     "5000",
     "SIGTERM to SIGKILL grace when a task is stopped",
 );
+/// `OPENCODE_BRIDGE_RUN_NICE`.
+pub const RUN_NICE: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_RUN_NICE",
+    "10",
+    "runs start this much nicer than the bridge (0-19; 0: the bridge's priority), so busy agents yield the CPU to interactive work",
+);
 /// `OPENCODE_BRIDGE_STATE_DIR`.
 pub const STATE_DIR: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_STATE_DIR",
@@ -261,6 +267,7 @@ pub const ALL: &[EnvVar] = &[
     API_TIMEOUT_MS,
     SCAN_DEADLINE_MS,
     KILL_GRACE_MS,
+    RUN_NICE,
     STATE_DIR,
     ROSTER,
     PRUNE_DAYS,

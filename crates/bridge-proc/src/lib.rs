@@ -18,7 +18,7 @@
 //! - [`capture`]: a short command in its own group, with a timeout and capped output;
 //! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit;
 //! - [`sched`]: a short scheduler slice for the thread that answers calls, which threads and
-//!   processes it starts do not inherit.
+//!   processes it starts do not inherit, and a higher nice value for the runs.
 //!
 //! Depends on no crate of the bridge; Linux only (`/proc`).
 

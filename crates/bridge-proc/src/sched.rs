@@ -1,4 +1,4 @@
-//! A short scheduler slice for the thread that answers calls.
+//! How the scheduler treats the bridge's threads and the runs it starts.
 //!
 //! The bridge's answering thread sleeps almost all the time and runs for a few microseconds
 //! per call; the threads that compete with it for a core while runs stream output (the runs
@@ -13,9 +13,17 @@
 //! `SCHED_FLAG_RESET_ON_FORK` is set with it: threads and processes started from this thread
 //! (the blocking pool, output followers, every run) start with the default slice.
 //!
-//! The one module of the workspace with `unsafe` code: three libc calls (`sched_getscheduler`,
-//! `getpriority`, the raw `sched_setattr` syscall, which neither std nor nix wraps), none
-//! of which takes a pointer but to a local value.
+//! A slice only orders tasks of equal weight that are all owed time; a task that has waited
+//! behind CPU-bound runs is owed more than a thread that just woke, so the answering thread
+//! still waited for a scheduler tick (4 ms at 250 Hz) behind busy runs. [`start_nicer`] starts
+//! a run with a higher nice value than the bridge's (as `nice -n` would): a run gets the whole
+//! CPU when nothing else wants it, and gives way to the bridge, its client and the user's
+//! interactive programs when they do. Raising one's own nice value needs no privilege.
+//!
+//! The one module of the workspace with `unsafe` code: libc calls (`sched_getscheduler`,
+//! `getpriority`, `setpriority`, the raw `sched_setattr` syscall, which neither std nor nix
+//! wraps), none of which takes a pointer but to a local value, and the `pre_exec` hook that
+//! makes two of them in a forked child.
 
 #![allow(unsafe_code)]
 
@@ -46,6 +54,36 @@ const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
 /// worth a debug line: the slice is a latency preference, not a requirement.
 pub fn short_slice_for_this_thread() -> io::Result<()> {
     set_slice(SHORT_SLICE_NS)
+}
+
+/// The highest nice value (the lowest priority) Linux has.
+pub const NICEST: u8 = 19;
+
+/// Makes the process `cmd` starts `by` nicer than the process that starts it (capped at
+/// [`NICEST`]), set between fork and exec so that every process the run starts inherits it.
+/// `0` changes nothing. Only raises the nice value, which needs no privilege; were it
+/// refused all the same, the run starts at the bridge's priority.
+pub fn start_nicer(cmd: &mut std::process::Command, by: u8) {
+    use std::os::unix::process::CommandExt;
+    if by == 0 {
+        return;
+    }
+    let by = i32::from(by.min(NICEST));
+    // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
+    // work is allowed: it makes two system calls (getpriority, setpriority) on the child
+    // itself and touches no memory but errno, no allocation, no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            *nix::libc::__errno_location() = 0;
+            let now = nix::libc::getpriority(nix::libc::PRIO_PROCESS, 0);
+            if now == -1 && *nix::libc::__errno_location() != 0 {
+                return Ok(());
+            }
+            let nicer = (now + by).min(i32::from(NICEST));
+            nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, nicer);
+            Ok(())
+        });
+    }
 }
 
 /// The calling thread's slice as the kernel reports it (`se.slice` in
@@ -108,6 +146,36 @@ fn set_slice(runtime: u64) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The nice value of process `pid` (field 19 of `/proc/<pid>/stat`).
+    fn nice_of(pid: u32) -> i32 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        after_name.split(' ').nth(16).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_run_starts_nicer_than_its_starter_and_never_past_nicest() {
+        let own = nice_of(std::process::id());
+        let started = |by: u8| {
+            let mut cmd = std::process::Command::new("sleep");
+            cmd.arg("30");
+            start_nicer(&mut cmd, by);
+            let mut child = cmd.spawn().unwrap();
+            let nice = nice_of(child.id());
+            child.kill().unwrap();
+            child.wait().unwrap();
+            nice
+        };
+        assert_eq!(started(0), own, "0 keeps the starter's priority");
+        assert_eq!(started(5), (own + 5).min(19));
+        assert_eq!(started(30), 19, "capped at the nicest value");
+        assert_eq!(
+            nice_of(std::process::id()),
+            own,
+            "the starter keeps its own"
+        );
+    }
 
     #[test]
     fn the_slice_is_short_here_and_default_in_a_thread_started_after() {

@@ -92,6 +92,10 @@ pub struct SupervisorConfig {
     pub default_timeout: Duration,
     /// [`env::KILL_GRACE_MS`]: SIGTERM to SIGKILL.
     pub kill_grace: Duration,
+    /// [`env::RUN_NICE`] (clamped to 0..=19): how much nicer than the bridge a run starts, so
+    /// that busy runs give the CPU to the bridge and interactive programs when they want it
+    /// ([`bridge_proc::sched::start_nicer`]); 0 starts runs at the bridge's priority.
+    pub run_nice: u8,
     /// [`env::RETRIES`]: automatic retries of transient failures.
     pub retries: u32,
     /// [`env::RETRY_DELAY_S`]: first retry delay, then ×3 each time.
@@ -137,6 +141,7 @@ impl Default for SupervisorConfig {
             max_parallel: env::MAX_PARALLEL.default_number() as usize,
             default_timeout: Duration::from_secs(env::TIMEOUT_MIN.default_number() * 60),
             kill_grace: Duration::from_millis(env::KILL_GRACE_MS.default_number()),
+            run_nice: env::RUN_NICE.default_number() as u8,
             retries: env::RETRIES.default_number() as u32,
             retry_delay: Duration::from_secs(env::RETRY_DELAY_S.default_number()),
             quiet_after: Duration::from_secs(env::QUIET_MIN.default_number() * 60),
@@ -183,6 +188,9 @@ impl SupervisorConfig {
         if let Some(n) = num(env::KILL_GRACE_MS.name) {
             c.kill_grace = Duration::from_millis(n);
         }
+        if let Some(n) = num(env::RUN_NICE.name) {
+            c.run_nice = n.min(u64::from(bridge_proc::sched::NICEST)) as u8;
+        }
         if let Some(n) = num(env::RETRIES.name) {
             c.retries = n.min(10) as u32;
         }
@@ -214,6 +222,7 @@ mod tests {
             ("OPENCODE_BRIDGE_MAX_PARALLEL", "100"),
             ("OPENCODE_BRIDGE_TIMEOUT_MIN", "5"),
             ("OPENCODE_BRIDGE_KILL_GRACE_MS", "250"),
+            ("OPENCODE_BRIDGE_RUN_NICE", "25"),
             ("OPENCODE_BRIDGE_RETRIES", "1"),
             ("OPENCODE_BRIDGE_RETRY_DELAY_S", "0"),
             ("OPENCODE_BRIDGE_MODEL", "fk/ok#high"),
@@ -226,6 +235,8 @@ mod tests {
         assert_eq!(c.max_parallel, 64);
         assert_eq!(c.default_timeout, Duration::from_secs(300));
         assert_eq!(c.kill_grace, Duration::from_millis(250));
+        assert_eq!(c.run_nice, 19, "nice values end at 19");
+        assert_eq!(SupervisorConfig::default().run_nice, 10);
         assert_eq!(c.retries, 1);
         assert_eq!(c.retry_delay, Duration::ZERO);
         assert_eq!(c.default_model.as_deref(), Some("fk/ok#high"));

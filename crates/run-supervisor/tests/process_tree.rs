@@ -42,6 +42,18 @@ impl World {
         }
     }
 
+    /// [`config`](Self::config), with the fake's descendants' pids written to the file
+    /// returned (the `tree` scenario).
+    fn config_with_pidfile(&self) -> (SupervisorConfig, PathBuf) {
+        let pidfile = self.root.path().join("pids");
+        let mut cfg = self.config();
+        cfg.env.push((
+            "FAKE_OPENCODE_PIDFILE".into(),
+            pidfile.display().to_string(),
+        ));
+        (cfg, pidfile)
+    }
+
     fn spec(&self, scenario: &str) -> TaskSpec {
         TaskSpec::new(
             format!("scenario: {scenario}\nDo the thing."),
@@ -67,12 +79,7 @@ fn report_field<'a>(report: &'a str, key: &str) -> &'a str {
 async fn cancel_kills_a_term_ignoring_grandchild_and_a_setsid_escapee() {
     let _g = SERIAL.lock().await;
     let w = World::new();
-    let pidfile = w.root.path().join("pids");
-    let mut cfg = w.config();
-    cfg.env.push((
-        "FAKE_OPENCODE_PIDFILE".into(),
-        pidfile.display().to_string(),
-    ));
+    let (cfg, pidfile) = w.config_with_pidfile();
     let sup = Supervisor::new(cfg);
     let id = sup.start(w.spec("tree")).unwrap();
     let s = wait_until(&sup, id, Duration::from_secs(20), running).await;
@@ -106,16 +113,55 @@ async fn cancel_kills_a_term_ignoring_grandchild_and_a_setsid_escapee() {
     );
 }
 
+/// The nice value of `pid`, or of the calling thread for `None` (nice values are per thread).
+fn nice_of(pid: Option<i32>) -> i64 {
+    let path = pid.map_or("/proc/thread-self/stat".to_owned(), |p| {
+        format!("/proc/{p}/stat")
+    });
+    let stat = std::fs::read_to_string(path).unwrap();
+    let fields = &stat[stat.rfind(')').unwrap() + 2..];
+    fields.split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_run_and_everything_it_starts_run_nicer_than_the_bridge() {
+    let _g = SERIAL.lock().await;
+    let w = World::new();
+    let (mut cfg, pidfile) = w.config_with_pidfile();
+    assert_eq!(cfg.run_nice, 10, "the default");
+    let own = nice_of(None);
+    let sup = Supervisor::new(cfg.clone());
+    let id = sup.start(w.spec("tree")).unwrap();
+    let s = wait_until(&sup, id, Duration::from_secs(20), running).await;
+    let root = ProcId::of(s.pid.unwrap()).unwrap();
+    let kids = read_pidfile(&pidfile, 2).await;
+    let nicer = (own + 10).min(19);
+    assert_eq!(nice_of(Some(root.pid)), nicer, "the run");
+    for k in &kids {
+        assert_eq!(
+            nice_of(Some(k.pid)),
+            nicer,
+            "what the run started, the setsid escapee too"
+        );
+    }
+    assert_eq!(nice_of(None), own, "the bridge keeps its own priority");
+    assert_eq!(sup.cancel(id).await, CancelOutcome::Cancelled);
+
+    // 0: the run starts at the bridge's priority.
+    cfg.run_nice = 0;
+    let sup = Supervisor::new(cfg);
+    let id = sup.start(w.spec("hang")).unwrap();
+    let s = wait_until(&sup, id, Duration::from_secs(20), running).await;
+    assert_eq!(nice_of(s.pid), own);
+    assert_eq!(sup.cancel(id).await, CancelOutcome::Cancelled);
+    assert_no_zombies().await;
+}
+
 #[tokio::test]
 async fn timeout_kills_the_whole_tree() {
     let _g = SERIAL.lock().await;
     let w = World::new();
-    let pidfile = w.root.path().join("pids");
-    let mut cfg = w.config();
-    cfg.env.push((
-        "FAKE_OPENCODE_PIDFILE".into(),
-        pidfile.display().to_string(),
-    ));
+    let (cfg, pidfile) = w.config_with_pidfile();
     let sup = Supervisor::new(cfg);
     let mut spec = w.spec("tree");
     spec.timeout = Some(Duration::from_millis(1500));
@@ -137,12 +183,7 @@ async fn timeout_kills_the_whole_tree() {
 async fn shutdown_stops_every_task_and_refuses_new_ones() {
     let _g = SERIAL.lock().await;
     let w = World::new();
-    let pidfile = w.root.path().join("pids");
-    let mut cfg = w.config();
-    cfg.env.push((
-        "FAKE_OPENCODE_PIDFILE".into(),
-        pidfile.display().to_string(),
-    ));
+    let (cfg, pidfile) = w.config_with_pidfile();
     let sup = Supervisor::new(cfg);
     let a = sup.start(w.spec("tree")).unwrap();
     let b = sup.start(w.spec("ignore-term")).unwrap();

@@ -110,6 +110,7 @@ pub(super) async fn run_attempt(
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(false);
+    bridge_proc::sched::start_nicer(cmd.as_std_mut(), cfg.run_nice);
     let out_file = output_file();
     match out_file.as_ref().and_then(|f| f.try_clone().ok()) {
         Some(f) => cmd.stdout(f),
