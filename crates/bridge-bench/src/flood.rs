@@ -91,15 +91,20 @@ fn vm_hwm_kb(pid: i32) -> Option<u64> {
 /// the task directory `proj` under its root.
 pub(crate) fn flood_bridge(bin: &Path, mb: usize, parallel: usize) -> Result<Bridge, String> {
     let fake = bridge_testkit::bins::fake_opencode();
-    let b = Bridge::start(
-        bin,
-        &[
-            ("OPENCODE_BIN", fake.display().to_string()),
-            ("FAKE_OPENCODE_SCENARIO", "flood".into()),
-            ("FAKE_OPENCODE_FLOOD_MB", mb.to_string()),
-            ("OPENCODE_BRIDGE_MAX_PARALLEL", parallel.to_string()),
-        ],
-    )?;
+    let mut env = vec![
+        ("OPENCODE_BIN", fake.display().to_string()),
+        ("FAKE_OPENCODE_SCENARIO", "flood".into()),
+        ("FAKE_OPENCODE_FLOOD_MB", mb.to_string()),
+        ("OPENCODE_BRIDGE_MAX_PARALLEL", parallel.to_string()),
+    ];
+    // The bridge starts with a cleared environment; a run priority set for the bench (e.g.
+    // `OPENCODE_BRIDGE_RUN_NICE=0`, to time runs at the bridge's priority) is passed on.
+    let nice = bridge_env::RUN_NICE.name;
+    if let Ok(v) = std::env::var(nice) {
+        println!("  {nice}={v}");
+        env.push((nice, v));
+    }
+    let b = Bridge::start(bin, &env)?;
     std::fs::create_dir_all(b.root().join("proj")).map_err(|e| format!("{e}"))?;
     Ok(b)
 }
