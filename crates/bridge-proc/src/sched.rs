@@ -147,11 +147,9 @@ fn set_slice(runtime: u64) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    /// The nice value of process `pid` (field 19 of `/proc/<pid>/stat`).
-    fn nice_of(pid: u32) -> i32 {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-        after_name.split(' ').nth(16).unwrap().parse().unwrap()
+    fn nice_of(pid: u32) -> i64 {
+        let proc = procfs::process::Process::new(pid as i32).unwrap();
+        proc.stat().unwrap().nice
     }
 
     #[test]

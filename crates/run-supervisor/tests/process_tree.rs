@@ -113,16 +113,6 @@ async fn cancel_kills_a_term_ignoring_grandchild_and_a_setsid_escapee() {
     );
 }
 
-/// The nice value of `pid`, or of the calling thread for `None` (nice values are per thread).
-fn nice_of(pid: Option<i32>) -> i64 {
-    let path = pid.map_or("/proc/thread-self/stat".to_owned(), |p| {
-        format!("/proc/{p}/stat")
-    });
-    let stat = std::fs::read_to_string(path).unwrap();
-    let fields = &stat[stat.rfind(')').unwrap() + 2..];
-    fields.split(' ').nth(16).unwrap().parse().unwrap()
-}
-
 #[tokio::test]
 async fn a_run_and_everything_it_starts_run_nicer_than_the_bridge() {
     let _g = SERIAL.lock().await;

@@ -102,3 +102,15 @@ pub fn finished(s: &TaskSnapshot) -> bool {
 pub fn running(s: &TaskSnapshot) -> bool {
     s.state == TaskState::Running && s.pid.is_some()
 }
+
+/// The nice value of process `pid`, or of the calling thread for `None` (nice values are per
+/// thread, and a run inherits the one of the thread that starts it).
+pub fn nice_of(pid: Option<i32>) -> i64 {
+    use procfs::FromRead;
+    let path = pid.map_or("/proc/thread-self/stat".to_owned(), |p| {
+        format!("/proc/{p}/stat")
+    });
+    procfs::process::Stat::from_file(path)
+        .expect("a live process")
+        .nice
+}
