@@ -308,6 +308,9 @@ async fn live_claude_cancel_leaves_no_process_and_the_table_lists_the_run() {
         .filter_map(|st| ProcId::of(st.pid))
         .collect();
     assert!(tree.contains(&root));
+    // The real claude -p runs 10 nicer than the supervisor (the default).
+    let nicer = (common::nice_of(None) + 10).min(19);
+    assert_eq!(common::nice_of(Some(pid)), nicer, "the claude -p run");
     assert_eq!(sup.cancel(id).await, CancelOutcome::Cancelled);
     let s = sup.status(id).unwrap();
     assert_eq!(s.state, TaskState::Cancelled);

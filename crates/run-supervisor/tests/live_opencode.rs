@@ -376,6 +376,12 @@ async fn live_cancel_of_a_real_run_leaves_nothing_behind() {
     assert_eq!(p.agent.as_deref(), Some("worker"));
     assert_eq!(p.task_id, Some(id));
     let kids: Vec<ProcId> = descendants_of(root.pid);
+    // The real run and what it started run 10 nicer than the supervisor (the default).
+    let nicer = (common::nice_of(None) + 10).min(19);
+    assert_eq!(common::nice_of(Some(root.pid)), nicer, "the opencode run");
+    for k in &kids {
+        assert_eq!(common::nice_of(Some(k.pid)), nicer, "what opencode started");
+    }
     assert_eq!(sup.cancel(id).await, CancelOutcome::Cancelled);
     assert_all_dead(&[root]);
     assert_all_dead(&kids);
