@@ -162,6 +162,12 @@ pub const RUN_NICE: EnvVar = EnvVar::new(
     "10",
     "runs start this much nicer than the bridge (0-19; 0: the bridge's priority), so busy agents yield the CPU to interactive work",
 );
+/// `OPENCODE_BRIDGE_SANDBOX`.
+pub const SANDBOX: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_SANDBOX",
+    "auto",
+    "the kernel fence (Landlock) around every run: auto (confine where the kernel can, say why not elsewhere), required (refuse to run unconfined), off",
+);
 /// `OPENCODE_BRIDGE_STATE_DIR`.
 pub const STATE_DIR: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_STATE_DIR",
@@ -268,6 +274,7 @@ pub const ALL: &[EnvVar] = &[
     SCAN_DEADLINE_MS,
     KILL_GRACE_MS,
     RUN_NICE,
+    SANDBOX,
     STATE_DIR,
     ROSTER,
     PRUNE_DAYS,

@@ -130,6 +130,9 @@ fn status_header(s: &TaskSnapshot) -> String {
         "runner: {}\n",
         Runner::for_model(s.model.as_deref())
     ));
+    if let Some(fence) = &s.sandbox {
+        out.push_str(&format!("sandbox: {}\n", one_line(fence, 400)));
+    }
     out.push_str(&format!(
         "tokens: {}  tool calls: {}",
         tokens(s.tokens.input, s.tokens.output),

@@ -248,6 +248,7 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
         exit_code: None,
         opencode_version: Some("1.18.33".into()),
         label: None,
+        sandbox: Some("confined (Landlock ABI 7)".into()),
         continues: None,
         orphaned: false,
         other_bridge: None,

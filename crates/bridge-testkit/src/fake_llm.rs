@@ -29,6 +29,7 @@
 //! | `length` | text `truncated answ` with `finish_reason: "length"` |
 //! | `reasoning` | `reasoning_content` `Let me think. OK.`, then text [`OK_TEXT`] |
 //! | `long` | a text of [`LONG_BYTES`] bytes (numbered lines of words) streamed in deltas of [`LONG_DELTA`] bytes, ending with `DONE` (a long answer, for measuring the cost of its events) |
+//! | `script` | the tool calls the prompt's `CALL <tool> <json>` lines name, one per turn, then text (see `script`) |
 //! | `huge` | like `long`, but [`HUGE_BYTES`] bytes in deltas of [`HUGE_DELTA`] bytes (an answer whose event line is larger than any pipe) |
 //!
 //! Retryable errors (429, 5xx, 529) carry `retry-after-ms: 10` so opencode retries at once.
@@ -91,6 +92,7 @@ pub const SCENARIOS: &[&str] = &[
     "long",
     "huge",
     "escape",
+    "script",
 ];
 
 /// Files the `escape` model tries to create in the working directory, one per way of writing:
@@ -574,6 +576,7 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
             stream(events)
         }
         "escape" => escape(req, messages),
+        "script" => script(messages),
         _ if after_tool => {
             let text = if model == "tooltask" {
                 "Task finished. DONE"
@@ -618,6 +621,50 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
         }
         _ => stream(text_answer(OK_TEXT, "stop")),
     }
+}
+
+/// The `script` model: the prompt scripts it. Every line of the user messages that starts with
+/// `CALL <tool> <json arguments>` is one tool call, made in order, one per turn (the n-th turn
+/// after n tool results); then the text `Script finished. DONE`. A subagent started with a
+/// `task` call whose prompt holds `CALL` lines of its own follows those in its session. So a
+/// test makes an agent call any tool with any arguments, e.g.
+/// `CALL bash {"command": "touch /tmp/x", "description": "attack"}`.
+fn script(messages: &[Value]) -> Plan {
+    let model = "script".to_owned();
+    let text_of = |m: &Value| -> String {
+        match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    };
+    let calls: Vec<(String, Value)> = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .flat_map(|m| {
+            text_of(m)
+                .lines()
+                .filter_map(|l| {
+                    let rest = l.trim().strip_prefix("CALL ")?;
+                    let (tool, args) = rest.split_once(' ')?;
+                    Some((tool.to_owned(), serde_json::from_str(args.trim()).ok()?))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let done = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .count();
+    let events = match calls.get(done) {
+        Some((tool, args)) => tool_answer(tool, args.clone()),
+        None => text_answer("Script finished. DONE", "stop"),
+    };
+    Plan::Stream { model, events }
 }
 
 /// The `Working directory: …` line opencode puts in its system prompt.

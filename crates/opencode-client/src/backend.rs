@@ -91,6 +91,12 @@ pub struct ClientConfig {
     /// (absolute, or relative to the data dir), else `opencode.db` (or the single channel
     /// store) in `$XDG_DATA_HOME/opencode` or `~/.local/share/opencode`.
     pub db_path: PathBuf,
+    /// `OPENCODE_BRIDGE_SANDBOX`: the kernel fence around every temporary `opencode serve`
+    /// (an unreadable value is `required`).
+    pub sandbox: bridge_fence::Sandbox,
+    /// `OPENCODE_BRIDGE_ROOT`, else the working directory: a temporary server's project is
+    /// looked for no higher than this ([`bridge_fence::project_of`]).
+    pub root: PathBuf,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -104,6 +110,8 @@ impl fmt::Debug for ClientConfig {
             .field("max_reply_bytes", &self.max_reply_bytes)
             .field("opencode_bin", &self.opencode_bin)
             .field("db_path", &self.db_path)
+            .field("sandbox", &self.sandbox)
+            .field("root", &self.root)
             .finish()
     }
 }
@@ -154,6 +162,15 @@ impl ClientConfig {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(env::OPENCODE.name)),
             db_path: default_db_path(&get),
+            sandbox: get(env::SANDBOX.name)
+                .map(|v| {
+                    bridge_fence::Sandbox::parse(&v).unwrap_or(bridge_fence::Sandbox::Required)
+                })
+                .unwrap_or_default(),
+            root: get(env::ROOT.name)
+                .map(PathBuf::from)
+                .or_else(|| std::env::current_dir().ok())
+                .unwrap_or_else(|| PathBuf::from("/")),
         })
     }
 
@@ -443,7 +460,10 @@ pub fn with_temporary_server<T>(
     f: impl FnOnce(&HttpClient) -> Result<T, ClientError>,
 ) -> Result<T, ClientError> {
     let password = random_password()?;
-    let mut cmd = Command::new(cfg.opencode_program());
+    let program = cfg.opencode_program();
+    let tmp = ServerTmp::create(&password[..16])?;
+    let fence = server_fence(cfg, cwd, env, &program, &tmp.0)?;
+    let mut cmd = Command::new(&program);
     cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
         .current_dir(cwd);
     for k in &env.remove {
@@ -453,9 +473,15 @@ pub fn with_temporary_server<T>(
         .env("PWD", cwd)
         .env("OPENCODE_SERVER_PASSWORD", &password)
         .env("OPENCODE_SERVER_USERNAME", "opencode")
+        .env("TMPDIR", &tmp.0)
+        .env("TMP", &tmp.0)
+        .env("TEMP", &tmp.0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // Confined like a read-only run in `cwd`: the server loads that directory's plugins and
+    // tools, which may read the project but write nothing of it.
+    fence.apply_to(&mut cmd);
     // Dropping `server` on any path below stops it (SIGTERM, then SIGKILL) and reaps it.
     let mut server =
         TempServer(
@@ -604,6 +630,58 @@ fn strip_ansi(line: &str) -> String {
 }
 
 /// The temporary server; stopped and reaped when dropped.
+/// The kernel fence of a temporary server in `cwd`: what a read-only run there gets
+/// ([`bridge_fence::for_run`]).
+fn server_fence(
+    cfg: &ClientConfig,
+    cwd: &Path,
+    env: &ChildEnv,
+    program: &Path,
+    tmp: &Path,
+) -> Result<bridge_fence::Fence, ClientError> {
+    let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
+    let project = bridge_fence::project_of(cwd, &root);
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !env.remove.contains(k))
+        .collect();
+    vars.extend(env.set.iter().cloned());
+    let world = bridge_fence::RunWorld {
+        kind: bridge_fence::RunKind::Opencode,
+        program: program.to_path_buf(),
+        project: project.top,
+        editing: false,
+        tmp: tmp.to_path_buf(),
+        extra_read: project.read,
+        extra_write: vec![],
+        env: vars,
+    };
+    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), cfg.sandbox)
+        .map_err(|detail| ClientError::TempServer { detail })
+}
+
+/// A temporary server's private `TMPDIR`, removed with it.
+struct ServerTmp(PathBuf);
+
+impl ServerTmp {
+    fn create(name: &str) -> Result<ServerTmp, ClientError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(format!("opencode-bridge-serve-{name}"));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map(|_| ServerTmp(dir.clone()))
+            .map_err(|e| ClientError::TempServer {
+                detail: format!("cannot create {}: {e}", dir.display()),
+            })
+    }
+}
+
+impl Drop for ServerTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 struct TempServer(GroupChild);
 
 impl Drop for TempServer {

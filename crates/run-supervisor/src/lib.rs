@@ -44,6 +44,7 @@ pub mod worktree;
 
 use std::path::PathBuf;
 
+pub use bridge_fence::Sandbox;
 pub use bridge_proc::ProcId;
 pub use capture::{Cut, cut_text};
 pub use changes::{ChangeSource, ChangedFiles, FileChange};
@@ -94,6 +95,10 @@ pub enum StartError {
     /// The task itself is unusable (empty prompt, no agent).
     #[error("{0}")]
     InvalidSpec(String),
+    /// `OPENCODE_BRIDGE_SANDBOX=required` and this kernel cannot confine a run (the text says
+    /// why and what to do).
+    #[error("{0}")]
+    Unconfinable(String),
     /// `shutdown` was called.
     #[error("the bridge is shutting down: no new task is started")]
     ShuttingDown,

@@ -96,6 +96,9 @@ pub struct SupervisorConfig {
     /// that busy runs give the CPU to the bridge and interactive programs when they want it
     /// ([`bridge_proc::sched::start_nicer`]); 0 starts runs at the bridge's priority.
     pub run_nice: u8,
+    /// [`env::SANDBOX`]: the kernel fence around every run ([`bridge_fence`]). An unreadable
+    /// value is `required`: a typo never turns the fence off.
+    pub sandbox: bridge_fence::Sandbox,
     /// [`env::RETRIES`]: automatic retries of transient failures.
     pub retries: u32,
     /// [`env::RETRY_DELAY_S`]: first retry delay, then ×3 each time.
@@ -142,6 +145,7 @@ impl Default for SupervisorConfig {
             default_timeout: Duration::from_secs(env::TIMEOUT_MIN.default_number() * 60),
             kill_grace: Duration::from_millis(env::KILL_GRACE_MS.default_number()),
             run_nice: env::RUN_NICE.default_number() as u8,
+            sandbox: bridge_fence::Sandbox::Auto,
             retries: env::RETRIES.default_number() as u32,
             retry_delay: Duration::from_secs(env::RETRY_DELAY_S.default_number()),
             quiet_after: Duration::from_secs(env::QUIET_MIN.default_number() * 60),
@@ -190,6 +194,9 @@ impl SupervisorConfig {
         }
         if let Some(n) = num(env::RUN_NICE.name) {
             c.run_nice = n.min(u64::from(bridge_proc::sched::NICEST)) as u8;
+        }
+        if let Some(v) = get(env::SANDBOX.name) {
+            c.sandbox = bridge_fence::Sandbox::parse(&v).unwrap_or(bridge_fence::Sandbox::Required);
         }
         if let Some(n) = num(env::RETRIES.name) {
             c.retries = n.min(10) as u32;

@@ -124,6 +124,9 @@ pub struct TaskSnapshot {
     pub opencode_version: Option<String>,
     /// The caller's label.
     pub label: Option<String>,
+    /// Whether the kernel fence confined the latest attempt: `confined (Landlock ABI N)` or
+    /// `not confined: <why>` ([`bridge_fence::Confinement`]); `None` before the first attempt.
+    pub sandbox: Option<String>,
     /// The session this task sent a follow-up to (`None`: it started a new session).
     pub continues: Option<String>,
     /// The bridge that ran the task is gone but its opencode process still runs (`pid`); it can

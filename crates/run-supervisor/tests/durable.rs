@@ -56,6 +56,9 @@ fn sup_config(w: &World) -> SupervisorConfig {
         prompt_dir: w.root.path().join("prompts"),
         state_dir: Some(w.state.path().to_path_buf()),
         subreaper: false,
+        // The fake writes its pids and markers beside the task's tree; the fence is proven
+        // on real runs (tests/live_fence.rs).
+        sandbox: run_supervisor::Sandbox::Off,
         ..SupervisorConfig::default()
     }
 }

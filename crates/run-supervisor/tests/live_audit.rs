@@ -69,6 +69,9 @@ async fn live_a_read_only_run_that_changed_a_file_fails_closed_naming_it() {
         kill_grace: Duration::from_secs(3),
         quiet_after: Duration::from_secs(600),
         session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
+        // The audit is the line behind the kernel fence: with the fence on, the write below is
+        // refused before the audit could see it (tests/live_fence.rs).
+        sandbox: run_supervisor::Sandbox::Off,
         ..SupervisorConfig::default()
     });
     // The policy believes both agents read-only. The first one's permissions do not hold (it

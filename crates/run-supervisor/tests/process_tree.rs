@@ -38,6 +38,9 @@ impl World {
             kill_grace: Duration::from_millis(400),
             retry_delay: Duration::from_millis(50),
             prompt_dir: self.prompts.path().to_path_buf(),
+            // The fake writes its pids and markers beside the task's tree; the fence is proven
+            // on real runs (tests/live_fence.rs).
+            sandbox: run_supervisor::Sandbox::Off,
             ..SupervisorConfig::default()
         }
     }

@@ -6,6 +6,7 @@ mod common;
 mod durable;
 mod fuzz_corpus;
 mod live_audit;
+mod live_fence;
 mod live_long_output;
 mod live_opencode;
 mod process_tree;

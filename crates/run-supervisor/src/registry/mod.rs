@@ -187,6 +187,11 @@ pub(crate) struct TaskRecord {
     pub cost: f64,
     pub tool_calls: usize,
     pub opencode_version: Option<String>,
+    /// Whether the kernel fence confined the latest attempt ([`bridge_fence::Confinement`] as
+    /// text: `confined (Landlock ABI 7)` or `not confined: <why>`); absent before the first
+    /// attempt and in files written before the fence existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
     pub updated_ms: u64,
 }
 
@@ -217,6 +222,7 @@ impl TaskRecord {
             cost: 0.0,
             tool_calls: 0,
             opencode_version: None,
+            sandbox: None,
             updated_ms: now_ms(),
         }
     }
@@ -568,6 +574,7 @@ mod tests {
             cost: 0.0,
             tool_calls: 0,
             opencode_version: None,
+            sandbox: None,
             updated_ms: now_ms(),
         }
     }

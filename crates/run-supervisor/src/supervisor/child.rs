@@ -103,6 +103,15 @@ pub(super) async fn run_attempt(
         None => None,
     };
 
+    let tmp = match RunTmp::create(cfg, id, attempt) {
+        Ok(t) => t,
+        Err(e) => return AttemptEnd::SpawnFailed(e),
+    };
+    let fence = match fence_for(ctx, runner, &launch, &tmp.0) {
+        Ok(f) => f,
+        Err(e) => return AttemptEnd::SpawnFailed(e),
+    };
+
     let mut cmd = tokio::process::Command::new(&launch.program);
     cmd.args(&launch.args)
         .current_dir(cwd)
@@ -122,7 +131,13 @@ pub(super) async fn run_attempt(
     for (k, v) in &launch.env_set {
         cmd.env(k, v);
     }
+    for k in TMP_VARS {
+        cmd.env(k, &tmp.0);
+    }
+    // Last, so the run is confined from its first instruction (see `bridge_fence`).
+    fence.apply_to(cmd.as_std_mut());
     shared.with(id, |r| {
+        r.rec.sandbox = Some(fence.confinement().to_string());
         r.state = TaskState::Running;
         r.attempts = attempt;
         r.attempt_started = Some(Instant::now());
@@ -273,6 +288,95 @@ pub(super) async fn run_attempt(
         Some(end) => end,
         None => AttemptEnd::Exited(exit.unwrap_or_default()),
     }
+}
+
+/// The variables that name a run's temporary directory.
+const TMP_VARS: [&str; 3] = ["TMPDIR", "TMP", "TEMP"];
+
+/// A run's private temporary directory (its `TMPDIR`, the only temp space the fence lets it
+/// write), removed with everything in it when the attempt ends.
+struct RunTmp(PathBuf);
+
+impl RunTmp {
+    fn create(cfg: &crate::SupervisorConfig, id: TaskId, attempt: u32) -> Result<RunTmp, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // Unique in this process (several supervisors may share it, each with a task 1) and,
+        // with the pid, on the machine; `create` never reuses what is already there.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let base = cfg
+            .state_dir
+            .as_ref()
+            .map(|d| d.join("run-tmp"))
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&base)
+            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        let mut last = None;
+        for _ in 0..16 {
+            let dir = base.join(format!(
+                "opencode-bridge-run-{}-{}-{id}-{attempt}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(RunTmp(dir)),
+                Err(e) => last = Some((dir, e)),
+            }
+        }
+        let (dir, e) = last.expect("tried at least once");
+        Err(format!(
+            "cannot create the run's temporary directory {}: {e}",
+            dir.display()
+        ))
+    }
+}
+
+impl Drop for RunTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The kernel fence of one attempt ([`bridge_fence::for_run`]): the runner, its binary, the
+/// project the task works on (written only by editing agents), its temporary directory, an
+/// oversized prompt's file, and the environment the run will see.
+fn fence_for(
+    ctx: &AttemptCtx<'_>,
+    runner: crate::Runner,
+    launch: &crate::command::Launch,
+    tmp: &Path,
+) -> Result<bridge_fence::Fence, String> {
+    let cfg = &ctx.shared.config;
+    // An isolated task's tree is its worktree; any other task's is inside the root.
+    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
+    let boundary = match worktrees.as_deref() {
+        Some(w) if ctx.cwd.starts_with(w) => w.join(ctx.id.to_string()),
+        _ => cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
+    };
+    let project = bridge_fence::project_of(ctx.cwd, &boundary);
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !launch.env_remove.contains(k))
+        .collect();
+    env.extend(launch.env_set.iter().cloned());
+    let mut extra_read = project.read;
+    extra_read.extend(launch.prompt_file.as_ref().map(|(p, _)| p.clone()));
+    let world = bridge_fence::RunWorld {
+        kind: match runner {
+            crate::Runner::Opencode => bridge_fence::RunKind::Opencode,
+            crate::Runner::Claude => bridge_fence::RunKind::Claude,
+        },
+        program: launch.program.clone(),
+        project: project.top,
+        editing: !ctx.spec.read_only,
+        tmp: tmp.to_path_buf(),
+        extra_read,
+        extra_write: project.write,
+        env,
+    };
+    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), cfg.sandbox)
 }
 
 struct RemoveOnDrop(PathBuf);

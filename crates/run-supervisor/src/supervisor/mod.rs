@@ -213,6 +213,16 @@ impl Supervisor {
         }
         let cfg = &self.shared.config;
         let cwd = command::check_cwd(&spec.cwd, &cfg.root)?;
+        if cfg.sandbox == bridge_fence::Sandbox::Required
+            && let Err(why) = bridge_fence::kernel_abi()
+        {
+            // The same refusal every attempt would meet, before anything is accepted.
+            return Err(StartError::Unconfinable(
+                bridge_fence::Fence::prepare(&bridge_fence::Plan::new(), cfg.sandbox)
+                    .err()
+                    .unwrap_or(why),
+            ));
+        }
         let isolated = crate::worktree::start_check(&spec, &cwd, self.state_dir())?;
         let model = spec.model.clone().or_else(|| cfg.default_model.clone());
         let runner = Runner::for_model(model.as_deref());

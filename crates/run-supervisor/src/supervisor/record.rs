@@ -222,6 +222,7 @@ pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
         exit_code: t.exit_code,
         opencode_version: t.opencode_version.clone(),
         label: t.label.clone(),
+        sandbox: t.sandbox.clone(),
         continues: t.continues.clone(),
         orphaned: false,
         other_bridge: None,

@@ -1,0 +1,475 @@
+//! What a confined run may touch ([`Plan`]), and the one decision of what each kind of run
+//! needs ([`for_run`]). Measured on opencode 1.18.33 (`strace -f -e trace=%file`, then runs
+//! under the fence): see docs/POLICY.md "The kernel fence".
+
+use std::path::{Path, PathBuf};
+
+/// The rights a rule grants beneath its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rights {
+    /// Read files, list directories, execute.
+    Read,
+    /// Everything: read, write, create, remove, rename.
+    Write,
+    /// A device: read, write, truncate and ioctl, no creation.
+    Device,
+}
+
+/// A list of paths and the rights beneath each. Paths that do not exist when the fence is
+/// built are skipped (nothing beneath them can be reached either).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    rules: Vec<(PathBuf, Rights)>,
+    create: Vec<PathBuf>,
+}
+
+impl Plan {
+    /// An empty plan: the run may touch nothing.
+    pub fn new() -> Plan {
+        Plan::default()
+    }
+
+    /// Allows reading (and executing) beneath `path`.
+    pub fn read(&mut self, path: impl Into<PathBuf>) -> &mut Plan {
+        self.add(path.into(), Rights::Read)
+    }
+
+    /// Allows everything beneath `path`.
+    pub fn write(&mut self, path: impl Into<PathBuf>) -> &mut Plan {
+        self.add(path.into(), Rights::Write)
+    }
+
+    /// Allows everything beneath the directory `path`, which the fence creates (and its
+    /// parents) if it is missing: a runner's own data, state, cache or temp directory, which
+    /// the run itself could not create once confined.
+    pub fn own_dir(&mut self, path: impl Into<PathBuf>) -> &mut Plan {
+        let path = path.into();
+        if path.is_absolute() && !self.create.contains(&path) {
+            self.create.push(path.clone());
+        }
+        self.add(path, Rights::Write)
+    }
+
+    /// The directories [`own_dir`](Self::own_dir) named.
+    pub fn dirs_to_create(&self) -> &[PathBuf] {
+        &self.create
+    }
+
+    /// Allows using the device `path` (or the devices beneath it).
+    pub fn device(&mut self, path: impl Into<PathBuf>) -> &mut Plan {
+        self.add(path.into(), Rights::Device)
+    }
+
+    fn add(&mut self, path: PathBuf, rights: Rights) -> &mut Plan {
+        if path.is_absolute() && !self.rules.contains(&(path.clone(), rights)) {
+            self.rules.push((path, rights));
+        }
+        self
+    }
+
+    /// The rules, in the order they were added.
+    pub fn rules(&self) -> &[(PathBuf, Rights)] {
+        &self.rules
+    }
+
+    /// Whether `path` may be written under this plan (a rule grants its whole subtree).
+    pub fn may_write(&self, path: &Path) -> bool {
+        self.rules
+            .iter()
+            .any(|(p, r)| *r == Rights::Write && path.starts_with(p))
+    }
+
+    /// Whether `path` may be read under this plan.
+    pub fn may_read(&self, path: &Path) -> bool {
+        self.rules.iter().any(|(p, _)| path.starts_with(p))
+    }
+}
+
+/// Which program a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// `opencode run` or `opencode serve`.
+    Opencode,
+    /// `claude -p`.
+    Claude,
+}
+
+/// Everything [`for_run`] needs to know about one run.
+#[derive(Debug, Clone)]
+pub struct RunWorld {
+    /// Which program.
+    pub kind: RunKind,
+    /// The program as it will be executed.
+    pub program: PathBuf,
+    /// The project the run works on (the git worktree containing its cwd, or its cwd): read by
+    /// every run, written only when `editing`.
+    pub project: PathBuf,
+    /// Whether the agent may edit the project.
+    pub editing: bool,
+    /// The run's private temporary directory (its `TMPDIR`), read and written.
+    pub tmp: PathBuf,
+    /// More paths the run reads (an oversized prompt's file, an isolated worktree's repository).
+    pub extra_read: Vec<PathBuf>,
+    /// More paths an editing run writes (an isolated worktree's administrative directory).
+    pub extra_write: Vec<PathBuf>,
+    /// The run's environment as it will see it (`HOME`, `XDG_*`, `PATH`, `CLAUDE_CONFIG_DIR`).
+    pub env: Vec<(String, String)>,
+}
+
+impl RunWorld {
+    fn var(&self, key: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
+    fn home(&self) -> Option<PathBuf> {
+        self.var("HOME").map(PathBuf::from)
+    }
+
+    /// `$XDG_<kind>_HOME`, else `$HOME/<fallback>`.
+    fn xdg(&self, kind: &str, fallback: &str) -> Option<PathBuf> {
+        self.var(&format!("XDG_{kind}_HOME"))
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| self.home().map(|h| h.join(fallback)))
+    }
+}
+
+/// System directories every run reads: programs, libraries, `/etc` (certificates, resolver,
+/// users, git's system config), `/proc` and `/sys` (runtimes read their own limits there).
+pub const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/sys",
+    "/run",
+    "/nix/store",
+    "/snap",
+];
+
+/// Devices every run may open (never a disk): the null and random devices and terminals.
+pub const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+    "/dev/fd",
+];
+
+/// Toolchains under the home directory that a run reads (compilers, interpreters, package
+/// caches): never `~/.ssh`, credentials files, shell history or other projects.
+pub const HOME_TOOLCHAINS_READ: &[&str] = &[
+    ".cargo/bin",
+    ".cargo/registry",
+    ".cargo/git",
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".rustup",
+    ".nvm",
+    ".npm",
+    ".pyenv",
+    ".local/bin",
+    ".local/lib",
+    ".bun",
+    ".deno",
+    ".volta",
+    ".asdf",
+    ".sdkman",
+    "go/pkg",
+    ".gitconfig",
+    ".config/git/config",
+    ".config/git/ignore",
+    ".config/git/attributes",
+];
+
+/// Package caches an editing run may write (it builds, installs and tests).
+pub const HOME_CACHES_WRITE: &[&str] = &[".cargo/registry", ".cargo/git", ".npm", "go/pkg"];
+
+/// What a run needs, and nothing more:
+///
+/// - everyone reads [`SYSTEM_READ`], the directories on its `PATH` (but not `/`, the home
+///   directory or an ancestor of it), the runner's installation (its binary's `node_modules`
+///   tree, or its directory), [`HOME_TOOLCHAINS_READ`], and the project;
+/// - everyone writes its private `tmp` and the runner's own directories: opencode's data,
+///   state and cache (`$XDG_*_HOME/opencode`) and npm's cache (opencode installs provider
+///   packages with it); `claude`'s config directory (`$CLAUDE_CONFIG_DIR` or `~/.claude`,
+///   and `~/.claude.json`);
+/// - opencode's global config directory is read, not written (a run that could write it could
+///   plant a plugin for every later opencode);
+/// - an editing run also writes the project, [`HOME_CACHES_WRITE`] and `$XDG_CACHE_HOME`;
+/// - devices: [`DEVICES`] only.
+pub fn for_run(w: &RunWorld) -> Plan {
+    let mut plan = Plan::new();
+    for p in SYSTEM_READ {
+        plan.read(*p);
+    }
+    for p in DEVICES {
+        plan.device(*p);
+    }
+    let home = w.home();
+    let is_home_or_above =
+        |p: &Path| p == Path::new("/") || home.as_deref().is_some_and(|h| h.starts_with(p));
+    if let Some(path) = w.var("PATH") {
+        for dir in std::env::split_paths(path) {
+            if dir.is_absolute() && !is_home_or_above(&dir) {
+                plan.read(dir);
+            }
+        }
+    }
+    plan.read(installation(&w.program));
+    if let Some(h) = &home {
+        for p in HOME_TOOLCHAINS_READ {
+            plan.read(h.join(p));
+        }
+    }
+    plan.read(&w.project);
+    for p in &w.extra_read {
+        plan.read(p);
+    }
+    plan.own_dir(&w.tmp);
+    match w.kind {
+        RunKind::Opencode => {
+            for (kind, fallback) in [
+                ("DATA", ".local/share"),
+                ("STATE", ".local/state"),
+                ("CACHE", ".cache"),
+            ] {
+                if let Some(d) = w.xdg(kind, fallback) {
+                    plan.own_dir(d.join("opencode"));
+                }
+            }
+            if let Some(d) = w.xdg("CONFIG", ".config") {
+                plan.read(d.join("opencode"));
+            }
+            // Config the user pointed opencode at.
+            for key in ["OPENCODE_CONFIG_DIR", "OPENCODE_CONFIG"] {
+                if let Some(p) = w.var(key) {
+                    plan.read(p);
+                }
+            }
+            if let Some(h) = &home {
+                plan.own_dir(h.join(".npm"));
+                plan.read(h.join(".opencode"));
+            }
+        }
+        RunKind::Claude => {
+            match w.var("CLAUDE_CONFIG_DIR") {
+                Some(d) => plan.own_dir(d),
+                None => match &home {
+                    Some(h) => plan.own_dir(h.join(".claude")),
+                    None => &mut plan,
+                },
+            };
+            if let Some(h) = &home {
+                plan.write(h.join(".claude.json"));
+            }
+        }
+    }
+    if w.editing {
+        plan.write(&w.project);
+        for p in &w.extra_write {
+            plan.write(p);
+        }
+        if let Some(h) = &home {
+            for p in HOME_CACHES_WRITE {
+                plan.write(h.join(p));
+            }
+        }
+        if let Some(d) = w.xdg("CACHE", ".cache") {
+            plan.write(d);
+        }
+    }
+    plan
+}
+
+/// The project a run in `cwd` works on, and what git needs beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    /// The nearest directory at or above `cwd`, not above the boundary, that holds `.git`;
+    /// else `cwd` itself.
+    pub top: PathBuf,
+    /// For a linked worktree (`.git` is a file): the repository's git directory, which git
+    /// reads (objects, refs). Empty otherwise.
+    pub read: Vec<PathBuf>,
+    /// For a linked worktree: its administrative directory (`.git/worktrees/<name>`: index,
+    /// `HEAD`), which git writes in an editing run. Empty otherwise.
+    pub write: Vec<PathBuf>,
+}
+
+/// Finds the [`Project`] of `cwd` (canonical) without running anything: it walks up from
+/// `cwd` looking for `.git`, never above `boundary` (the bridge's root, or an isolated task's
+/// worktree), so a run never gets a tree wider than the one it was given.
+pub fn project_of(cwd: &Path, boundary: &Path) -> Project {
+    let mut found = None;
+    for dir in cwd.ancestors() {
+        if dir.join(".git").exists() {
+            found = Some(dir.to_path_buf());
+            break;
+        }
+        if dir == boundary || !dir.starts_with(boundary) {
+            break;
+        }
+    }
+    let Some(top) = found.filter(|t| t.starts_with(boundary)) else {
+        return Project {
+            top: cwd.to_path_buf(),
+            read: vec![],
+            write: vec![],
+        };
+    };
+    let mut project = Project {
+        top: top.clone(),
+        read: vec![],
+        write: vec![],
+    };
+    // A linked worktree: `.git` is a file `gitdir: <repo>/.git/worktrees/<name>`, whose
+    // `commondir` names the repository's git directory.
+    if let Ok(text) = std::fs::read_to_string(top.join(".git"))
+        && let Some(admin) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
+    {
+        let admin = top.join(admin.trim());
+        let common = std::fs::read_to_string(admin.join("commondir"))
+            .map(|c| admin.join(c.trim()))
+            .unwrap_or_else(|_| admin.join("../.."));
+        if let (Ok(admin), Ok(common)) = (admin.canonicalize(), common.canonicalize()) {
+            project.read.push(common);
+            project.write.push(admin);
+        }
+    }
+    project
+}
+
+/// Where a runner is installed: the outermost `node_modules` above its real binary (an npm
+/// package runs its platform binary from a sibling package), else the binary's directory.
+pub fn installation(program: &Path) -> PathBuf {
+    let real = program
+        .canonicalize()
+        .unwrap_or_else(|_| program.to_path_buf());
+    let outermost = real
+        .ancestors()
+        .filter(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        .last()
+        .map(Path::to_path_buf);
+    outermost.unwrap_or_else(|| {
+        real.parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("/"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn world(editing: bool) -> RunWorld {
+        RunWorld {
+            kind: RunKind::Opencode,
+            program: PathBuf::from("/opt/x/node_modules/opencode-ai/node_modules/oc/bin/opencode"),
+            project: PathBuf::from("/home/u/projects/app"),
+            editing,
+            tmp: PathBuf::from("/home/u/.local/state/opencode-bridge/tmp/1"),
+            extra_read: vec![],
+            extra_write: vec![],
+            env: vec![
+                ("HOME".into(), "/home/u".into()),
+                (
+                    "PATH".into(),
+                    "/usr/bin:/home/u/.cargo/bin:/home/u:/:rel".into(),
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_read_only_run_writes_nothing_of_the_project_or_home() {
+        let plan = for_run(&world(false));
+        assert!(plan.may_read(Path::new("/home/u/projects/app/src/main.rs")));
+        assert!(!plan.may_write(Path::new("/home/u/projects/app/src/main.rs")));
+        assert!(!plan.may_read(Path::new("/home/u/.ssh/id_ed25519")));
+        assert!(!plan.may_read(Path::new("/home/u/projects/other/secret")));
+        assert!(!plan.may_write(Path::new("/home/u/.config/opencode/plugin/x.js")));
+        assert!(plan.may_read(Path::new("/home/u/.config/opencode/opencode.json")));
+        assert!(plan.may_write(Path::new("/home/u/.local/share/opencode/opencode.db")));
+        assert!(plan.may_write(Path::new("/home/u/.local/state/opencode-bridge/tmp/1/x")));
+        assert!(!plan.may_write(Path::new("/tmp/x")));
+        assert!(!plan.may_read(Path::new("/tmp/x")));
+    }
+
+    #[test]
+    fn an_editing_run_writes_its_project_and_caches_only() {
+        let plan = for_run(&world(true));
+        assert!(plan.may_write(Path::new("/home/u/projects/app/src/main.rs")));
+        assert!(!plan.may_write(Path::new("/home/u/projects/other/x")));
+        assert!(plan.may_write(Path::new("/home/u/.cargo/registry/cache/x")));
+        assert!(!plan.may_read(Path::new("/home/u/.cargo/credentials.toml")));
+        assert!(!plan.may_write(Path::new("/home/u/.bashrc")));
+    }
+
+    #[test]
+    fn path_entries_that_are_home_or_above_are_not_readable_wholesale() {
+        let plan = for_run(&world(false));
+        assert!(plan.may_read(Path::new("/home/u/.cargo/bin/cargo")));
+        assert!(!plan.rules().iter().any(|(p, _)| p == Path::new("/home/u")));
+        assert!(!plan.rules().iter().any(|(p, _)| p == Path::new("/")));
+    }
+
+    #[test]
+    fn the_project_is_the_git_tree_inside_the_boundary_or_the_cwd() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let repo = root.join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join("src/deep")).unwrap();
+        assert_eq!(project_of(&repo.join("src/deep"), &root).top, repo);
+        // A boundary below the repository's top: the cwd, never wider.
+        let sub = repo.join("src");
+        assert_eq!(project_of(&sub.join("deep"), &sub).top, sub.join("deep"));
+        let plain = root.join("plain");
+        std::fs::create_dir_all(&plain).unwrap();
+        assert_eq!(project_of(&plain, &root).top, plain);
+    }
+
+    #[test]
+    fn a_linked_worktree_reads_its_repository_and_writes_its_admin_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let admin = root.join("repo/.git/worktrees/w1");
+        std::fs::create_dir_all(&admin).unwrap();
+        std::fs::write(admin.join("commondir"), "../..\n").unwrap();
+        let wt = root.join("wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
+        let p = project_of(&wt, &wt);
+        assert_eq!(p.top, wt);
+        assert_eq!(p.read, vec![root.join("repo/.git")]);
+        assert_eq!(p.write, vec![admin]);
+    }
+
+    #[test]
+    fn an_npm_installation_is_its_outermost_node_modules() {
+        assert_eq!(
+            installation(Path::new("/opt/x/node_modules/a/node_modules/b/bin/oc")),
+            PathBuf::from("/opt/x/node_modules")
+        );
+        assert_eq!(
+            installation(Path::new("/nonexistent/bin/oc")),
+            PathBuf::from("/nonexistent/bin")
+        );
+    }
+}

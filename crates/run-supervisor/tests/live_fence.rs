@@ -1,0 +1,299 @@
+//! The kernel fence with the real opencode 1.18.33: the fake model (`script`) makes the agent do
+//! the forbidden thing, and the disk is checked afterwards. The runs are given the widest
+//! permissions opencode has (`--auto`, no read-only overlay), as a hole in the policy would
+//! leave them, so that only the kernel stands in the way.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
+use run_supervisor::{Sandbox, Supervisor, SupervisorConfig, TaskSpec, TaskState};
+
+fn supervisor(oc: &Path, sb: &OpencodeSandbox, root: &Path, sandbox: Sandbox) -> Supervisor {
+    Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.to_path_buf()),
+        root: root.to_path_buf(),
+        env: sb.env(),
+        max_parallel: 1,
+        kill_grace: Duration::from_secs(3),
+        quiet_after: Duration::from_secs(600),
+        sandbox,
+        ..SupervisorConfig::default()
+    })
+}
+
+fn call(tool: &str, args: serde_json::Value) -> String {
+    format!("CALL {tool} {args}\n")
+}
+
+fn bash(command: &str) -> String {
+    call(
+        "bash",
+        serde_json::json!({"command": command, "description": "attack"}),
+    )
+}
+
+async fn run(sup: &Supervisor, spec: TaskSpec) -> run_supervisor::TaskOutput {
+    let id = sup.start(spec).unwrap();
+    tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
+        .await
+        .unwrap_or_else(|_| panic!("task {id} did not finish: {:?}", sup.status(id)));
+    sup.result(id, None, None).unwrap()
+}
+
+/// A world with a project inside the root, a sibling repository and a secret outside it, and a
+/// directory outside the root.
+struct World {
+    sb: OpencodeSandbox,
+    root: std::path::PathBuf,
+    proj: std::path::PathBuf,
+    sibling: std::path::PathBuf,
+    outside: std::path::PathBuf,
+    ssh_key: std::path::PathBuf,
+}
+
+impl World {
+    /// The files the project's plugin writes when it is loaded: in the project, outside it.
+    fn plugin_files(&self) -> (std::path::PathBuf, std::path::PathBuf) {
+        (
+            self.proj.join("plugin-wrote.txt"),
+            self.outside.join("plugin.txt"),
+        )
+    }
+}
+
+fn world(llm: &FakeLlm) -> World {
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let top = sb.root().canonicalize().unwrap();
+    let root = top.join("projects");
+    let proj = root.join("app");
+    let sibling = root.join("other");
+    let outside = top.join("outside");
+    for d in [&proj, &sibling, &outside] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    bridge_testkit::git_repo(&proj, &[("README.md", "# app\n")]);
+    // A plugin of the project, which opencode loads for a run there: it writes at load time,
+    // where no permission of opencode's applies.
+    let plugin_dir = proj.join(".opencode/plugin");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    std::fs::write(
+        plugin_dir.join("hook.js"),
+        format!(
+            "import fs from 'fs';\nfor (const p of [{:?}, {:?}]) {{ try {{ fs.writeFileSync(p, 'plugin'); }} catch (e) {{}} }}\nexport const Hook = async () => ({{}});\n",
+            proj.join("plugin-wrote.txt").display().to_string(),
+            outside.join("plugin.txt").display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(sibling.join("notes.txt"), "SIBLING-CONTENT-7q\n").unwrap();
+    let ssh = top.join("home/.ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    let ssh_key = ssh.join("id_ed25519");
+    std::fs::write(&ssh_key, "PRIVATE-KEY-CONTENT-9x\n").unwrap();
+    World {
+        sb,
+        root,
+        proj,
+        sibling,
+        outside,
+        ssh_key,
+    }
+}
+
+#[tokio::test]
+async fn live_a_read_only_run_writes_nothing_and_reads_nothing_outside_its_project() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let w = world(&llm);
+    let (plugin_in, plugin_out) = w.plugin_files();
+    let prompt = [
+        "Do these steps.\n".to_owned(),
+        bash(&format!(
+            "echo x > {p}/bash-in.txt; echo x > {o}/bash-out.txt; cat {k}; cat {s}/notes.txt; git -C {p} config core.fsmonitor 'touch {o}/fsmonitor'",
+            p = w.proj.display(),
+            o = w.outside.display(),
+            k = w.ssh_key.display(),
+            s = w.sibling.display()
+        )),
+        call(
+            "write",
+            serde_json::json!({"filePath": w.proj.join("write-in.txt"), "content": "x"}),
+        ),
+        call(
+            "write",
+            serde_json::json!({"filePath": w.outside.join("write-out.txt"), "content": "x"}),
+        ),
+        call(
+            "read",
+            serde_json::json!({"filePath": w.ssh_key}),
+        ),
+    ]
+    .concat();
+    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Auto);
+    let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: fence read-only");
+    spec.model = Some("fk/script".into());
+    spec.read_only = true;
+    // The hole: asks approved, no read-only overlay.
+    spec.auto_approve = true;
+    let out = run(&sup, spec).await;
+    let s = &out.snapshot;
+    assert!(
+        s.sandbox
+            .as_deref()
+            .is_some_and(|t| t.starts_with("confined (Landlock ABI ")),
+        "{s:?}"
+    );
+    assert_eq!(s.tool_calls, 4, "every scripted call was made: {s:?}");
+    for f in [
+        w.proj.join("bash-in.txt"),
+        w.outside.join("bash-out.txt"),
+        w.proj.join("write-in.txt"),
+        w.outside.join("write-out.txt"),
+        plugin_in.clone(),
+        plugin_out.clone(),
+        w.outside.join("fsmonitor"),
+    ] {
+        assert!(!f.exists(), "{} was written", f.display());
+    }
+    let config = std::fs::read_to_string(w.proj.join(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    let sent: String = llm
+        .requests()
+        .iter()
+        .map(|r| r.body.clone())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !sent.contains("PRIVATE-KEY-CONTENT-9x"),
+        "the key reached the model"
+    );
+    assert!(
+        !sent.contains("SIBLING-CONTENT-7q"),
+        "the sibling repository reached the model"
+    );
+    assert!(
+        sent.contains("Permission denied") || sent.contains("PermissionDenied"),
+        "the denials came back to the model as tool errors"
+    );
+}
+
+#[tokio::test]
+async fn live_an_editing_run_writes_its_project_and_nothing_else() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let w = world(&llm);
+    // A symlink committed in the repository that leads out of it.
+    std::os::unix::fs::symlink(&w.outside, w.proj.join("escape")).unwrap();
+    std::os::unix::fs::symlink(&w.sibling, w.proj.join("next-door")).unwrap();
+    let prompt = [
+        "Edit the project.\n".to_owned(),
+        call(
+            "write",
+            serde_json::json!({"filePath": w.proj.join("done.txt"), "content": "edited\n"}),
+        ),
+        call(
+            "write",
+            serde_json::json!({"filePath": w.outside.join("abs.txt"), "content": "x"}),
+        ),
+        call(
+            "write",
+            serde_json::json!({"filePath": w.proj.join("escape/link.txt"), "content": "x"}),
+        ),
+        bash(&format!(
+            "echo x > escape/bash-link.txt; echo x > {o}/bash-abs.txt; echo x > next-door/notes.txt; rm -f {s}/notes.txt; kill -0 {me} && echo SIGNALLED-THE-$((6*7)); echo ok > bash-in.txt",
+            o = w.outside.display(),
+            s = w.sibling.display(),
+            me = std::process::id()
+        )),
+    ]
+    .concat();
+    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Auto);
+    let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: fence editing");
+    spec.model = Some("fk/script".into());
+    spec.auto_approve = true;
+    let out = run(&sup, spec).await;
+    assert_eq!(
+        out.snapshot.state,
+        TaskState::Succeeded,
+        "{:?}",
+        out.snapshot
+    );
+    assert!(
+        out.snapshot
+            .sandbox
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("confined")
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.proj.join("done.txt")).unwrap(),
+        "edited\n",
+        "the project is writable"
+    );
+    assert!(
+        w.proj.join("bash-in.txt").exists(),
+        "the shell writes the project"
+    );
+    for f in ["abs.txt", "link.txt", "bash-link.txt", "bash-abs.txt"] {
+        assert!(
+            !w.outside.join(f).exists(),
+            "{f} was written outside the root"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.sibling.join("notes.txt")).unwrap(),
+        "SIBLING-CONTENT-7q\n",
+        "the sibling repository is untouched"
+    );
+    let sent: String = llm
+        .requests()
+        .iter()
+        .map(|r| r.body.clone())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !sent.contains("SIGNALLED-THE-BRIDGE"),
+        "the run signalled the bridge"
+    );
+    // The write tool's refusals are reported in the result.
+    let denied = out
+        .tool_calls
+        .iter()
+        .filter(|c| {
+            c.error
+                .as_deref()
+                .is_some_and(|e| e.contains("PermissionDenied"))
+        })
+        .count();
+    assert_eq!(denied, 2, "{:?}", out.tool_calls);
+}
+
+#[tokio::test]
+async fn live_with_the_fence_off_the_same_write_lands_and_the_status_says_so() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let w = world(&llm);
+    let prompt = call(
+        "write",
+        serde_json::json!({"filePath": w.outside.join("abs.txt"), "content": "x"}),
+    );
+    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Off);
+    let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: fence off");
+    spec.model = Some("fk/script".into());
+    spec.auto_approve = true;
+    let out = run(&sup, spec).await;
+    assert_eq!(
+        out.snapshot.sandbox.as_deref(),
+        Some("not confined: OPENCODE_BRIDGE_SANDBOX=off")
+    );
+    assert!(
+        w.outside.join("abs.txt").exists(),
+        "without the fence the write lands: the other tests' refusals are the fence's"
+    );
+    let (plugin_in, plugin_out) = w.plugin_files();
+    assert!(
+        plugin_in.exists() && plugin_out.exists(),
+        "without the fence the project's plugin writes at load time"
+    );
+}
