@@ -175,6 +175,9 @@ pub async fn doctor(app: &App) -> (String, bool) {
     );
 
     let sup = app.supervisor();
+    let (status, detail) = doctor_sandbox(sup.config().sandbox);
+    ok &= status != "FAIL";
+    line(status, "sandbox", detail);
     match sup.capabilities().await {
         Ok(caps) => {
             let bin = run_supervisor::command::resolve_binary(sup.config().opencode_bin.as_deref())
@@ -366,6 +369,34 @@ pub async fn doctor(app: &App) -> (String, bool) {
 /// The `worktrees` lines, only when there is something to say: isolated changes waiting for
 /// `opencode_apply`, and worktrees in the state directory whose task the registry does not know
 /// (left by a registry that was removed or pruned by hand), with the command that removes them.
+/// The kernel fence: what `OPENCODE_BRIDGE_SANDBOX` asks for and what this kernel gives.
+fn doctor_sandbox(mode: run_supervisor::Sandbox) -> (&'static str, String) {
+    use run_supervisor::Sandbox;
+    let var = bridge_env::SANDBOX.name;
+    let raw = std::env::var(var).unwrap_or_default();
+    let typo = (!raw.trim().is_empty() && Sandbox::parse(&raw).is_err())
+        .then(|| format!(" ({var}={raw:?} is not auto, required or off: read as required)"))
+        .unwrap_or_default();
+    match (mode, bridge_fence::kernel_abi()) {
+        (Sandbox::Off, _) => (
+            "warn",
+            format!("{var}=off: runs are not confined (they may write anywhere you can)"),
+        ),
+        (_, Ok(abi)) => (
+            "ok",
+            format!(
+                "{}{typo}: every run is confined by Landlock (ABI {abi}): it writes only its project (editing agents) and opencode's own directories, and reads no other project, nor ~/.ssh",
+                mode.as_str()
+            ),
+        ),
+        (Sandbox::Required, Err(why)) => (
+            "FAIL",
+            format!("required{typo}, but {why}: every task is refused"),
+        ),
+        (Sandbox::Auto, Err(why)) => ("warn", format!("auto: runs are NOT confined: {why}")),
+    }
+}
+
 fn doctor_worktrees(app: &App) -> Vec<(&'static str, String)> {
     use run_supervisor::worktree;
     let sup = app.supervisor();

@@ -168,6 +168,9 @@ pub struct TaskView {
     pub tool_calls: u64,
     pub exit_code: Option<i32>,
     pub label: Option<String>,
+    /// Whether the kernel fence confined the latest attempt: `confined (Landlock ABI N)` or
+    /// `not confined: <why>`; absent before the first attempt.
+    pub sandbox: Option<String>,
     /// Its bridge is gone but the run goes on (it can be cancelled).
     pub orphaned: bool,
     /// pid of another live bridge that runs it.
@@ -210,6 +213,7 @@ impl From<&TaskSnapshot> for TaskView {
             tool_calls: s.tool_calls as u64,
             exit_code: s.exit_code,
             label: s.label.clone(),
+            sandbox: s.sandbox.clone(),
             orphaned: s.orphaned,
             other_bridge: s.other_bridge,
         }
