@@ -152,7 +152,8 @@ fn doctor_reports_every_check() {
     ];
     let out = stdout(&run(&world, &env, &["doctor"]));
     for check in [
-        "bridge", "root", "opencode", "store", "server", "backend", "sessions", "roster", "mode",
+        "bridge", "root", "sandbox", "opencode", "store", "server", "backend", "sessions",
+        "roster", "mode",
     ] {
         assert!(
             out.lines()
@@ -164,10 +165,11 @@ fn doctor_reports_every_check() {
     assert!(out.contains("store: "), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
     let timing = regex::Regex::new(r"took \d+ ms").unwrap();
-    insta::assert_snapshot!(
-        "doctor",
-        timing.replace_all(&redact(&out, &world), "took [N] ms")
-    );
+    let abi = regex::Regex::new(r"Landlock \(ABI \d+\)").unwrap();
+    let out = timing
+        .replace_all(&redact(&out, &world), "took [N] ms")
+        .into_owned();
+    insta::assert_snapshot!("doctor", abi.replace_all(&out, "Landlock (ABI [N])"));
 
     let broken = run(
         &world,

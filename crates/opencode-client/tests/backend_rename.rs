@@ -21,6 +21,8 @@ fn cfg(bin: PathBuf, timeout_ms: u64) -> ClientConfig {
     let mut c = ClientConfig::from_lookup(|_| None).unwrap();
     c.opencode_bin = bin;
     c.api_timeout = Duration::from_millis(timeout_ms);
+    // The fake servers write their pids and requests beside the test, outside any project.
+    c.sandbox = bridge_fence::Sandbox::Off;
     c
 }
 

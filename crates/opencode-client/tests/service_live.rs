@@ -524,6 +524,9 @@ fn live_store_rename_goes_through_a_temporary_server_that_is_stopped_afterwards(
         "XDG_DATA_HOME" => Some(data.clone()),
         "OPENCODE_BIN" => Some(bin.clone()),
         "OPENCODE_BRIDGE_API_TIMEOUT_MS" => Some("60000".into()),
+        // The wrapper starts the real opencode with an environment of its own (`env -i`), so a
+        // fence drawn from the bridge's environment would not describe its world.
+        "OPENCODE_BRIDGE_SANDBOX" => Some("off".into()),
         _ => None,
     })
     .unwrap();

@@ -56,6 +56,23 @@ impl World {
     }
 }
 
+/// Whether a server with `extra_env` runs a fake opencode or Claude Code (one of ours, not the
+/// real binaries of `OPENCODE_BRIDGE_TEST_*`): fakes write their pids and markers beside the
+/// task's tree, so their runs go without the kernel fence unless the test says otherwise. The
+/// fence itself is proven on real runs (run-supervisor's live_fence, this crate's live tests).
+fn runs_a_fake(extra_env: &[(&str, String)]) -> bool {
+    let real = [
+        std::env::var(bridge_testkit::sandbox::OPENCODE_ENV).unwrap_or_default(),
+        std::env::var(bridge_testkit::sandbox::CLAUDE_ENV).unwrap_or_default(),
+    ];
+    extra_env
+        .iter()
+        .any(|(k, v)| matches!(*k, "OPENCODE_BIN" | "CLAUDE_BIN") && !real.contains(v))
+        && !extra_env
+            .iter()
+            .any(|(k, _)| *k == "OPENCODE_BRIDGE_SANDBOX")
+}
+
 /// A running server and its stdout lines.
 pub struct Server {
     pub child: Child,
@@ -90,9 +107,11 @@ impl Server {
         ));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
         let mut cmd = Command::new(binary());
-        cmd.env_clear()
-            .envs(world.env())
-            .envs(extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+        cmd.env_clear().envs(world.env());
+        if runs_a_fake(extra_env) {
+            cmd.env("OPENCODE_BRIDGE_SANDBOX", "off");
+        }
+        cmd.envs(extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())))
             .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
