@@ -374,9 +374,11 @@ fn doctor_sandbox(mode: run_supervisor::Sandbox) -> (&'static str, String) {
     use run_supervisor::Sandbox;
     let var = bridge_env::SANDBOX.name;
     let raw = std::env::var(var).unwrap_or_default();
-    let typo = (!raw.trim().is_empty() && Sandbox::parse(&raw).is_err())
-        .then(|| format!(" ({var}={raw:?} is not auto, required or off: read as required)"))
-        .unwrap_or_default();
+    let typo = if !raw.trim().is_empty() && Sandbox::parse(&raw).is_err() {
+        format!(" ({var}={raw:?} is not auto, required or off: read as required)")
+    } else {
+        String::new()
+    };
     match (mode, bridge_fence::kernel_abi()) {
         (Sandbox::Off, _) => (
             "warn",
