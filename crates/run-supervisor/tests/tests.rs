@@ -5,6 +5,7 @@ mod claude_live;
 mod common;
 mod durable;
 mod fuzz_corpus;
+mod git_fence;
 mod live_audit;
 mod live_long_output;
 mod live_opencode;
