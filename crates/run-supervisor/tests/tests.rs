@@ -10,3 +10,4 @@ mod live_audit;
 mod live_long_output;
 mod live_opencode;
 mod process_tree;
+mod read_only_writes;
