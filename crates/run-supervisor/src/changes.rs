@@ -169,7 +169,14 @@ impl GitSnapshot {
         // Numstat against HEAD for files that were clean before (exact, from git).
         let numstat = git(
             &self.top,
-            &["diff", "--numstat", "-z", "--no-renames", "HEAD"],
+            &[
+                "diff",
+                "--numstat",
+                "-z",
+                "--no-renames",
+                "--ignore-submodules=all",
+                "HEAD",
+            ],
         )
         .map(|o| parse_numstat(&o))
         .unwrap_or_default();

@@ -21,8 +21,14 @@
 //!   (no quoting: a driver's name may hold `=` or `.`). git runs a driver only when the config
 //!   names a command for it, so whatever the attributes say, no filter runs: files are read and
 //!   written as they are (a Git LFS checkout shows its pointer files);
+//! - for every hook any config file configures (git 2.54+: `hook.<name>.command` and
+//!   `.event`, which `core.hooksPath` does not cover), `hook.<name>.enabled=false` and
+//!   `hook.<name>.command=true` (on older git these keys mean nothing);
 //! - `diff`, `show` and `log` get `--no-ext-diff --no-textconv --no-color` right after the
-//!   subcommand;
+//!   subcommand, `status` gets `--ignore-submodules=all` (a submodule would be looked into by a
+//!   `git status` of its own, under the submodule's config), and `status.submoduleSummary=false`,
+//!   `diff.submodule=short` are set; a `diff` against the working tree passes
+//!   `--ignore-submodules` itself (`changes.rs`, `worktree.rs`);
 //! - an environment of its own: every `GIT_*` variable of the bridge's environment is dropped
 //!   (`GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_EXEC_PATH`, `GIT_SSH_COMMAND`,
 //!   `GIT_EXTERNAL_DIFF`, `GIT_CONFIG_PARAMETERS`, ...), then `GIT_CONFIG_NOSYSTEM=1`,
@@ -51,6 +57,8 @@ pub const FENCE: &[(&str, &str)] = &[
     ("submodule.recurse", "false"),
     ("gc.auto", "0"),
     ("maintenance.auto", "false"),
+    ("status.submoduleSummary", "false"),
+    ("diff.submodule", "short"),
 ];
 
 /// The environment every git gets (after every inherited `GIT_*` is dropped).
@@ -67,14 +75,22 @@ pub const ENV: &[(&str, &str)] = &[
 /// Subcommands that could run a diff driver, and what they get right after the subcommand.
 const DIFF_LIKE: &[&str] = &["diff", "show", "log"];
 const NO_DRIVERS: &[&str] = &["--no-ext-diff", "--no-textconv", "--no-color"];
+/// `status` would run a `git status` inside each submodule, under the submodule's own config
+/// (its filters are not the ones read here): submodules are not looked into.
+const STATUS: &[&str] = &["--ignore-submodules=all"];
 
-/// The keys set empty for each filter driver a config defines.
+/// The keys set for each filter driver a config defines: no command, not required.
 const FILTER_KEYS: &[(&str, &str)] = &[
     ("clean", ""),
     ("smudge", ""),
     ("process", ""),
     ("required", "false"),
 ];
+
+/// The keys set for each configured hook (git 2.54+: `hook.<name>.command` with
+/// `hook.<name>.event`, which `core.hooksPath` does not cover): disabled, and its command
+/// `true` should a git not know `enabled`.
+const HOOK_KEYS: &[(&str, &str)] = &[("enabled", "false"), ("command", "true")];
 
 /// git with the fence's options and environment, run in `dir` (`-C`), with no extra config.
 fn base(dir: &Path) -> Command {
@@ -93,8 +109,9 @@ fn base(dir: &Path) -> Command {
     c
 }
 
-/// The filter drivers (names) that any config file visible from `dir` defines a key for.
-fn filter_drivers(dir: &Path) -> Result<Vec<OsString>, String> {
+/// The filter drivers and configured hooks (section, name) that any config file visible from
+/// `dir` defines a key for.
+fn planted(dir: &Path) -> Result<Vec<(&'static str, OsString)>, String> {
     let out = base(dir)
         .args(["config", "--list", "-z"])
         .stdout(Stdio::piped())
@@ -109,41 +126,53 @@ fn filter_drivers(dir: &Path) -> Result<Vec<OsString>, String> {
             line.trim()
         ));
     }
-    Ok(drivers_in(&out.stdout))
+    Ok(subsections_in(&out.stdout))
 }
 
-/// Filter driver names in `git config --list -z` output (`key\nvalue\0` records; section and
-/// key are lower-cased by git, the subsection is as written).
-fn drivers_in(list: &[u8]) -> Vec<OsString> {
+/// `filter.<name>.*` and `hook.<name>.*` subsections in `git config --list -z` output
+/// (`key\nvalue\0` records; section and key are lower-cased by git, the subsection is as
+/// written).
+fn subsections_in(list: &[u8]) -> Vec<(&'static str, OsString)> {
     use std::os::unix::ffi::OsStrExt;
-    let mut names: Vec<OsString> = Vec::new();
+    let mut found: Vec<(&'static str, OsString)> = Vec::new();
     for rec in list.split(|&b| b == 0) {
         let key = rec.split(|&b| b == b'\n').next().unwrap_or_default();
-        let Some(rest) = key.strip_prefix(b"filter.") else {
-            continue;
-        };
-        // filter.<name>.<var>: the name is everything up to the last dot.
-        let Some(dot) = rest.iter().rposition(|&b| b == b'.') else {
-            continue;
-        };
-        let name = std::ffi::OsStr::from_bytes(&rest[..dot]).to_os_string();
-        if !names.contains(&name) {
-            names.push(name);
+        for section in ["filter", "hook"] {
+            let Some(rest) = key
+                .strip_prefix(section.as_bytes())
+                .and_then(|r| r.strip_prefix(b"."))
+            else {
+                continue;
+            };
+            // <section>.<name>.<var>: the name is everything up to the last dot.
+            let Some(dot) = rest.iter().rposition(|&b| b == b'.') else {
+                continue;
+            };
+            let name = std::ffi::OsStr::from_bytes(&rest[..dot]).to_os_string();
+            if !found.iter().any(|(s, n)| *s == section && *n == name) {
+                found.push((section, name));
+            }
         }
     }
-    names
+    found
 }
 
 /// A git command run in `dir` under the fence (see the module docs), `args` appended (with
 /// `--no-ext-diff --no-textconv --no-color` after a `diff`, `show` or `log`). Fails only when
 /// the config cannot be read (git would then fail too).
 pub fn command(dir: &Path, args: &[&str]) -> Result<Command, String> {
-    let drivers = filter_drivers(dir)?;
+    let planted = planted(dir)?;
     let mut c = base(dir);
     let mut n = 0usize;
-    for d in &drivers {
-        for (var, value) in FILTER_KEYS {
-            let mut key = OsString::from("filter.");
+    for (section, d) in &planted {
+        let keys = if *section == "filter" {
+            FILTER_KEYS
+        } else {
+            HOOK_KEYS
+        };
+        for (var, value) in keys {
+            let mut key = OsString::from(section);
+            key.push(".");
             key.push(d);
             key.push(".");
             key.push(var);
@@ -159,6 +188,9 @@ pub fn command(dir: &Path, args: &[&str]) -> Result<Command, String> {
         c.arg(sub);
         if DIFF_LIKE.contains(sub) {
             c.args(NO_DRIVERS);
+        }
+        if *sub == "status" {
+            c.args(STATUS);
         }
         c.args(rest);
     }
@@ -181,13 +213,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn driver_names_come_from_every_filter_key() {
-        let list = b"core.bare\nfalse\0filter.lfs.clean\ngit-lfs clean -- %f\0filter.lfs.process\nx\0filter.a=b.c.smudge\ny\0diff.evil.textconv\nz\0filter.noval\0";
-        let names: Vec<String> = drivers_in(list)
+    fn driver_and_hook_names_come_from_every_key() {
+        let list = b"core.bare\nfalse\0filter.lfs.clean\ngit-lfs clean -- %f\0filter.lfs.process\nx\0filter.a=b.c.smudge\ny\0diff.evil.textconv\nz\0filter.noval\0hook.lint.command\nx\0hook.lint.event\npre-commit\0hooks.x\ny\0";
+        let names: Vec<String> = subsections_in(list)
             .into_iter()
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|(s, n)| format!("{s} {}", n.to_string_lossy()))
             .collect();
-        assert_eq!(names, ["lfs", "a=b.c"]);
+        assert_eq!(names, ["filter lfs", "filter a=b.c", "hook lint"]);
     }
 
     #[test]

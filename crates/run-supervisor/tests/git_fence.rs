@@ -1,7 +1,8 @@
 //! Nothing of a repository runs in the bridge: a repository whose config plants every hook of
 //! git's that runs code (fsmonitor, hooks, clean/smudge/process filters named in
 //! `.gitattributes` and `.git/info/attributes`, `diff.external`, a diff driver's textconv and
-//! command, a merge driver, the pager, an included config file) goes through every git path the
+//! command, a merge driver, the pager, an included config file, a submodule's own filter, a
+//! configured hook) goes through every git path the
 //! bridge runs (the changed-files snapshot before and after, an isolated worktree's creation,
 //! collection, apply and discard), and none of the planted commands ever runs.
 
@@ -95,7 +96,42 @@ fn no_planted_git_command_runs_in_any_git_path_of_the_bridge() {
             ("c.cfg", "c\n"),
         ],
     );
+    // A submodule with a filter of its own, in its own config (which the superproject's
+    // `git config --list` does not show): a `git status` looking into it would run it.
+    let subsrc = d.path().join("subsrc");
+    std::fs::create_dir_all(&subsrc).unwrap();
+    bridge_testkit::git_repo(
+        &subsrc,
+        &[
+            (".gitattributes", "*.txt filter=subevil\n"),
+            ("s.txt", "s\n"),
+        ],
+    );
+    bridge_testkit::git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &subsrc.display().to_string(),
+            "sub",
+        ],
+    );
+    bridge_testkit::git(&repo, &["commit", "-q", "-m", "sub"]);
     let script = plant(&repo, &marks_dir);
+    let s = script.display();
+    bridge_testkit::git(
+        &repo.join("sub"),
+        &["config", "filter.subevil.clean", &format!("{s} sub-clean")],
+    );
+    // A configured hook (git 2.54+; older git ignores the keys).
+    bridge_testkit::git(&repo, &["config", "hook.evil.event", "post-checkout"]);
+    bridge_testkit::git(
+        &repo,
+        &["config", "hook.evil.command", &format!("{s} config-hook")],
+    );
     // The planted commands do run when git is run plainly (the fixture is live).
     std::process::Command::new("git")
         .arg("-C")
@@ -116,6 +152,8 @@ fn no_planted_git_command_runs_in_any_git_path_of_the_bridge() {
     std::fs::write(repo.join("b.md"), "b\nmore\n").unwrap();
     std::fs::write(repo.join("c.cfg"), "c\nmore\n").unwrap();
     std::fs::write(repo.join("new.txt"), "untracked\n").unwrap();
+    // Same size, new mtime: only the content (through the filter) can tell.
+    std::fs::write(repo.join("sub/s.txt"), "t\n").unwrap();
 
     let ran = |stage: &str| {
         assert_eq!(
