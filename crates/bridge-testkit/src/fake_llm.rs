@@ -12,6 +12,7 @@
 //! | `ok` | text [`OK_TEXT`] |
 //! | `toolbash` | a `bash` call (`echo hello-from-bash`), then text once the tool result comes back |
 //! | `toolwrite` | a `write` call creating `hello.txt` (content `hi from fake\n`) in the working directory named in the system prompt, then text |
+//! | `toolplant` | a `bash` call that plants repository code into the working directory's `.git` ([`PLANT_COMMAND`]: `core.fsmonitor`, a clean/smudge filter named in `.git/info/attributes`, a `post-checkout` hook, each touching `ran-<what>` in that directory when run) and writes the ignored `target/planted.log`, then text |
 //! | `toolread-denied` | a `read` of `/nonexistent/file.txt` (needs `external_directory`, auto-rejected by `opencode run`) |
 //! | `tooltask` | a `task` call (subagent `general`, prompt `do the sub job`); the subagent's request gets `sub job result` |
 //! | `toolbad` | a call of the unknown tool `nosuchtool`, then text |
@@ -67,6 +68,7 @@ pub const SCENARIOS: &[&str] = &[
     "ok",
     "toolbash",
     "toolwrite",
+    "toolplant",
     "toolread-denied",
     "tooltask",
     "toolbad",
@@ -104,6 +106,10 @@ pub const ESCAPE_FILES: [&str; 4] = [
     "escape-echo.txt",
     "escape-sub.txt",
 ];
+
+/// The shell command of the `toolplant` model, run by opencode's `bash` tool in the working
+/// directory: each planted command, if anything ever runs it, touches `$PWD/ran-<what>`.
+pub const PLANT_COMMAND: &str = r#"mkdir -p target .git/hooks .git/info && git config core.fsmonitor "touch $PWD/ran-fsmonitor; false" && git config filter.evil.clean "touch $PWD/ran-clean; cat" && git config filter.evil.smudge "touch $PWD/ran-smudge; cat" && printf '*.md filter=evil\n' > .git/info/attributes && printf '#!/bin/sh\ntouch %s/ran-hook\n' "$PWD" > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout && echo planted > target/planted.log"#;
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -598,6 +604,10 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
                 json!({"filePath": path, "content": "hi from fake\n"}),
             ))
         }
+        "toolplant" => stream(tool_answer(
+            "bash",
+            json!({"command": PLANT_COMMAND, "description": "Plant repository code"}),
+        )),
         "toolread-denied" => stream(tool_answer(
             "read",
             json!({"filePath": "/nonexistent/file.txt"}),

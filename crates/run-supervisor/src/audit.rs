@@ -18,9 +18,11 @@
 //!   `task` denied) is a policy violation and fails the task, kind `agent`, naming the calls.
 //!   A call that opencode refused (status `error`) is what the policy expects and is not one.
 //! - **read-only tree**: a read-only agent's task snapshots the git tree before and after, like
-//!   an editing task; any file changed in between is a policy violation (kind `agent`, the
-//!   files named). Another process editing the same tree at the same time is counted too: the
-//!   message says so.
+//!   an editing task, and takes a [`Footprint`](crate::footprint::Footprint) of everything
+//!   `git status` does not show (`.git/` config, hooks and attributes, ignored paths, a tree
+//!   outside git); any file changed in between is a policy violation (kind `agent`, the files
+//!   named, [`read_only_tree`]). Another process editing the same tree at the same time is
+//!   counted too: the message says so.
 //!
 //! A mismatch fails only a run that would otherwise have succeeded; a run that already failed
 //! (or was cancelled, or timed out) keeps its own failure and the audit's finding goes to the
@@ -35,6 +37,7 @@ use std::time::SystemTime;
 use crate::changes::ChangedFiles;
 use crate::classify::{Failure, FailureKind};
 use crate::events::ToolCall;
+use crate::footprint::Touched;
 
 /// opencode's internal agents that write assistant messages of their own into a session.
 pub const HELPER_AGENTS: [&str; 3] = ["compaction", "title", "summary"];
@@ -142,15 +145,47 @@ fn list(items: &[String], max: usize) -> String {
     out
 }
 
+/// The policy violation of a read-only run that changed its tree: the files `git status` saw
+/// change (`tree`) and the entries the footprint saw change (`disk`: `.git/`, ignored paths,
+/// a tree outside git), named; `None` when neither changed.
+pub fn read_only_tree(
+    agent: &str,
+    tree: Option<&ChangedFiles>,
+    disk: Option<&Touched>,
+) -> Option<Failure> {
+    let mut files: Vec<String> = tree
+        .map(|c| c.files.iter().map(|f| f.path.clone()).collect())
+        .unwrap_or_default();
+    for p in disk.map(|d| d.paths.as_slice()).unwrap_or_default() {
+        if !files.contains(p) {
+            files.push(p.clone());
+        }
+    }
+    if files.is_empty() {
+        return None;
+    }
+    files.sort();
+    Some(Failure::with_advice(
+        FailureKind::Agent,
+        format!(
+            "policy violation: the working tree changed while read-only agent `{agent}` ran: {}",
+            list(&files, 10)
+        ),
+        "A read-only task must not change files. Look at the changes (git status, git diff; for .git/ files, ignored files and trees outside git compare them by hand) and undo what you did not make; a changed .git/config or .git/hooks/* can run code the next time you use git in that repository, so check them before running git there. If another process edited the same tree at the same time its edits are counted too, so run read-only tasks in a tree no one is editing.",
+    ))
+}
+
 /// Compares a finished run with what was asked (see the module docs). `used` is the session's
 /// record or why it could not be read; `run_calls` are the tool calls the run printed (used
 /// when the record cannot be read); `tree` is what changed in the git tree while a read-only
-/// agent ran (`None`: not tracked).
+/// agent ran, `disk` what changed in its footprint (`.git/`, ignored paths, a tree outside
+/// git) (`None`: not tracked).
 pub fn audit(
     asked: &Asked<'_>,
     used: Result<&Used, &str>,
     run_calls: &[ToolCall],
     tree: Option<&ChangedFiles>,
+    disk: Option<&Touched>,
 ) -> Audit {
     let mut failures: Vec<Failure> = Vec::new();
     let mut note = Vec::new();
@@ -229,19 +264,13 @@ pub fn audit(
             }
         }
     }
-    if asked.read_only
-        && let Some(changed) = tree.filter(|c| !c.files.is_empty())
-    {
-        let files: Vec<String> = changed.files.iter().map(|f| f.path.clone()).collect();
-        failures.push(Failure::with_advice(
-            FailureKind::Agent,
-            format!(
-                "policy violation: the working tree changed while read-only agent `{}` ran: {}",
-                asked.agent,
-                list(&files, 10)
-            ),
-            "A read-only task must not change files. Look at the changes (git status, git diff) and undo what you did not make; if another process edited the same tree at the same time its edits are counted too, so run read-only tasks in a tree no one is editing.",
-        ));
+    if asked.read_only {
+        if let Some(f) = read_only_tree(asked.agent, tree, disk) {
+            failures.push(f);
+        }
+        if let Some(n) = disk.and_then(|d| d.note.as_deref()) {
+            note.push(n.to_owned());
+        }
     }
     let denied = if asked.read_only {
         Denied::read_only()
@@ -358,6 +387,7 @@ mod tests {
             Ok(&used),
             &[],
             None,
+            None,
         );
         assert_eq!(a.failure, None);
         assert_eq!(
@@ -376,6 +406,7 @@ mod tests {
             &asked("explorer", Some("fk/ok"), false),
             Ok(&used),
             &[],
+            None,
             None,
         );
         let f = a.failure.unwrap();
@@ -400,7 +431,13 @@ mod tests {
             turns: vec![turn("worker", "fk/ok"), turn("worker", "fk/other")],
             tool_calls: vec![],
         };
-        let a = audit(&asked("worker", Some("fk/ok"), false), Ok(&used), &[], None);
+        let a = audit(
+            &asked("worker", Some("fk/ok"), false),
+            Ok(&used),
+            &[],
+            None,
+            None,
+        );
         let f = a.failure.unwrap();
         assert_eq!(f.kind, FailureKind::Model);
         assert!(
@@ -408,7 +445,7 @@ mod tests {
                 .contains("`fk/other` instead of the asked `fk/ok`")
         );
         // No model asked: opencode's default is not compared.
-        let a = audit(&asked("worker", None, false), Ok(&used), &[], None);
+        let a = audit(&asked("worker", None, false), Ok(&used), &[], None, None);
         assert_eq!(a.failure, None);
         assert!(a.note.contains("model fk/ok, fk/other"), "{}", a.note);
     }
@@ -420,6 +457,7 @@ mod tests {
             Err("the store cannot be opened"),
             &[],
             None,
+            None,
         );
         assert_eq!(a.failure, None);
         assert_eq!(a.note, "not audited: the store cannot be opened");
@@ -427,6 +465,7 @@ mod tests {
             &asked("worker", Some("fk/ok"), false),
             Ok(&Used::default()),
             &[],
+            None,
             None,
         );
         assert_eq!(a.failure, None);
@@ -446,6 +485,7 @@ mod tests {
             Err("no session"),
             &run_calls,
             None,
+            None,
         );
         let f = a.failure.unwrap();
         assert_eq!(f.kind, FailureKind::Agent);
@@ -454,12 +494,20 @@ mod tests {
             "policy violation: agent `explorer` made tool calls its permissions deny: bash `echo hi > c` (bash denied), write `d.rs` (edit denied)"
         );
         // An editing agent with a free shell may do all of that.
-        let a = audit(&asked("worker", None, false), Err("x"), &run_calls, None);
+        let a = audit(
+            &asked("worker", None, false),
+            Err("x"),
+            &run_calls,
+            None,
+            None,
+        );
         assert_eq!(a.failure, None);
         // One whose shell the policy believes denied may not run bash.
         let mut ask = asked("worker", None, false);
         ask.denied.bash = true;
-        let f = audit(&ask, Err("x"), &run_calls, None).failure.unwrap();
+        let f = audit(&ask, Err("x"), &run_calls, None, None)
+            .failure
+            .unwrap();
         assert!(f.message.contains("bash `echo hi > c`"), "{}", f.message);
         assert!(!f.message.contains("write"), "{}", f.message);
     }
@@ -479,7 +527,13 @@ mod tests {
             turns: vec![turn("explorer", "fk/ok")],
             tool_calls: vec![],
         };
-        let a = audit(&asked("explorer", None, true), Ok(&used), &[], Some(&tree));
+        let a = audit(
+            &asked("explorer", None, true),
+            Ok(&used),
+            &[],
+            Some(&tree),
+            None,
+        );
         let f = a.failure.unwrap();
         assert_eq!(f.kind, FailureKind::Agent);
         assert!(
@@ -489,7 +543,82 @@ mod tests {
             f.message
         );
         // The same change in an editing agent's task is its work.
-        let a = audit(&asked("explorer", None, false), Ok(&used), &[], Some(&tree));
+        let a = audit(
+            &asked("explorer", None, false),
+            Ok(&used),
+            &[],
+            Some(&tree),
+            None,
+        );
+        assert_eq!(a.failure, None);
+    }
+
+    #[test]
+    fn a_read_only_run_that_wrote_git_config_hooks_or_ignored_files_names_them() {
+        let disk = Touched {
+            paths: vec![
+                ".git/config".into(),
+                ".git/hooks/pre-commit".into(),
+                "src/lib.rs".into(),
+                "target/out.log".into(),
+            ],
+            note: Some("the tree has more than 100000 entries: ...".into()),
+        };
+        let tree = ChangedFiles {
+            source: ChangeSource::Git,
+            files: vec![FileChange {
+                path: "src/lib.rs".into(),
+                added: Some(1),
+                removed: Some(0),
+                status: "modified".into(),
+            }],
+        };
+        let a = audit(
+            &asked("explorer", None, true),
+            Err("no session"),
+            &[],
+            Some(&tree),
+            Some(&disk),
+        );
+        let f = a.failure.unwrap();
+        assert_eq!(f.kind, FailureKind::Agent);
+        assert_eq!(
+            f.message,
+            "policy violation: the working tree changed while read-only agent `explorer` ran: .git/config, .git/hooks/pre-commit, src/lib.rs, target/out.log"
+        );
+        assert!(f.advice.contains(".git/config"), "{}", f.advice);
+        assert!(a.note.contains("more than 100000 entries"), "{}", a.note);
+        // Outside git there is only the footprint.
+        let only = Touched {
+            paths: vec!["notes.txt".into()],
+            note: None,
+        };
+        let f = audit(
+            &asked("explorer", None, true),
+            Err("x"),
+            &[],
+            None,
+            Some(&only),
+        )
+        .failure
+        .unwrap();
+        assert!(f.message.ends_with("ran: notes.txt"), "{}", f.message);
+        // An unchanged footprint is no finding; an editing agent's footprint is not compared.
+        let a = audit(
+            &asked("explorer", None, true),
+            Err("x"),
+            &[],
+            None,
+            Some(&Touched::default()),
+        );
+        assert_eq!(a.failure, None);
+        let a = audit(
+            &asked("worker", None, false),
+            Err("x"),
+            &[],
+            None,
+            Some(&only),
+        );
         assert_eq!(a.failure, None);
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! In a git working tree the supervisor looks at the tree before the task starts and again when
 //! it ends ([`GitSnapshot::take`]) and compares the two ([`GitSnapshot::changes_since`]). Only
-//! read-only git commands run (`status`, `diff --numstat`, `rev-parse`), with
-//! `GIT_OPTIONAL_LOCKS=0` so not even the index is refreshed: the repository is never modified.
+//! read-only git commands run (`status`, `diff --numstat`, `rev-parse`), built by
+//! [`crate::git::command`]: with `GIT_OPTIONAL_LOCKS=0` so not even the index is refreshed (the
+//! repository is never modified), and with no fsmonitor, hook, filter or diff driver of the
+//! repository run.
 //! Files that were already dirty before the task keep their content in the snapshot (up to
 //! 1 MiB each), so the stat counts only what the task did to them.
 //!
@@ -14,7 +16,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
@@ -74,20 +75,7 @@ struct FileState {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Option<Vec<u8>> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    out.status.success().then_some(out.stdout)
+    crate::git::output(dir, args)
 }
 
 fn hash_bytes(b: &[u8]) -> u64 {
@@ -181,7 +169,14 @@ impl GitSnapshot {
         // Numstat against HEAD for files that were clean before (exact, from git).
         let numstat = git(
             &self.top,
-            &["diff", "--numstat", "-z", "--no-renames", "HEAD"],
+            &[
+                "diff",
+                "--numstat",
+                "-z",
+                "--no-renames",
+                "--ignore-submodules=all",
+                "HEAD",
+            ],
         )
         .map(|o| parse_numstat(&o))
         .unwrap_or_default();

@@ -13,6 +13,10 @@
 //!   output survive a bridge restart (clean or `kill -9`), and runs that outlived their bridge
 //!   show as orphaned and can still be cancelled.
 //! - [`changes`]: the files an editing task changed, with a short diff stat.
+//! - [`footprint`]: a bounded stat snapshot of a read-only run's tree, `.git/` and ignored
+//!   paths included, compared after the run (the audit).
+//! - [`git`]: every git command the bridge runs, built so that nothing of a repository
+//!   (fsmonitor, hooks, filter and diff drivers, pager) runs in the bridge.
 //! - [`audit`]: the post-run audit: what a run's session used (agent, model, tool calls) and
 //!   what changed in a read-only agent's tree, against what the task asked; fails closed.
 //! - [`worktree`]: `isolation: "worktree"`, an editing task in a detached git worktree of its
@@ -32,6 +36,8 @@ pub mod classify;
 pub mod claude;
 pub mod command;
 pub mod events;
+pub mod footprint;
+pub mod git;
 pub mod proctable;
 pub mod quota;
 pub mod registry;

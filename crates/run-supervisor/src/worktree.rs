@@ -17,7 +17,8 @@
 //!
 //! In the caller's repository only `git worktree` metadata is written (`.git/worktrees/<id>`)
 //! and objects (blobs and trees of the snapshots, unreachable, left to `git gc`); no commit, no
-//! ref, no branch, no index write, no hook (`core.hooksPath=/dev/null`). [`apply`] reads the
+//! ref, no branch, no index write, no hook, filter or fsmonitor of the repository run (every git here is built by
+//! [`crate::git::command`]). [`apply`] reads the
 //! patch's files and merges each one three-way against the caller's current file (`git
 //! merge-file`, output to stdout); only when every file merges cleanly is anything written, so a
 //! conflict leaves the checkout as it was.
@@ -160,19 +161,8 @@ fn conflict_message(files: &[(String, String)]) -> String {
     )
 }
 
-fn git_cmd(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.arg("-C")
-        .arg(dir)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .env_remove("GIT_OBJECT_DIRECTORY")
-        .env_remove("GIT_COMMON_DIR")
-        .stdin(Stdio::null());
-    c
+fn git_cmd(dir: &Path, args: &[&str]) -> Result<Command, String> {
+    crate::git::command(dir, args)
 }
 
 /// Runs git and returns stdout, or the first line of stderr as the error.
@@ -205,14 +195,12 @@ const DIFF: &[&str] = &[
 ];
 
 fn git(dir: &Path, args: &[&str], what: &str) -> Result<Vec<u8>, String> {
-    let mut c = git_cmd(dir);
-    c.args(args);
-    run(c, what)
+    run(git_cmd(dir, args)?, what)
 }
 
 fn git_with_index(dir: &Path, index: &Path, args: &[&str], what: &str) -> Result<Vec<u8>, String> {
-    let mut c = git_cmd(dir);
-    c.env("GIT_INDEX_FILE", index).args(args);
+    let mut c = git_cmd(dir, args)?;
+    c.env("GIT_INDEX_FILE", index);
     run(c, what)
 }
 
@@ -351,22 +339,15 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
     let dir = plan.dir.to_string_lossy().into_owned();
     git(
         top,
-        &[
-            "-c",
-            "core.hooksPath=/dev/null",
-            "worktree",
-            "add",
-            "--detach",
-            "--quiet",
-            &dir,
-            &head,
-        ],
+        &["worktree", "add", "--detach", "--quiet", &dir, &head],
         "worktree add",
     )?;
     if !diff.is_empty() {
-        let mut c = git_cmd(&plan.dir);
-        c.args(["apply", "--binary", "--whitespace=nowarn", "-"])
-            .stdin(Stdio::piped())
+        let mut c = git_cmd(
+            &plan.dir,
+            &["apply", "--binary", "--whitespace=nowarn", "-"],
+        )?;
+        c.stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = c
@@ -627,8 +608,7 @@ fn merge_file(
     for (p, c) in [(&o, ours), (&b, base), (&t, theirs)] {
         std::fs::write(p, c).map_err(|e| e.to_string())?;
     }
-    let out = git_cmd(tmp)
-        .args(["merge-file", "-p", "-q"])
+    let out = git_cmd(tmp, &["merge-file", "-p", "-q"])?
         .arg(&o)
         .arg(&b)
         .arg(&t)

@@ -131,3 +131,114 @@ async fn live_a_read_only_run_that_changed_a_file_fails_closed_naming_it() {
     );
     assert!(out.changed_files.is_none());
 }
+
+/// The attack of issue 22 through the real opencode: a run the policy believed read-only (its
+/// permissions did not hold) plants repository code into `.git` with one `bash` call
+/// (`core.fsmonitor`, a filter named in `.git/info/attributes`, a `post-checkout` hook) and writes
+/// an ignored file. Its task fails naming every one of those files; and nothing planted runs in
+/// the bridge afterwards: not in the next editing task's before/after snapshots, not in an
+/// isolated worktree made, collected and discarded in that repository. A plain `git status` at
+/// the end shows the planted code is live.
+#[tokio::test]
+async fn live_planted_repository_code_is_named_by_the_audit_and_never_runs_in_the_bridge() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    bridge_testkit::git_repo(
+        &proj,
+        &[("README.md", "# demo\n"), (".gitignore", "target/\n")],
+    );
+    let sup = Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.clone()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        max_parallel: 1,
+        kill_grace: Duration::from_secs(3),
+        quiet_after: Duration::from_secs(600),
+        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
+        ..SupervisorConfig::default()
+    });
+    let ran = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&proj)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("ran-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let task = |model: &str, read_only: bool| {
+        let mut s = TaskSpec::new(
+            "Do the job.",
+            &proj,
+            "worker",
+            format!("LIVE/worker: {model}"),
+        );
+        s.model = Some(format!("fk/{model}"));
+        s.read_only = read_only;
+        s
+    };
+    let wait = |id| {
+        let sup = &sup;
+        async move {
+            tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
+                .await
+                .unwrap_or_else(|_| panic!("task {id} did not finish: {:?}", sup.status(id)));
+        }
+    };
+
+    let planted = sup.start(task("toolplant", true)).unwrap();
+    wait(planted).await;
+    let config = std::fs::read_to_string(proj.join(".git/config")).unwrap();
+    assert!(
+        config.contains("ran-fsmonitor"),
+        "the run planted: {config}"
+    );
+    let s = sup.status(planted).unwrap();
+    assert_eq!(s.state, TaskState::Failed, "{s:?}");
+    let f = s.failure.unwrap();
+    assert_eq!(f.kind, FailureKind::Agent);
+    assert_eq!(
+        f.message,
+        "policy violation: the working tree changed while read-only agent `worker` ran: .git/config, .git/hooks/post-checkout, .git/info/attributes, target/planted.log"
+    );
+    assert_eq!(ran(), Vec::<String>::new(), "after the planting task");
+
+    // The next task in that repository: an editing one, snapshotted before and after.
+    let edit = sup.start(task("toolwrite", false)).unwrap();
+    wait(edit).await;
+    let s = sup.status(edit).unwrap();
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    let out = sup.result(edit, None, None).unwrap();
+    let changed = out.changed_files.expect("changed files");
+    assert!(
+        changed.files.iter().any(|f| f.path == "hello.txt"),
+        "{changed:?}"
+    );
+    assert_eq!(ran(), Vec::<String>::new(), "after the editing task");
+
+    // An isolated worktree of the same repository, made, collected and discarded.
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(proj.join("README.md"), "# demo\nmore\n").unwrap();
+    let plan = run_supervisor::worktree::plan(&proj, Some(state.path()), 1).unwrap();
+    let info = run_supervisor::worktree::create(&plan, state.path()).unwrap();
+    std::fs::write(info.dir.join("README.md"), "# demo\nmore\nagent\n").unwrap();
+    run_supervisor::worktree::collect(state.path(), 1).unwrap();
+    run_supervisor::worktree::discard(state.path(), 1).unwrap();
+    assert_eq!(ran(), Vec::<String>::new(), "after the worktree");
+
+    // The planted code is live: a plain git runs it.
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(&proj)
+        .args(["status", "--porcelain"])
+        .output()
+        .unwrap();
+    assert!(
+        ran().contains(&"ran-fsmonitor".to_owned()),
+        "a plain git status should run the planted fsmonitor: {:?}",
+        ran()
+    );
+}

@@ -20,6 +20,7 @@
 //! | `overflow-loop` | a `ContextOverflowError` event every 50 ms, forever |
 //! | `flaky:N` | the first N runs (counted in the file `FAKE_OPENCODE_COUNTER`) print a 429 `APIError` and exit 1; later runs behave like `ok` |
 //! | `fallback` | prints 1.x's "is a subagent ... Falling back" line on stderr, then like `ok` |
+//! | `writes:P1,P2,...` | appends a line to each path `Pn` (relative to `PWD`, parent directories made), as a run that writes without any tool call the audit could see, then like `ok` |
 //! | `recorded:AGENT:MODEL` | like `ok` in a session of its own that it also records in opencode's store (the path opencode would use: `OPENCODE_DB`, else `$XDG_DATA_HOME/opencode/opencode.db`, else under `~/.local/share`), with one assistant message of agent `AGENT` and model `MODEL` (`provider/model`); `-` for either records what the run was asked for |
 //!
 //! Without `run`, `FAKE_OPENCODE_SCENARIO=tui` stands in for the TUI: it sleeps until killed
@@ -369,6 +370,25 @@ fn main() {
                 "! agent \"{}\" is a subagent, not a primary agent. Falling back to default agent",
                 parsed.agent.as_deref().unwrap_or("?")
             );
+            ok_run(&mut out, &parsed, &stdin);
+        }
+        s if s.starts_with("writes:") => {
+            let dir = std::path::PathBuf::from(std::env::var("PWD").unwrap_or_default());
+            for p in s[7..].split(',').filter(|p| !p.is_empty()) {
+                let path = dir.join(p);
+                if let Some(parent) = path.parent() {
+                    let _ = std::fs::create_dir_all(parent);
+                }
+                let written = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .and_then(|mut f| f.write_all(b"# written by fake-opencode\n"));
+                if let Err(e) = written {
+                    eprintln!("fake-opencode: cannot write {}: {e}", path.display());
+                    std::process::exit(1);
+                }
+            }
             ok_run(&mut out, &parsed, &stdin);
         }
         s if s.starts_with("recorded:") => {

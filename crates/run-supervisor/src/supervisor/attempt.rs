@@ -15,6 +15,7 @@ use crate::capture::HeadTail;
 use crate::changes::{self, GitSnapshot};
 use crate::classify::{Failure, FailureKind};
 use crate::command::{self, Capabilities};
+use crate::footprint::{self, Footprint};
 use crate::quota;
 use crate::runner::backend;
 use crate::spec::TaskSpec;
@@ -130,16 +131,45 @@ pub(super) async fn run_task(
             .flatten()
     };
     let read_only = spec.read_only;
+    // A read-only run also must not touch what git status does not show: `.git/`, ignored
+    // paths, a tree outside git.
+    let footprint = if read_only {
+        let dir = cwd.clone();
+        let cfg = &shared.config;
+        let var = |k: &str| {
+            spec.env
+                .iter()
+                .chain(cfg.env.iter())
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var(k).ok())
+        };
+        let mut skip = footprint::runner_dirs(var);
+        skip.extend(cfg.state_dir.clone());
+        skip.push(cfg.prompt_dir.clone());
+        tokio::task::spawn_blocking(move || Footprint::take(&dir, &skip))
+            .await
+            .ok()
+    } else {
+        None
+    };
     let expected = audited::Expected::of(&spec);
     let dir = cwd.clone();
     let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
     let mut tree = None;
+    let mut disk = None;
     if read_only {
         tree = match before {
             Some(snap) => tokio::task::spawn_blocking(move || snap.changes_since())
                 .await
                 .ok()
                 .flatten(),
+            None => None,
+        };
+        disk = match footprint {
+            Some(fp) => tokio::task::spawn_blocking(move || fp.changes_since())
+                .await
+                .ok(),
             None => None,
         };
     } else {
@@ -158,7 +188,8 @@ pub(super) async fn run_task(
     // An isolated task: its patch, before it is shown finished.
     let collect = move || crate::worktree::after_run(state_dir.as_deref(), id);
     let _ = tokio::task::spawn_blocking(collect).await;
-    let (state, failure) = audited::settle(&shared, id, &expected, state, failure, tree).await;
+    let (state, failure) =
+        audited::settle(&shared, id, &expected, state, failure, tree, disk).await;
     finish(&shared, id, state, failure).await;
 }
 

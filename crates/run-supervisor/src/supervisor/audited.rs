@@ -11,6 +11,7 @@ use super::Shared;
 use crate::audit::{self, Asked, Denied};
 use crate::changes::ChangedFiles;
 use crate::classify::Failure;
+use crate::footprint::Touched;
 use crate::runner::backend;
 use crate::spec::TaskSpec;
 use crate::task::{TaskId, TaskState};
@@ -34,9 +35,10 @@ impl Expected {
 }
 
 /// Audits task `id` after its last attempt (`state`, `failure`: how the attempts ended;
-/// `tree`: what changed in the git tree while a read-only agent ran) and returns the state and
+/// `tree`: what changed in the git tree while a read-only agent ran; `disk`: what changed in
+/// its footprint, `.git/`, ignored paths or a tree outside git) and returns the state and
 /// failure it ends with. Sets the task's audit line. Runs that are not opencode's (`claude -p`)
-/// are not audited.
+/// have no session to audit; their read-only tree is still checked.
 pub(super) async fn settle(
     shared: &Arc<Shared>,
     id: TaskId,
@@ -44,6 +46,7 @@ pub(super) async fn settle(
     state: TaskState,
     failure: Option<Failure>,
     tree: Option<ChangedFiles>,
+    disk: Option<Touched>,
 ) -> (TaskState, Option<Failure>) {
     let Some((opencode, session, model, since, calls)) = shared.with(id, |r| {
         (
@@ -60,7 +63,17 @@ pub(super) async fn settle(
         return (state, failure);
     };
     if !opencode {
-        return (state, failure);
+        let found = expected
+            .read_only
+            .then(|| audit::read_only_tree(&expected.agent, tree.as_ref(), disk.as_ref()))
+            .flatten();
+        if found.is_some() && tree.as_ref().is_some_and(|t| !t.files.is_empty()) {
+            shared.with(id, |r| r.changes = tree);
+        }
+        return match (state, found) {
+            (TaskState::Succeeded, Some(f)) => (TaskState::Failed, Some(f)),
+            (state, _) => (state, failure),
+        };
     }
     let reader = shared.config.session_reader.clone();
     let used = match (reader, session) {
@@ -84,6 +97,7 @@ pub(super) async fn settle(
         used.as_ref().map_err(String::as_str),
         &calls,
         tree.as_ref(),
+        disk.as_ref(),
     );
     let mut note = found.note;
     let (state, failure) = match (state, found.failure) {
