@@ -12,6 +12,7 @@ mod first_run;
 mod kill_guarantees;
 mod live_claude_code;
 mod live_claude_runner;
+mod live_fence;
 mod live_isolation;
 mod live_roster;
 mod load;

@@ -147,6 +147,13 @@ async fn live_claude_tool_sets_are_enforced_read_only_vs_editing() {
     for id in [a, b, c, d] {
         let s = finish(&sup, id, RUN_LIMIT).await;
         assert_eq!(s.state, TaskState::Succeeded, "task {id}: {s:?}");
+        // The real `claude -p` runs inside the kernel fence too, and works there.
+        assert!(
+            s.sandbox
+                .as_deref()
+                .is_some_and(|t| t.starts_with("confined (Landlock ABI ")),
+            "task {id}: {s:?}"
+        );
     }
     // Read-only: Write does not exist for the run; nothing is written.
     let ra = sup.result(a, None, None).unwrap();
