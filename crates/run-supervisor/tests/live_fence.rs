@@ -26,6 +26,22 @@ fn call(tool: &str, args: serde_json::Value) -> String {
     format!("CALL {tool} {args}\n")
 }
 
+fn write(path: &Path, content: &str) -> String {
+    call(
+        "write",
+        serde_json::json!({"filePath": path, "content": content}),
+    )
+}
+
+/// Everything the fake model was sent (tool results included).
+fn sent(llm: &FakeLlm) -> String {
+    llm.requests()
+        .iter()
+        .map(|r| r.body.clone())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn bash(command: &str) -> String {
     call(
         "bash",
@@ -116,14 +132,8 @@ async fn live_a_read_only_run_writes_nothing_and_reads_nothing_outside_its_proje
             k = w.ssh_key.display(),
             s = w.sibling.display()
         )),
-        call(
-            "write",
-            serde_json::json!({"filePath": w.proj.join("write-in.txt"), "content": "x"}),
-        ),
-        call(
-            "write",
-            serde_json::json!({"filePath": w.outside.join("write-out.txt"), "content": "x"}),
-        ),
+        write(&w.proj.join("write-in.txt"), "x"),
+        write(&w.outside.join("write-out.txt"), "x"),
         call(
             "read",
             serde_json::json!({"filePath": w.ssh_key}),
@@ -158,12 +168,7 @@ async fn live_a_read_only_run_writes_nothing_and_reads_nothing_outside_its_proje
     }
     let config = std::fs::read_to_string(w.proj.join(".git/config")).unwrap();
     assert!(!config.contains("fsmonitor"), "{config}");
-    let sent: String = llm
-        .requests()
-        .iter()
-        .map(|r| r.body.clone())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let sent = sent(&llm);
     assert!(
         !sent.contains("PRIVATE-KEY-CONTENT-9x"),
         "the key reached the model"
@@ -183,23 +188,14 @@ async fn live_an_editing_run_writes_its_project_and_nothing_else() {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let w = world(&llm);
-    // A symlink committed in the repository that leads out of it.
+    // Symlinks in the repository that lead out of it.
     std::os::unix::fs::symlink(&w.outside, w.proj.join("escape")).unwrap();
     std::os::unix::fs::symlink(&w.sibling, w.proj.join("next-door")).unwrap();
     let prompt = [
         "Edit the project.\n".to_owned(),
-        call(
-            "write",
-            serde_json::json!({"filePath": w.proj.join("done.txt"), "content": "edited\n"}),
-        ),
-        call(
-            "write",
-            serde_json::json!({"filePath": w.outside.join("abs.txt"), "content": "x"}),
-        ),
-        call(
-            "write",
-            serde_json::json!({"filePath": w.proj.join("escape/link.txt"), "content": "x"}),
-        ),
+        write(&w.proj.join("done.txt"), "edited\n"),
+        write(&w.outside.join("abs.txt"), "x"),
+        write(&w.proj.join("escape/link.txt"), "x"),
         bash(&format!(
             "echo x > escape/bash-link.txt; echo x > {o}/bash-abs.txt; echo x > next-door/notes.txt; rm -f {s}/notes.txt; kill -0 {me} && echo SIGNALLED-THE-$((6*7)); echo ok > bash-in.txt",
             o = w.outside.display(),
@@ -246,12 +242,7 @@ async fn live_an_editing_run_writes_its_project_and_nothing_else() {
         "SIBLING-CONTENT-7q\n",
         "the sibling repository is untouched"
     );
-    let sent: String = llm
-        .requests()
-        .iter()
-        .map(|r| r.body.clone())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let sent = sent(&llm);
     assert!(
         !sent.contains("SIGNALLED-THE-BRIDGE"),
         "the run signalled the bridge"
@@ -274,10 +265,7 @@ async fn live_with_the_fence_off_the_same_write_lands_and_the_status_says_so() {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let w = world(&llm);
-    let prompt = call(
-        "write",
-        serde_json::json!({"filePath": w.outside.join("abs.txt"), "content": "x"}),
-    );
+    let prompt = write(&w.outside.join("abs.txt"), "x");
     let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Off);
     let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: fence off");
     spec.model = Some("fk/script".into());
