@@ -44,7 +44,13 @@ fn dir_named(root: &Path, rel: &str) -> PathBuf {
 fn live_opencode_runs_take_option_like_values_as_values() {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
-    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    // `reader`: a read-only agent (edit and bash denied), which runs without `--auto`.
+    let sb = OpencodeSandbox::with_config(
+        &llm.base_url(),
+        json!({"agent": {"reader": {"mode": "primary", "description": "reads only",
+                                    "permission": {"edit": "deny", "bash": "deny"}}}}),
+    )
+    .unwrap();
     let world = World::new();
     let proj = sb.project_dir().canonicalize().unwrap();
     // Outside the root: where `--dir` would send the run, and a file `--file` would attach.
@@ -80,6 +86,9 @@ fn live_opencode_runs_take_option_like_values_as_values() {
                "label": "-m", "prompt": "--\nSay hello."}),
         json!({"tier": "easy", "model": "fk/ok", "lane": "--agent=build", "cwd": "--",
                "label": "--session=x", "prompt": "--auto\nSay hello, then stop."}),
+        // 4. A read-only run titled `--auto`, whose model reads outside its directory (an ask).
+        json!({"tier": "easy", "agent": "reader", "model": "fk/toolread-denied", "title": "--auto",
+               "prompt": "Read the file."}),
     ];
     let mut ids = Vec::new();
     let mut titles = Vec::new();
@@ -97,19 +106,33 @@ fn live_opencode_runs_take_option_like_values_as_values() {
     }
     assert_eq!(titles[0], dir_flag);
     assert_eq!(titles[1], file_flag);
+    assert_eq!(titles[3], "--auto");
     assert!(
         titles[2].starts_with("AGENT-BUILD/worker: "),
         "{}",
         titles[2]
     );
     let mut statuses = Vec::new();
-    for id in &ids {
+    for id in &ids[..3] {
         let status = common::until_ended(&mut server, id, &mut next);
         // Succeeded also means the post-run audit found the agent and model that were asked
         // (`worker`, not `build`) in the session's record.
         assert!(status.contains("succeeded"), "task {id}: {status}");
         statuses.push(status);
     }
+    // The read-only run's ask was not approved: `--auto` stayed its title.
+    let status = common::until_ended(&mut server, &ids[3], &mut next);
+    next += 1;
+    let (result, _) = server.call_text(next, "opencode_result", json!({"id": ids[3]}));
+    assert!(
+        status.contains("failed") && status.contains("permission auto-rejected"),
+        "{status}"
+    );
+    assert!(
+        result.contains("-> read [error] => The user rejected permission"),
+        "{result}"
+    );
+    statuses.push(status);
 
     // The write landed in the directory asked for, not where `--dir` points.
     let written: Vec<_> = std::fs::read_dir(&elsewhere)
@@ -145,8 +168,9 @@ fn live_opencode_runs_take_option_like_values_as_values() {
         .as_array()
         .unwrap_or_else(|| panic!("{sessions}"))
         .clone();
-    let dirs = [&cwd1, &cwd2, &cwd3];
-    for ((title, dir), status) in titles.iter().zip(dirs).zip(&statuses) {
+    let dirs = [&cwd1, &cwd2, &cwd3, &proj];
+    let agents = ["worker", "worker", "worker", "reader"];
+    for (((title, dir), agent), status) in titles.iter().zip(dirs).zip(agents).zip(&statuses) {
         let id = session_of(status);
         let s = listed
             .iter()
@@ -154,7 +178,7 @@ fn live_opencode_runs_take_option_like_values_as_values() {
             .unwrap_or_else(|| panic!("session {id} not listed: {sessions}"));
         assert_eq!(s["title"], title.as_str(), "{s}");
         assert_eq!(s["directory"], dir.to_string_lossy().as_ref(), "{s}");
-        assert_eq!(s["agent"], "worker", "{s}");
+        assert_eq!(s["agent"], agent, "{s}");
     }
 }
 
