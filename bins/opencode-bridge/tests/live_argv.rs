@@ -1,8 +1,10 @@
 //! No caller string is ever an option, through both runners against the real binaries: every
 //! string argument of `opencode_start` that reaches a run carries a value that would be an
 //! option if it stood alone on the command line (`--dir=…`, `--file=…`, `--add-dir=…`,
-//! `--agent=build`, `--auto`, `-m`, `-f`, `--`), and the disk, the model's requests and the
-//! session record show that none took effect. The arguments that refuse such values (model,
+//! `--agent=build`, `--auto`, `-m`, `-f`, `--`), and the disk, the model's requests, the
+//! permission answers and the session record show that none took effect. On the command line
+//! of before (`--title <value>`), the write went to the `--dir` target, the `--file` target
+//! reached the model and a read-only run titled `--auto` had its ask approved. The arguments that refuse such values (model,
 //! agent, session) need no run: `tools::tests::option_like_values_are_refused_where_they_can_only_be_mistakes`
 //! pins which argument is which, so a new string argument is placed before it ships.
 
