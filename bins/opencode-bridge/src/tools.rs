@@ -8,6 +8,7 @@
 use bridge_policy::{Mode, Tier};
 use bridge_render::{ArgError, ArgProblem};
 use run_supervisor::Isolation;
+use run_supervisor::argv::option_like;
 use run_supervisor::claude::{CLAUDE_ALIASES, capitalized, is_claude_alias};
 use serde_json::{Map, Value, json};
 
@@ -68,6 +69,22 @@ pub const WAIT_MAX_S: u64 = 55;
 /// Task ids one `opencode_wait` accepts.
 pub const WAIT_MAX_IDS: usize = 64;
 
+/// The longest path argument (`cwd`, `directory`): Linux's PATH_MAX.
+pub const MAX_PATH_CHARS: usize = 4096;
+/// The longest name argument: an agent, a lane, a label, a model, a session or task id.
+pub const MAX_NAME_CHARS: usize = 100;
+/// The longest model argument (`provider/model#variant` can be long on gateways).
+pub const MAX_MODEL_CHARS: usize = 200;
+/// The longest title argument (and `title_prefix`).
+pub const MAX_TITLE_CHARS: usize = 200;
+/// The longest `search` text.
+pub const MAX_SEARCH_CHARS: usize = 1000;
+/// The longest prompt (about 250 000 tokens: more than any model reads at once).
+pub const MAX_PROMPT_CHARS: usize = 1_000_000;
+/// The schema pattern of values that must not look like an option (an agent, a session id):
+/// empty, or a first character other than white space that is not `-`.
+pub const NOT_OPTION_LIKE: &str = r"^\s*($|[^\s-])";
+
 /// Everything `tools/list` says about one tool.
 #[derive(Debug, Clone)]
 pub struct ToolDef {
@@ -81,7 +98,8 @@ pub struct ToolDef {
 
 /// The twelve tool definitions.
 pub fn definitions() -> Vec<ToolDef> {
-    let id = |what: &str| json!({"type": "string", "minLength": 1, "description": what});
+    let id = |what: &str| json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": what});
+    let session_id = |what: &str| json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": what});
     vec![
         ToolDef {
             name: "opencode_start",
@@ -91,18 +109,18 @@ pub fn definitions() -> Vec<ToolDef> {
                 "type": "object",
                 "properties": {
                     "tier": {"type": "string", "enum": TIERS, "description": "How hard the job is. Only easy and medium are delegated; when unsure, treat the job as one tier harder."},
-                    "prompt": {"type": "string", "minLength": 1, "description": "The complete task for the agent; its first line becomes the session title's task part."},
-                    "cwd": {"type": "string", "description": "Working directory of the run; must lie inside OPENCODE_BRIDGE_ROOT. Default: the root."},
-                    "lane": {"type": "string", "description": "LANE part of the title (capitals). Default: the working directory's name upper-cased."},
-                    "agent": {"type": "string", "description": "opencode agent (explorer, librarian, deep-research, oracle, fixer, designer, worker, ...). Default: OPENCODE_BRIDGE_AGENT or worker; explorer in sensitive mode."},
-                    "title": {"type": "string", "description": "Explicit session title; should follow `LANE/agent: task`."},
+                    "prompt": {"type": "string", "minLength": 1, "maxLength": MAX_PROMPT_CHARS, "description": "The complete task for the agent; its first line becomes the session title's task part."},
+                    "cwd": {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "Working directory of the run; must lie inside OPENCODE_BRIDGE_ROOT. Default: the root."},
+                    "lane": {"type": "string", "maxLength": MAX_NAME_CHARS, "description": "LANE part of the title (capitals). Default: the working directory's name upper-cased."},
+                    "agent": {"type": "string", "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "opencode agent (explorer, librarian, deep-research, oracle, fixer, designer, worker, ...). Default: OPENCODE_BRIDGE_AGENT or worker; explorer in sensitive mode."},
+                    "title": {"type": "string", "maxLength": MAX_TITLE_CHARS, "description": "Explicit session title; should follow `LANE/agent: task`."},
                     "mode": {"type": "string", "enum": MODES, "description": "Routing mode, only when the user asked for one. Sensitive always wins over other sources."},
                     "mechanical": {"type": "boolean", "description": "The job is a purely mechanical edit (rename, reformat, move). Lets fixer/worker run in sensitive mode."},
-                    "model": {"type": "string", "pattern": model_pattern(), "description": "provider/model[#variant] runs through opencode; a Claude model (sonnet, opus, haiku, claude-..., claude/<model>, optionally #effort) runs through Claude Code (`claude -p`) with the same policy, a read-only or editing tool set by agent, and no MCP servers. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
+                    "model": {"type": "string", "maxLength": MAX_MODEL_CHARS, "pattern": model_pattern(), "description": "provider/model[#variant] runs through opencode; a Claude model (sonnet, opus, haiku, claude-..., claude/<model>, optionally #effort) runs through Claude Code (`claude -p`) with the same policy, a read-only or editing tool set by agent, and no MCP servers. Default: OPENCODE_BRIDGE_MODEL, else opencode's default."},
                     "wait_s": {"type": "integer", "minimum": 1, "maximum": WAIT_MAX_S, "description": "Sync run: wait up to this many seconds (at most 55, under client tool timeouts) and return the result directly if the task finishes in time; otherwise the task id is returned as usual."},
                     "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."},
-                    "session": {"type": "string", "minLength": 1, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
-                    "label": {"type": "string", "minLength": 1, "maxLength": 100, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."},
+                    "session": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
+                    "label": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."},
                     "isolation": {"type": "string", "enum": ISOLATIONS, "description": "worktree: an editing agent works in its own detached git worktree (your uncommitted and untracked files carried over) and your checkout is not touched; opencode_result shows its patch and opencode_apply brings it in or discards it. Needs a git repository with a commit. Default: none (the agent edits your checkout)."}
                 },
                 "required": ["tier", "prompt"],
@@ -164,7 +182,7 @@ pub fn definitions() -> Vec<ToolDef> {
             schema: json!({
                 "type": "object",
                 "properties": {
-                    "ids": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": WAIT_MAX_IDS, "description": "Task ids returned by opencode_start."},
+                    "ids": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS}, "minItems": 1, "maxItems": WAIT_MAX_IDS, "description": "Task ids returned by opencode_start."},
                     "mode": {"type": "string", "enum": WAIT_MODES, "description": "any (default): return when one has finished; all: when every one has."},
                     "timeout_s": {"type": "integer", "minimum": 1, "maximum": WAIT_MAX_S, "description": "Longest wait in seconds (default 50)."}
                 },
@@ -194,7 +212,7 @@ pub fn definitions() -> Vec<ToolDef> {
             schema: json!({
                 "type": "object",
                 "properties": {
-                    "label": {"type": "string", "minLength": 1, "description": "Only tasks started with this label."}
+                    "label": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "Only tasks started with this label."}
                 },
                 "additionalProperties": false
             }),
@@ -208,7 +226,7 @@ pub fn definitions() -> Vec<ToolDef> {
             schema: json!({
                 "type": "object",
                 "properties": {
-                    "cwd": {"type": "string", "description": "Directory whose project decides the mode. Default: OPENCODE_BRIDGE_ROOT."},
+                    "cwd": {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "Directory whose project decides the mode. Default: OPENCODE_BRIDGE_ROOT."},
                     "mode": {"type": "string", "enum": MODES, "description": "Show the policy as if this mode were asked for."}
                 },
                 "additionalProperties": false
@@ -224,10 +242,10 @@ pub fn definitions() -> Vec<ToolDef> {
                 "type": "object",
                 "properties": {
                     "state": {"type": "string", "enum": STATES, "description": "Only sessions in this state."},
-                    "agent": {"type": "string", "description": "Only sessions of this agent."},
-                    "directory": {"type": "string", "description": "Only sessions whose directory contains this text."},
-                    "search": {"type": "string", "description": "Case-insensitive text searched in titles and messages."},
-                    "title_prefix": {"type": "string", "description": "Only titles starting with this, e.g. `DOCS/` for one lane."},
+                    "agent": {"type": "string", "maxLength": MAX_NAME_CHARS, "description": "Only sessions of this agent."},
+                    "directory": {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "Only sessions whose directory contains this text."},
+                    "search": {"type": "string", "maxLength": MAX_SEARCH_CHARS, "description": "Case-insensitive text searched in titles and messages."},
+                    "title_prefix": {"type": "string", "maxLength": MAX_TITLE_CHARS, "description": "Only titles starting with this, e.g. `DOCS/` for one lane."},
                     "since_minutes": {"type": "integer", "minimum": 1, "maximum": 525600, "description": "Only sessions updated in the last N minutes."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 500, "description": "At most this many sessions (default 30)."},
                     "children": {"type": "string", "enum": CHILDREN, "description": "Subagent (child) sessions: include (default), exclude, or only."}
@@ -244,7 +262,7 @@ pub fn definitions() -> Vec<ToolDef> {
             schema: json!({
                 "type": "object",
                 "properties": {
-                    "id": id("Session id (ses_...), as opencode_sessions or opencode_status show it."),
+                    "id": session_id("Session id (ses_...), as opencode_sessions or opencode_status show it."),
                     "mode": {"type": "string", "enum": OUTPUT_MODES, "description": "last, tail (default) or full."},
                     "messages": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Messages shown by tail (default 12)."},
                     "max_chars": {"type": "integer", "minimum": 200, "maximum": REPLY_CAP_CHARS, "description": "Cut the text to this many characters, keeping the end (default 20000)."}
@@ -262,8 +280,8 @@ pub fn definitions() -> Vec<ToolDef> {
             schema: json!({
                 "type": "object",
                 "properties": {
-                    "id": id("Session id (ses_...)."),
-                    "title": {"type": "string", "minLength": 1, "maxLength": 200, "description": "The new title, e.g. `DOCS/librarian: collect API notes`."}
+                    "id": session_id("Session id (ses_...)."),
+                    "title": {"type": "string", "minLength": 1, "maxLength": MAX_TITLE_CHARS, "description": "The new title, e.g. `DOCS/librarian: collect API notes`."}
                 },
                 "required": ["id", "title"],
                 "additionalProperties": false
@@ -293,7 +311,7 @@ pub fn model_pattern() -> String {
         .chain(CLAUDE_ALIASES.iter().map(|a| capitalized(a)))
         .collect();
     format!(
-        r"^([^/\s#]+/[^\s#]+|[Cc]laude-[^/\s#]+|({})(\[1m\])?)(#[^\s#]+)?$",
+        r"^([^-/\s#][^/\s#]*/[^-\s#][^\s#]*|[Cc]laude-[^/\s#]+|({})(\[1m\])?)(#[^-\s#][^\s#]*)?$",
         aliases.join("|")
     )
 }
@@ -408,14 +426,17 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             prompt: a.required_str("prompt")?,
             cwd: a.opt_str("cwd")?,
             lane: a.opt_str("lane")?,
-            agent: a.opt_str("agent")?,
+            agent: a.opt_not_option("agent", "agent")?,
             title: a.opt_str("title")?,
             mode: a.opt_choice("mode", &Mode::ALL, Mode::as_str)?,
             mechanical: a.opt_bool("mechanical")?.unwrap_or(false),
             model: a.opt_model("model")?,
             timeout_minutes: a.opt_int("timeout_minutes", 1, 1440)?,
-            session: a.opt_nonempty("session")?,
-            label: a.opt_str_max("label", 100)?,
+            session: match a.opt_nonempty("session")? {
+                Some(_) => a.opt_not_option("session", "session id")?,
+                None => None,
+            },
+            label: a.opt_str_max("label", MAX_NAME_CHARS)?,
             wait_s: a.opt_int("wait_s", 1, WAIT_MAX_S)?,
             isolation: match a.opt_enum("isolation", &ISOLATIONS)?.as_deref() {
                 Some("worktree") => Isolation::Worktree,
@@ -466,7 +487,7 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             children: a.opt_enum("children", &CHILDREN)?,
         }),
         "opencode_session_output" => Call::SessionOutput(OutputArgs {
-            id: a.required_str("id")?,
+            id: a.required_session_id("id")?,
             mode: a
                 .opt_enum("mode", &OUTPUT_MODES)?
                 .unwrap_or_else(|| "tail".into()),
@@ -478,8 +499,8 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
                 .unwrap_or(OUTPUT_DEFAULT_CHARS),
         }),
         "opencode_session_rename" => Call::Rename {
-            id: a.required_str("id")?,
-            title: a.required_str_max("title", 200)?,
+            id: a.required_session_id("id")?,
+            title: a.required_str_max("title", MAX_TITLE_CHARS)?,
         },
         "opencode_processes" => Call::Processes,
         other => return Err(ArgError::new(other, ArgProblem::UnknownTool)),
@@ -518,10 +539,26 @@ impl Args<'_> {
         self.map.get(field).filter(|v| !v.is_null())
     }
 
+    /// The `maxLength` the schema gives `field` (every string argument has one, or an enum).
+    fn max_len(&self, field: &str) -> Option<usize> {
+        let p = &self.schema["properties"][field];
+        p["maxLength"]
+            .as_u64()
+            .or_else(|| p["items"]["maxLength"].as_u64())
+            .map(|m| m as usize)
+    }
+
+    /// A string of at most the schema's `maxLength` characters, checked before anything else
+    /// looks at it (so no long value is echoed or goes further).
     fn opt_str(&self, field: &'static str) -> Result<Option<String>, ArgError> {
         match self.get(field) {
             None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::String(s)) => match self.max_len(field) {
+                Some(max) if s.chars().nth(max).is_some() => {
+                    Err(ArgError::new(field, ArgProblem::TooLong { max }))
+                }
+                _ => Ok(Some(s.clone())),
+            },
             Some(v) => Err(ArgError::new(
                 field,
                 ArgProblem::WrongType {
@@ -553,6 +590,39 @@ impl Args<'_> {
         }
     }
 
+    /// A string that must not look like an option (an agent, a session id).
+    fn opt_not_option(
+        &self,
+        field: &'static str,
+        what: &'static str,
+    ) -> Result<Option<String>, ArgError> {
+        match self.opt_str(field)? {
+            Some(s) if option_like(&s) => Err(ArgError::new(
+                field,
+                ArgProblem::OptionLike {
+                    got: Value::String(s),
+                    what,
+                },
+            )),
+            other => Ok(other),
+        }
+    }
+
+    /// A required session id: not empty, not looking like an option.
+    fn required_session_id(&self, field: &'static str) -> Result<String, ArgError> {
+        let s = self.required_str(field)?;
+        if option_like(&s) {
+            return Err(ArgError::new(
+                field,
+                ArgProblem::OptionLike {
+                    got: Value::String(s),
+                    what: "session id",
+                },
+            ));
+        }
+        Ok(s)
+    }
+
     fn opt_str_max(&self, field: &'static str, max: usize) -> Result<Option<String>, ArgError> {
         let s = self.opt_nonempty(field)?;
         if s.as_ref().is_some_and(|s| s.chars().count() > max) {
@@ -574,6 +644,12 @@ impl Args<'_> {
             Some(Value::Array(items)) if !items.is_empty() && items.len() <= max => items
                 .iter()
                 .map(|v| match v {
+                    Value::String(s) if s.chars().count() > MAX_NAME_CHARS => Err(ArgError::new(
+                        field,
+                        ArgProblem::TooLong {
+                            max: MAX_NAME_CHARS,
+                        },
+                    )),
                     Value::String(s) if !s.is_empty() => Ok(s.clone()),
                     _ => Err(bad()),
                 })
@@ -685,6 +761,17 @@ impl Args<'_> {
         let Some(model) = self.opt_str(field)? else {
             return Ok(None);
         };
+        let (main, variant) = model.split_once('#').unwrap_or((&model, ""));
+        let (provider, name) = main.split_once('/').unwrap_or((main, ""));
+        if [provider, name, variant].into_iter().any(option_like) {
+            return Err(ArgError::new(
+                field,
+                ArgProblem::OptionLike {
+                    got: Value::String(model),
+                    what: "model",
+                },
+            ));
+        }
         if valid_model(&model) {
             Ok(Some(model))
         } else {
@@ -734,7 +821,9 @@ pub fn valid_model(model: &str) -> bool {
         Some((b, e)) => (b, Some(e)),
         None => (model, None),
     };
-    let clean = |s: &str| !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c == '#');
+    let clean = |s: &str| {
+        !s.is_empty() && !s.starts_with('-') && !s.chars().any(|c| c.is_whitespace() || c == '#')
+    };
     let claude_id = ["claude-", "Claude-"].iter().any(|p| {
         base.strip_prefix(p)
             .is_some_and(|rest| clean(rest) && !rest.contains('/'))
@@ -747,8 +836,12 @@ pub fn valid_model(model: &str) -> bool {
         Some((m, v)) => (m, Some(v)),
         None => (model, None),
     };
-    let ok_part =
-        |s: &str| !s.is_empty() && !s.chars().any(char::is_whitespace) && !s.contains('#');
+    let ok_part = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('-')
+            && !s.chars().any(char::is_whitespace)
+            && !s.contains('#')
+    };
     let Some((provider, name)) = main.split_once('/') else {
         return false;
     };
@@ -1021,6 +1114,156 @@ mod tests {
             .unwrap_err()
             .contains("wait_s")
         );
+    }
+
+    /// A valid value for a property of a tool's schema (the base of the calls below).
+    fn valid_value(p: &Value) -> Value {
+        if let Some(e) = p["enum"].as_array() {
+            return e[0].clone();
+        }
+        match p["type"].as_str() {
+            Some("integer") => json!(p["minimum"].as_u64().unwrap_or(1)),
+            Some("boolean") => json!(true),
+            Some("array") => json!(["1"]),
+            _ => json!("x"),
+        }
+    }
+
+    /// Every string argument of every tool (array items included) is an enum or has a
+    /// `maxLength`, and the validator refuses one character more with a line naming the field
+    /// and the limit, before anything else looks at the value: no tool echoes a long input.
+    #[test]
+    fn every_string_argument_has_a_limit_that_is_enforced() {
+        let mut checked = 0;
+        for def in definitions() {
+            let props = def.schema["properties"].as_object().unwrap();
+            let required: Vec<&str> = def.schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let base: Map<String, Value> = required
+                .iter()
+                .map(|r| (r.to_string(), valid_value(&props[*r])))
+                .collect();
+            let validator = jsonschema::validator_for(&def.schema).unwrap();
+            for (name, p) in props {
+                let (string, array) = match p["type"].as_str() {
+                    Some("string") => (p, false),
+                    Some("array") => (&p["items"], true),
+                    _ => continue,
+                };
+                if string["enum"].is_array() {
+                    continue;
+                }
+                let max = string["maxLength"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{} `{name}` has no maxLength", def.name))
+                    as usize;
+                let long = "a".repeat(max + 1);
+                let mut args = base.clone();
+                args.insert(
+                    name.clone(),
+                    if array { json!([long]) } else { json!(long) },
+                );
+                let e = parse_call(def.name, Some(&args)).unwrap_err();
+                assert_eq!(
+                    e.mcp_text(),
+                    format!("bad argument `{name}`: longer than {max} characters"),
+                    "{} {name}",
+                    def.name
+                );
+                assert!(!validator.is_valid(&Value::Object(args.clone())));
+                let fits = "a".repeat(max);
+                args.insert(
+                    name.clone(),
+                    if array { json!([fits]) } else { json!(fits) },
+                );
+                if let Err(e) = parse_call(def.name, Some(&args)) {
+                    assert!(
+                        !matches!(e.problem, ArgProblem::TooLong { .. }),
+                        "{} {name}: {e}",
+                        def.name
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "{checked} string arguments checked");
+    }
+
+    /// What each string argument of `opencode_start` does with values that look like options:
+    /// refused where they can only be mistakes, accepted (and passed as values, never as
+    /// options: `run_supervisor::argv`) elsewhere. A new string argument fails here until it
+    /// is placed in one list, and the accepted ones are each run through both runners with such
+    /// values by the live test `live_argv`.
+    #[test]
+    fn option_like_values_are_refused_where_they_can_only_be_mistakes() {
+        const INJECTIONS: [&str; 8] = [
+            "--dir=/tmp/elsewhere",
+            "--file=/etc/passwd",
+            "-f",
+            "--auto",
+            "--agent=build",
+            "-m",
+            "--session=x",
+            "--",
+        ];
+        const REFUSED: [&str; 3] = ["model", "agent", "session"];
+        const CLOSED_SETS: [&str; 3] = ["tier", "mode", "isolation"];
+        const ACCEPTED: [&str; 5] = ["prompt", "cwd", "lane", "title", "label"];
+        let start = definitions().into_iter().next().unwrap();
+        assert_eq!(start.name, "opencode_start");
+        let validator = jsonschema::validator_for(&start.schema).unwrap();
+        for (name, p) in start.schema["properties"].as_object().unwrap() {
+            if p["type"] != "string" {
+                continue;
+            }
+            for v in INJECTIONS {
+                let mut args = json!({"tier": "easy", "prompt": "x"});
+                args[name.as_str()] = json!(v);
+                let got = parse_call("opencode_start", args.as_object());
+                assert_eq!(got.is_ok(), validator.is_valid(&args), "{name}={v}");
+                if REFUSED.contains(&name.as_str()) {
+                    let e = got.unwrap_err();
+                    assert!(
+                        matches!(e.problem, ArgProblem::OptionLike { .. }),
+                        "{name}={v}: {e}"
+                    );
+                    assert!(e.mcp_text().contains("starts with `-`"), "{e}");
+                } else if CLOSED_SETS.contains(&name.as_str()) {
+                    assert!(got.is_err(), "{name}={v}");
+                } else {
+                    assert!(ACCEPTED.contains(&name.as_str()), "`{name}` is in no list");
+                    assert!(got.is_ok(), "{name}={v}: {got:?}");
+                }
+            }
+        }
+        for m in ["fk/--auto", "fk/ok#--variant=x", "claude/-p", "sonnet#-x"] {
+            let e = call(
+                "opencode_start",
+                json!({"tier": "easy", "prompt": "x", "model": m}),
+            )
+            .unwrap_err();
+            assert!(
+                e.contains("starts with `-`, which no model does"),
+                "{m}: {e}"
+            );
+        }
+        for (tool, args) in [
+            ("opencode_session_output", json!({"id": "--session=x"})),
+            (
+                "opencode_session_rename",
+                json!({"id": "--session=x", "title": "t"}),
+            ),
+        ] {
+            let e = call(tool, args).unwrap_err();
+            assert!(
+                e.starts_with(
+                    "bad argument `id`: \"--session=x\" starts with `-`, which no session id does"
+                ),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -340,7 +340,56 @@ fn hundreds_of_malformed_inputs_each_get_one_line_and_the_server_keeps_answering
         json!({"state": "s".repeat(4 << 20)}),
     ));
 
-    let mut cases = 0usize;
+    // Every string argument with a limit, 1 MB long (opencode_policy's cwd 5 MB, which was
+    // echoed twice): refused naming the field and the limit, and the whole answer is short.
+    let mut long_calls = Vec::new();
+    for t in &tools {
+        let name = t["name"].as_str().unwrap();
+        let schema = &t["inputSchema"];
+        for (prop, ps) in schema["properties"].as_object().unwrap() {
+            let (item, array) = match ps["type"].as_str() {
+                Some("array") => (&ps["items"], true),
+                _ => (ps, false),
+            };
+            let Some(max) = item["maxLength"].as_u64() else {
+                continue;
+            };
+            let mb = if name == "opencode_policy" { 5 } else { 1 };
+            let long = "-".repeat(mb << 20);
+            let mut a = Map::new();
+            for r in schema["required"].as_array().into_iter().flatten() {
+                let r = r.as_str().unwrap();
+                a.insert(r.into(), valid_value(&schema["properties"][r]));
+            }
+            a.insert(
+                prop.clone(),
+                if array { json!([long]) } else { json!(long) },
+            );
+            long_calls.push((name.to_owned(), prop.clone(), max, Value::Object(a)));
+        }
+    }
+    assert!(long_calls.len() >= 20, "{}", long_calls.len());
+    for (tool, prop, max, args) in &long_calls {
+        let case = format!("{tool} long {prop}");
+        let id = s.id();
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}});
+        s.write_raw(line.to_string().as_bytes());
+        let (_, r) = s.until(id, &case);
+        let text = error_text(&case, &r);
+        assert_eq!(
+            text.trim_end(),
+            format!("bad argument `{prop}`: longer than {max} characters"),
+            "{case}"
+        );
+        assert!(
+            r.to_string().len() < 1024,
+            "{case}: {} bytes",
+            r.to_string().len()
+        );
+    }
+
+    let mut cases = long_calls.len();
     for (tool, what, args) in &calls {
         let case = format!("{tool} {what}");
         let id = s.id();

@@ -10,6 +10,7 @@ mod everyday;
 mod faults;
 mod first_run;
 mod kill_guarantees;
+mod live_argv;
 mod live_claude_code;
 mod live_claude_runner;
 mod live_fence;

@@ -55,6 +55,13 @@ pub enum ArgProblem {
     NotTaskIds { max: usize },
     /// A model in none of the accepted shapes.
     BadModel { got: String },
+    /// A value starting with `-` where none can (a model, an agent, a session id): on a
+    /// command line it would look like an option.
+    OptionLike {
+        got: Value,
+        /// What the value names: `model`, `agent`, `session id`.
+        what: &'static str,
+    },
 }
 
 impl ArgError {
@@ -128,6 +135,10 @@ impl ArgError {
             ArgProblem::NotTaskIds { max } => {
                 format!("bad {field}: use an array of 1 to {max} task ids, e.g. [\"3\", \"4\"]")
             }
+            ArgProblem::OptionLike { got, what } => format!(
+                "bad {field}: {} starts with `-`, which no {what} does (it would read as an option); give the {what} itself",
+                shown(got)
+            ),
             ArgProblem::BadModel { got } => format!(
                 "bad {field}: {got:?} is not accepted; use provider/model or provider/model#variant (opencode), or a Claude model: sonnet, opus, haiku, claude-... (Claude Code)"
             ),
@@ -341,6 +352,25 @@ mod tests {
                 "bad argument `state`: \"{}... is not accepted; use one of running",
                 "d".repeat(39)
             )
+        );
+        let e = ArgError::new(
+            "model",
+            ArgProblem::OptionLike {
+                got: json!(format!("--dir=/{}", "x".repeat(5000))),
+                what: "model",
+            },
+        );
+        assert_eq!(
+            e.mcp_text(),
+            format!(
+                "bad argument `model`: \"--dir=/{}... starts with `-`, which no model does (it would read as an option); give the model itself",
+                "x".repeat(32)
+            )
+        );
+        let e = ArgError::new("title", ArgProblem::TooLong { max: 200 });
+        assert_eq!(
+            e.cli_text(),
+            "bad option `--title`: longer than 200 characters"
         );
         let e = ArgError::new("mechanical", ArgProblem::NotBool { got: json!("yes") });
         assert_eq!(

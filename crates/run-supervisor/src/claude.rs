@@ -15,12 +15,12 @@
 //! fake endpoint of `bridge_testkit::fake_claude_api`.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+use crate::argv::Argv;
 use crate::classify::{ExitInfo, Failure, FailureKind, classify_error, stderr_tail};
 use crate::command::{DROPPED_ENV, Launch};
 use crate::events::{ErrorEvent, RunSummary, TokenUsage, ToolCall};
@@ -210,17 +210,17 @@ pub fn build_launch(
     model: Option<&str>,
     base_env: &[(String, String)],
 ) -> Launch {
-    let mut args: Vec<OsString> = ["-p", "--output-format", "stream-json", "--verbose"]
-        .iter()
-        .map(OsString::from)
-        .collect();
+    // Every value goes as one `--name=value` element (crate::argv): none can be an option
+    // (commander reads the word after `--resume`, whose value is optional, as an option when it
+    // starts with `-`).
+    let mut args = Argv::new(&["-p"]);
+    args.value("--output-format", "stream-json")
+        .word("--verbose");
     if let Some(m) = model.filter(|m| !m.trim().is_empty()) {
         let (m, effort) = claude_model(m);
-        args.push("--model".into());
-        args.push(m.into());
+        args.value("--model", m);
         if let Some(e) = effort {
-            args.push("--effort".into());
-            args.push(e.into());
+            args.value("--effort", e);
         }
     }
     let tools = if spec.read_only {
@@ -228,32 +228,21 @@ pub fn build_launch(
     } else {
         EDIT_TOOLS
     };
-    args.push("--tools".into());
-    args.push(tools.join(",").into());
-    args.push("--permission-mode".into());
+    args.value("--tools", tools.join(","));
     if spec.read_only {
-        args.push("dontAsk".into());
+        args.value("--permission-mode", "dontAsk");
     } else {
-        args.push("acceptEdits".into());
-        args.push("--allowedTools".into());
-        args.push("Bash".into());
+        args.value("--permission-mode", "acceptEdits")
+            .value("--allowedTools", "Bash");
     }
-    for a in [
-        "--permission-prompts",
-        "none",
-        "--strict-mcp-config",
-        "--mcp-config",
-        r#"{"mcpServers":{}}"#,
-    ] {
-        args.push(a.into());
-    }
+    args.value("--permission-prompts", "none")
+        .word("--strict-mcp-config")
+        .value("--mcp-config", r#"{"mcpServers":{}}"#);
     if let Some(session) = spec.session.as_deref().filter(|s| !s.trim().is_empty()) {
         // A follow-up continues that Claude Code session (same id, its history as context).
-        args.push("--resume".into());
-        args.push(session.trim().to_owned().into());
+        args.value("--resume", session.trim());
     } else if !spec.title.is_empty() {
-        args.push("--name".into());
-        args.push(spec.title.clone().into());
+        args.value("--name", &spec.title);
     }
     let mut env_set: Vec<(String, String)> = base_env.to_vec();
     env_set.extend(spec.env.iter().cloned());
@@ -266,7 +255,7 @@ pub fn build_launch(
     env_set.retain(|(k, _)| !env_remove.contains(k));
     Launch {
         program: program.to_path_buf(),
-        args,
+        args: args.into_args(),
         env_remove,
         env_set,
         stdin: spec.prompt.clone().into_bytes(),
@@ -665,6 +654,7 @@ pub(crate) fn process_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
 
     fn strs(a: &[OsString]) -> Vec<String> {
         a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
@@ -717,10 +707,8 @@ mod tests {
                 &[],
             );
             for a in strs(&l.args).iter().filter(|a| a.starts_with("--")) {
-                assert!(
-                    RUNNER_FLAGS.contains(&a.as_str()),
-                    "{a} is not in RUNNER_FLAGS"
-                );
+                let a = a.split('=').next().unwrap_or_default();
+                assert!(RUNNER_FLAGS.contains(&a), "{a} is not in RUNNER_FLAGS");
             }
         }
         let old_help =
@@ -775,6 +763,35 @@ mod tests {
     }
 
     #[test]
+    fn caller_strings_are_never_options() {
+        for v in [
+            "--dangerously-skip-permissions",
+            "--permission-mode=bypassPermissions",
+            "--settings={}",
+            "-f",
+            "--",
+        ] {
+            let mut spec = TaskSpec::new("p", "/p", "worker", v);
+            let model = format!("claude/{v}#{v}");
+            let a =
+                strs(&build_launch(&spec, Path::new("/p"), Path::new("c"), Some(&model), &[]).args);
+            assert!(a.contains(&format!("--name={v}")), "{a:?}");
+            assert!(a.contains(&format!("--model={v}")), "{a:?}");
+            assert!(a.contains(&format!("--effort={v}")), "{a:?}");
+            spec.session = Some(v.into());
+            let a = strs(&build_launch(&spec, Path::new("/p"), Path::new("c"), None, &[]).args);
+            assert!(a.contains(&format!("--resume={v}")), "{a:?}");
+            // Only the bridge's own switches stand alone.
+            for x in a.iter().filter(|x| !x.contains('=')) {
+                assert!(
+                    ["-p", "--verbose", "--strict-mcp-config"].contains(&x.as_str()),
+                    "{x} stands alone: {a:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn read_only_and_editing_tool_sets_are_fenced() {
         let mut spec = TaskSpec::new("look", "/p", "explore", "t");
         spec.read_only = true;
@@ -786,13 +803,10 @@ mod tests {
             &[],
         );
         let a = strs(&l.args);
-        assert!(
-            a.windows(2).any(|w| w == ["--tools", "Read,Grep,Glob"]),
-            "{a:?}"
-        );
-        assert!(a.windows(2).any(|w| w == ["--permission-mode", "dontAsk"]));
-        assert!(a.windows(2).any(|w| w == ["--model", "sonnet"]));
-        assert!(a.windows(2).any(|w| w == ["--effort", "low"]));
+        assert!(a.contains(&"--tools=Read,Grep,Glob".to_owned()), "{a:?}");
+        assert!(a.contains(&"--permission-mode=dontAsk".to_owned()));
+        assert!(a.contains(&"--model=sonnet".to_owned()));
+        assert!(a.contains(&"--effort=low".to_owned()));
         assert!(a.contains(&"--strict-mcp-config".to_owned()));
         assert!(!a.iter().any(|x| x.contains("Write") || x.contains("Bash")));
         assert_eq!(l.stdin, b"look");
@@ -800,24 +814,15 @@ mod tests {
         spec.read_only = false;
         let a =
             strs(&build_launch(&spec, Path::new("/p"), Path::new("/bin/claude"), None, &[]).args);
-        assert!(
-            a.windows(2)
-                .any(|w| w == ["--tools", "Read,Grep,Glob,Edit,Write,Bash"])
-        );
-        assert!(
-            a.windows(2)
-                .any(|w| w == ["--permission-mode", "acceptEdits"])
-        );
-        assert!(!a.contains(&"--model".to_owned()));
-        assert!(a.windows(2).any(|w| w == ["--name", "t"]));
+        assert!(a.contains(&"--tools=Read,Grep,Glob,Edit,Write,Bash".to_owned()));
+        assert!(a.contains(&"--permission-mode=acceptEdits".to_owned()));
+        assert!(!a.iter().any(|x| x.starts_with("--model")));
+        assert!(a.contains(&"--name=t".to_owned()));
         spec.session = Some("0d98f55c-e1be-40fc-9a78-c581f39ed541".into());
         let a =
             strs(&build_launch(&spec, Path::new("/p"), Path::new("/bin/claude"), None, &[]).args);
-        assert!(
-            a.windows(2)
-                .any(|w| w == ["--resume", "0d98f55c-e1be-40fc-9a78-c581f39ed541"])
-        );
-        assert!(!a.contains(&"--name".to_owned()));
+        assert!(a.contains(&"--resume=0d98f55c-e1be-40fc-9a78-c581f39ed541".to_owned()));
+        assert!(!a.iter().any(|x| x.starts_with("--name")));
     }
 
     const OK: &str = r#"{"type":"system","subtype":"init","cwd":"/p","session_id":"0d98f55c-e1be-40fc-9a78-c581f39ed541","tools":["Glob","Grep","Read"],"mcp_servers":[],"model":"claude-fake-text"}

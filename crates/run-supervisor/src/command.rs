@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bridge_policy::roster::config_content;
 
+use crate::argv::Argv;
 use crate::spec::TaskSpec;
 
 /// opencode's inline config, which every run gets with the bridge's overlay merged in.
@@ -154,19 +155,17 @@ pub fn build_launch(
     cwd: &Path,
     ctx: &LaunchContext<'_>,
 ) -> Result<Launch, String> {
-    let mut args: Vec<OsString> = vec!["run".into(), "--format".into(), "json".into()];
-    args.push("--agent".into());
-    args.push(spec.agent.clone().into());
+    // Every value goes as one `--name=value` element (crate::argv): none can be an option.
+    let mut args = Argv::new(&["run"]);
+    args.value("--format", "json").value("--agent", &spec.agent);
     if let Some(session) = spec.session.as_deref().filter(|s| !s.trim().is_empty()) {
         // A follow-up in an existing session keeps that session's title.
-        args.push("--session".into());
-        args.push(session.trim().to_owned().into());
+        args.value("--session", session.trim());
     } else if !spec.title.is_empty() {
-        args.push("--title".into());
-        args.push(spec.title.clone().into());
+        args.value("--title", &spec.title);
     }
     if spec.auto_approve && ctx.caps.auto {
-        args.push("--auto".into());
+        args.word("--auto");
     }
     let model = spec
         .model
@@ -175,12 +174,10 @@ pub fn build_launch(
         .filter(|m| !m.trim().is_empty());
     if let Some(m) = model {
         let (model, variant) = split_model(m);
-        args.push("-m".into());
-        args.push(model.into());
+        args.value("--model", model);
         if let Some(v) = variant {
             if ctx.caps.variant {
-                args.push("--variant".into());
-                args.push(v.into());
+                args.value("--variant", v);
             } else {
                 return Err(format!(
                     "model variant `{v}` was asked for but opencode {} has no --variant option: drop `#{v}` from the model",
@@ -190,7 +187,7 @@ pub fn build_launch(
         }
     }
     if ctx.caps.standalone {
-        args.push("--standalone".into());
+        args.word("--standalone");
     }
 
     let mut env_set: Vec<(String, String)> = ctx.base_env.to_vec();
@@ -217,8 +214,8 @@ pub fn build_launch(
             path.display(),
             spec.prompt.chars().count()
         );
-        args.push("-f".into());
-        args.push(path.clone().into());
+        // Last, and joined to its value: `-f` is an array option that swallows the words after it.
+        args.value("--file", &path);
         (
             pointer.clone().into_bytes(),
             Some((path, spec.prompt.clone())),
@@ -229,7 +226,7 @@ pub fn build_launch(
 
     Ok(Launch {
         program: ctx.program.to_path_buf(),
-        args,
+        args: args.into_args(),
         env_remove: DROPPED_ENV.iter().map(|s| s.to_string()).collect(),
         env_set,
         stdin,
@@ -313,17 +310,12 @@ mod tests {
             strs(&l.args),
             [
                 "run",
-                "--format",
-                "json",
-                "--agent",
-                "worker",
-                "--title",
-                "P/worker: do it",
+                "--format=json",
+                "--agent=worker",
+                "--title=P/worker: do it",
                 "--auto",
-                "-m",
-                "prov/m",
-                "--variant",
-                "high"
+                "--model=prov/m",
+                "--variant=high"
             ]
         );
         assert_eq!(l.stdin, b"do it");
@@ -335,7 +327,7 @@ mod tests {
         assert!(l.env_remove.contains(&"OPENCODE_RUN_ID".to_owned()));
         spec.model = None;
         let l = build_launch(&spec, Path::new("/p"), &ctx(&caps)).unwrap();
-        assert!(strs(&l.args).windows(2).any(|w| w == ["-m", "fk/default"]));
+        assert!(strs(&l.args).contains(&"--model=fk/default".to_owned()));
     }
 
     #[test]
@@ -348,8 +340,52 @@ mod tests {
                 .unwrap()
                 .args,
         );
-        assert!(a.windows(2).any(|w| w == ["--session", "ses_abc"]), "{a:?}");
-        assert!(!a.contains(&"--title".to_owned()), "{a:?}");
+        assert!(a.contains(&"--session=ses_abc".to_owned()), "{a:?}");
+        assert!(!a.iter().any(|x| x.starts_with("--title")), "{a:?}");
+    }
+
+    #[test]
+    fn caller_strings_are_never_options() {
+        let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
+        for v in [
+            "--dir=/tmp/elsewhere",
+            "--file=/etc/passwd",
+            "-f",
+            "--auto",
+            "--agent=build",
+            "-m",
+            "--session=x",
+            "--",
+        ] {
+            let mut spec = TaskSpec::new("p", "/p", v, v);
+            spec.model = Some(format!("{v}#{v}"));
+            spec.auto_approve = false;
+            let a = strs(
+                &build_launch(&spec, Path::new("/p"), &ctx(&caps))
+                    .unwrap()
+                    .args,
+            );
+            assert_eq!(
+                a,
+                [
+                    "run".to_owned(),
+                    "--format=json".into(),
+                    format!("--agent={v}"),
+                    format!("--title={v}"),
+                    format!("--model={v}"),
+                    format!("--variant={v}"),
+                ],
+                "{v}"
+            );
+            spec.session = Some(v.into());
+            let a = strs(
+                &build_launch(&spec, Path::new("/p"), &ctx(&caps))
+                    .unwrap()
+                    .args,
+            );
+            assert!(a.contains(&format!("--session={v}")), "{a:?}");
+            assert!(!a.contains(&v.to_owned()), "{v} stands alone: {a:?}");
+        }
     }
 
     #[test]
@@ -382,7 +418,7 @@ mod tests {
         let spec = TaskSpec::new("y".repeat(101), "/p", "worker", "t");
         let l = build_launch(&spec, Path::new("/p"), &ctx(&caps)).unwrap();
         let a = strs(&l.args);
-        assert_eq!(&a[a.len() - 2..], ["-f", "/tmp/opencode/p.md"]);
+        assert_eq!(a.last().unwrap(), "--file=/tmp/opencode/p.md");
         assert!(
             String::from_utf8(l.stdin)
                 .unwrap()

@@ -22,6 +22,8 @@
 //! - [`worktree`]: `isolation: "worktree"`, an editing task in a detached git worktree of its
 //!   own, its change applied to the caller's checkout (or discarded) when asked.
 //! - [`utc`]: UTC instants as RFC 3339 text and back.
+//! - [`argv`]: the one builder of a run's command line, for both runners: every value is one
+//!   `--name=value` element, so no caller string is ever read as an option.
 //!
 //! Architecture invariant: only processes this crate started (and their descendants) are ever
 //! signalled, each after checking its start time. Every signal goes through `bridge-proc`
@@ -29,6 +31,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod argv;
 pub mod audit;
 pub mod capture;
 pub mod changes;

@@ -73,6 +73,35 @@ impl TaskSpec {
     }
 }
 
+impl TaskSpec {
+    /// Refuses values that can only be mistakes when they start with `-` (they would look like
+    /// options on the run's command line; [`crate::argv`] keeps them from being read as such
+    /// anyway): the agent, the session id, and the model (`model`: the spec's or the
+    /// configured default) with its variant or effort.
+    pub(crate) fn check_option_like(&self, model: Option<&str>) -> Result<(), String> {
+        let model_parts = model
+            .into_iter()
+            .flat_map(|m| {
+                let m = m.trim();
+                let m = m.strip_prefix("claude/").unwrap_or(m);
+                m.split('#')
+            })
+            .map(|part| ("model", part));
+        let named = [("agent", self.agent.as_str())]
+            .into_iter()
+            .chain(self.session.as_deref().map(|s| ("session id", s)));
+        for (what, value) in named.chain(model_parts) {
+            if crate::argv::option_like(value) {
+                let shown: String = value.trim().chars().take(40).collect();
+                return Err(format!(
+                    "the {what} `{shown}` starts with `-`, which no {what} does (it would read as an option): give the {what} without it"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Supervisor settings. [`SupervisorConfig::from_env`] reads the `OPENCODE_BRIDGE_*` variables;
 /// every default of one comes from its [`bridge_env`] entry.
 #[derive(Debug, Clone)]
@@ -222,6 +251,36 @@ impl SupervisorConfig {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn values_that_would_read_as_options_are_refused() {
+        let ok = TaskSpec::new("p", "/p", "worker", "--title-may-start-with-a-dash");
+        assert_eq!(ok.check_option_like(Some("fk/ok#high")), Ok(()));
+        assert_eq!(ok.check_option_like(Some("claude/opus#low")), Ok(()));
+        assert_eq!(ok.check_option_like(None), Ok(()));
+        let e = ok
+            .check_option_like(Some("--dir=/tmp/elsewhere"))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "the model `--dir=/tmp/elsewhere` starts with `-`, which no model does (it would read as an option): give the model without it"
+        );
+        for m in ["fk/ok#--auto", "claude/-p", " -m", "sonnet#-x"] {
+            assert!(ok.check_option_like(Some(m)).is_err(), "{m}");
+        }
+        let agent = TaskSpec::new("p", "/p", "--agent=build", "t");
+        assert!(agent.check_option_like(None).unwrap_err().contains("agent"));
+        let mut session = ok.clone();
+        session.session = Some("-f".into());
+        assert!(
+            session
+                .check_option_like(None)
+                .unwrap_err()
+                .contains("session id")
+        );
+        let long = TaskSpec::new("p", "/p", format!("-{}", "a".repeat(5000)), "t");
+        assert!(long.check_option_like(None).unwrap_err().len() < 200);
+    }
 
     #[test]
     fn env_values_are_read_and_clamped() {

@@ -621,3 +621,41 @@ async fn a_binary_that_is_not_opencode_fails_the_task_as_spawn() {
     );
     assert!(f.advice.contains("OPENCODE_BIN"));
 }
+
+#[tokio::test]
+async fn option_like_models_agents_and_sessions_are_refused_before_any_run() {
+    let w = World::new();
+    let sup = Supervisor::new(w.config());
+    let mut cases = Vec::new();
+    let mut s = w.spec("ok");
+    s.model = Some("--dir=/tmp/elsewhere".into());
+    cases.push(("model", s));
+    let mut s = w.spec("ok");
+    s.model = Some("prov/model#--auto".into());
+    cases.push(("model", s));
+    let mut s = w.spec("ok");
+    s.agent = "--agent=build".into();
+    cases.push(("agent", s));
+    let mut s = w.spec("ok");
+    s.session = Some("-f".into());
+    cases.push(("session id", s));
+    for (what, spec) in cases {
+        match sup.start(spec) {
+            Err(StartError::InvalidSpec(m)) => {
+                assert!(m.starts_with(&format!("the {what} `")), "{m}");
+                assert!(m.contains("starts with `-`"), "{m}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    assert!(sup.list().is_empty(), "no task was accepted");
+    // A title may start with `-`: it is passed as `--title=<title>` and stays a title.
+    let mut spec = w.spec("ok");
+    spec.title = "--file=/etc/passwd".into();
+    let id = sup.start(spec).unwrap();
+    let s = finish(&sup, id, Duration::from_secs(20)).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    let r = sup.result(id, None, None).unwrap().final_text;
+    assert_eq!(report_field(&r, "file"), "-", "{r}");
+    assert!(r.contains("title=--file=/etc/passwd "), "{r}");
+}

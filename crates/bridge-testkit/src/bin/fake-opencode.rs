@@ -103,29 +103,26 @@ fn parse(args: &[String]) -> Args {
     };
     let mut i = 0;
     while i < args.len() {
-        let next = args.get(i + 1).cloned();
-        match args[i].as_str() {
-            "-f" | "--file" => {
-                a.file = next;
+        // `--name=value` (how the bridge passes every value) or `--name value`.
+        let (name, mut value) = match args[i].split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
+            _ => (args[i].as_str(), None),
+        };
+        let mut next = || {
+            value.take().or_else(|| {
                 i += 1;
+                args.get(i).cloned()
+            })
+        };
+        match name {
+            "-f" | "--file" => a.file = next(),
+            "--agent" => a.agent = next(),
+            "--title" => a.title = next(),
+            "-m" | "--model" => a.model = next(),
+            "--variant" => a.variant = next(),
+            "--format" => {
+                next();
             }
-            "--agent" => {
-                a.agent = next;
-                i += 1;
-            }
-            "--title" => {
-                a.title = next;
-                i += 1;
-            }
-            "-m" | "--model" => {
-                a.model = next;
-                i += 1;
-            }
-            "--variant" => {
-                a.variant = next;
-                i += 1;
-            }
-            "--format" => i += 1,
             "--auto" => a.auto = true,
             "--standalone" => a.standalone = true,
             _ => {}

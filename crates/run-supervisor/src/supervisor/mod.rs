@@ -212,6 +212,8 @@ impl Supervisor {
             ));
         }
         let cfg = &self.shared.config;
+        spec.check_option_like(spec.model.as_deref().or(cfg.default_model.as_deref()))
+            .map_err(StartError::InvalidSpec)?;
         let cwd = command::check_cwd(&spec.cwd, &cfg.root)?;
         if cfg.sandbox == bridge_fence::Sandbox::Required
             && let Err(why) = bridge_fence::kernel_abi()
