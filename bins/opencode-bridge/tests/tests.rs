@@ -17,3 +17,4 @@ mod live_roster;
 mod load;
 mod protocol;
 mod tasks;
+mod untrusted;
