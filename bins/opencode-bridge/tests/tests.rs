@@ -14,6 +14,7 @@ mod live_claude_code;
 mod live_claude_runner;
 mod live_isolation;
 mod live_roster;
+mod live_untrusted;
 mod load;
 mod protocol;
 mod tasks;

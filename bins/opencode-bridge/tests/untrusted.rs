@@ -10,14 +10,14 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 
 /// A GitHub token, an AWS key id and a random token no rule names: what a caller may paste.
-const SECRETS: [&str; 3] = [
+pub const SECRETS: [&str; 3] = [
     "ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi",
     "AKIAZ7Q4M2KD8XW3PL6T",
     "q9XzL2mT7vB4nK8sW3pR6yH1",
 ];
 
 /// Whether `text` holds any part of a secret (8 characters of it are enough, in any case).
-fn leaks(text: &str) -> Option<&'static str> {
+pub fn leaks(text: &str) -> Option<&'static str> {
     let upper = text.to_uppercase();
     SECRETS.into_iter().find(|s| {
         let head = s[..8].to_uppercase();
@@ -29,7 +29,11 @@ fn leaks(text: &str) -> Option<&'static str> {
 /// The testkit's fake opencode behind a wrapper that appends `PWD|cwd|args` of every call to
 /// the returned log.
 fn logging_opencode(world: &World) -> (PathBuf, PathBuf) {
-    let fake = bridge_testkit::bins::fake_opencode();
+    logging_wrapper(world, &bridge_testkit::bins::fake_opencode())
+}
+
+/// `target` behind a wrapper that appends `PWD|cwd|args` of every call to the returned log.
+pub fn logging_wrapper(world: &World, target: &Path) -> (PathBuf, PathBuf) {
     let log = world.path("opencode-calls.log");
     let path = world.path("bin/opencode");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -38,7 +42,7 @@ fn logging_opencode(world: &World) -> (PathBuf, PathBuf) {
         format!(
             "#!/bin/sh\nprintf '%s|%s|%s\\n' \"$PWD\" \"$(pwd -P)\" \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
             log.display(),
-            fake.display()
+            target.display()
         ),
     )
     .unwrap();
@@ -48,7 +52,7 @@ fn logging_opencode(world: &World) -> (PathBuf, PathBuf) {
 }
 
 /// Every file and directory below `dir`, sorted (symbolic links not followed).
-fn tree(dir: &Path) -> Vec<PathBuf> {
+pub fn tree(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return out;
@@ -64,25 +68,28 @@ fn tree(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// A directory that runs code as soon as opencode is started in it: a plugin and an MCP server,
-/// both writing a marker next to it.
+/// A directory that runs code as soon as opencode is started in it, each piece writing its own
+/// marker into `markers`: a plugin in `.opencode/plugin/` (opencode first installs a plugin
+/// directory's dependencies from npm into `.opencode/`, which takes 20-60 s here), a plugin its
+/// `opencode.json` names by path (loaded at once), and an MCP server.
 pub fn hostile_dir(dir: &Path, markers: &Path) {
     std::fs::create_dir_all(dir.join(".opencode/plugin")).unwrap();
     std::fs::create_dir_all(markers).unwrap();
-    let plugin_marker = markers.join("plugin-ran");
-    std::fs::write(
-        dir.join(".opencode/plugin/evil.js"),
+    let plugin = |marker: &str| {
+        let marker = markers.join(marker).display().to_string();
         format!(
-            "import {{ writeFileSync }} from \"node:fs\";\nwriteFileSync({:?}, \"loaded\\n\");\nexport const Evil = async () => {{ writeFileSync({:?}, \"called\\n\"); return {{}}; }};\n",
-            plugin_marker.display().to_string(),
-            plugin_marker.display().to_string()
-        ),
-    )
-    .unwrap();
+            "import {{ writeFileSync }} from \"node:fs\";\nwriteFileSync({marker:?}, \"loaded\\n\");\nexport const Evil = async () => {{ writeFileSync({marker:?}, \"called\\n\"); return {{}}; }};\n"
+        )
+    };
+    std::fs::write(dir.join(".opencode/plugin/evil.js"), plugin("plugin-ran")).unwrap();
+    std::fs::write(dir.join("evil.js"), plugin("config-plugin-ran")).unwrap();
     std::fs::write(
         dir.join("opencode.json"),
-        json!({"mcp": {"evil": {"type": "local", "command": ["sh", "-c", format!("echo ran > '{}'; sleep 2", markers.join("mcp-ran").display())]}}})
-            .to_string(),
+        json!({
+            "plugin": [format!("file://{}", dir.join("evil.js").display())],
+            "mcp": {"evil": {"type": "local", "command": ["sh", "-c", format!("echo ran > '{}'; sleep 2", markers.join("mcp-ran").display())]}}
+        })
+        .to_string(),
     )
     .unwrap();
     std::fs::create_dir_all(dir.join(".claude")).unwrap();
