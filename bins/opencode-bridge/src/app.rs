@@ -173,7 +173,11 @@ impl App {
         let mut cfg = SupervisorConfig::from_env();
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
-        let client = ClientConfig::from_env();
+        // A service is never asked about a directory outside the root (see [`fence`]).
+        let client = ClientConfig::from_env().map(|mut c| {
+            c.probe_within = Some(settings.root.clone());
+            c
+        });
         cfg.session_reader = client.as_ref().ok().map(|c| {
             Arc::new(crate::audit_reader::ClientSessionReader::new(c.clone()))
                 as Arc<dyn run_supervisor::audit::SessionReader>

@@ -91,6 +91,10 @@ pub struct ClientConfig {
     /// (absolute, or relative to the data dir), else `opencode.db` (or the single channel
     /// store) in `$XDG_DATA_HOME/opencode` or `~/.local/share/opencode`.
     pub db_path: PathBuf,
+    /// Only directories inside this one (canonical) are named to a service in `?directory=`
+    /// when reading (a server creates an instance for a directory it is asked about, which
+    /// loads that directory's plugins and MCP servers); `None`: any. The bridge sets its root.
+    pub probe_within: Option<PathBuf>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -104,6 +108,7 @@ impl fmt::Debug for ClientConfig {
             .field("max_reply_bytes", &self.max_reply_bytes)
             .field("opencode_bin", &self.opencode_bin)
             .field("db_path", &self.db_path)
+            .field("probe_within", &self.probe_within)
             .finish()
     }
 }
@@ -154,6 +159,7 @@ impl ClientConfig {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(env::OPENCODE.name)),
             db_path: default_db_path(&get),
+            probe_within: None,
         })
     }
 
@@ -240,7 +246,8 @@ pub fn choose_backend_with(
                 detail: "OPENCODE_BRIDGE_BACKEND=server needs the server's URL (http://host:port)"
                     .into(),
             })?;
-        let src: Box<dyn SessionSource> = Box::new(ServerSource::new(cfg.http_client(url)?));
+        let src: Box<dyn SessionSource> =
+            Box::new(ServerSource::new(cfg.http_client(url)?).within(cfg.probe_within.as_deref()));
         Ok((src, why))
     };
     let api = |why: String| -> Result<(Box<dyn SessionSource>, String), ClientError> {
