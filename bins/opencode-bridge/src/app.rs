@@ -48,6 +48,69 @@ impl fmt::Debug for App {
 /// A session source and the sentence saying why it was chosen.
 pub type Chosen = (Box<dyn SessionSource>, String);
 
+/// A directory checked to lie inside the delegation root, canonical (symbolic links and `..`
+/// resolved). Only [`fence`] makes one, and everything that reads or runs anything in a
+/// directory for a caller takes one: the roster (a temporary `opencode serve` there, the agent
+/// files, the cache's walk of its configuration), mode detection and the policy. So no directory
+/// outside the root is ever probed: for one outside, nothing beyond canonicalising its path
+/// happens (docs/ARCHITECTURE.md, "No directory outside the root is ever probed").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InRoot(PathBuf);
+
+impl InRoot {
+    /// The canonical path.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// Why [`fence`] refused a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fenced {
+    /// Longer than any path (the length, in bytes); nothing was looked up.
+    TooLong(usize),
+    /// The root itself cannot be resolved (its message).
+    Root(String),
+    /// Outside the root: the canonical directory (as far as it exists, the rest appended) and
+    /// the canonical root.
+    Outside { dir: PathBuf, root: PathBuf },
+}
+
+/// The one check of a caller's directory against the root: canonicalises `dir` (absolute; the
+/// longest existing ancestor is resolved and the rest appended, so a directory that does not
+/// exist yet is placed where it would be) and accepts it only inside the canonical `root`.
+/// Canonicalising is all it does in `dir`.
+pub fn fence(dir: &Path, root: &Path) -> Result<InRoot, Fenced> {
+    let bytes = dir.as_os_str().len();
+    if bytes > render::fence::PATH_MAX {
+        return Err(Fenced::TooLong(bytes));
+    }
+    let root = root.canonicalize().map_err(|e| {
+        Fenced::Root(format!(
+            "OPENCODE_BRIDGE_ROOT ({}) cannot be resolved: {e}",
+            root.display()
+        ))
+    })?;
+    let full = dir
+        .ancestors()
+        .find_map(|a| {
+            let canon = a.canonicalize().ok()?;
+            let rest = dir.strip_prefix(a).ok()?;
+            // (`join("")` would add a trailing `/`)
+            Some(if rest.as_os_str().is_empty() {
+                canon
+            } else {
+                canon.join(rest)
+            })
+        })
+        .unwrap_or_else(|| dir.to_path_buf());
+    if full.is_absolute() && full.starts_with(&root) {
+        Ok(InRoot(full))
+    } else {
+        Err(Fenced::Outside { dir: full, root })
+    }
+}
+
 /// What a call answers: the text the model reads, the same facts as data for the tools that
 /// declare an `outputSchema` (see [`crate::structured`]), and the opencode session the reply
 /// is about, when known (the MCP server links it as a resource).
@@ -110,7 +173,11 @@ impl App {
         let mut cfg = SupervisorConfig::from_env();
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
-        let client = ClientConfig::from_env();
+        // A service is never asked about a directory outside the root (see [`fence`]).
+        let client = ClientConfig::from_env().map(|mut c| {
+            c.probe_within = Some(settings.root.clone());
+            c
+        });
         cfg.session_reader = client.as_ref().ok().map(|c| {
             Arc::new(crate::audit_reader::ClientSessionReader::new(c.clone()))
                 as Arc<dyn run_supervisor::audit::SessionReader>
@@ -125,10 +192,11 @@ impl App {
     }
 
     /// The roster for runs in `cwd`, as opencode reports it (see [`crate::roster`]); asks
-    /// opencode on the blocking pool when nothing is cached.
-    pub async fn roster(&self, cwd: &Path) -> Roster {
+    /// opencode on the blocking pool when nothing is cached. Only for a directory inside the
+    /// root ([`fence`]).
+    pub async fn roster(&self, cwd: &InRoot) -> Roster {
         let source = self.roster.clone();
-        let dir = cwd.to_path_buf();
+        let dir = cwd.path().to_path_buf();
         let fallback = dir.clone();
         tokio::task::spawn_blocking(move || source.roster(&dir))
             .await
@@ -139,11 +207,18 @@ impl App {
     /// not wait for a cold `opencode serve`.
     pub fn prewarm_roster(&self) {
         let source = self.roster.clone();
-        let root = self.settings.root.clone();
+        let root = self.root_dir();
         tokio::task::spawn_blocking(move || {
-            let roster = source.roster(&root);
+            let roster = source.roster(root.path());
             tracing::debug!(origin = ?roster.origin(), agents = roster.names().len(), "roster ready");
         });
+    }
+
+    /// The root itself, canonical when it exists (the root is the caller's own choice, so it
+    /// is inside by definition even when it cannot be resolved).
+    pub fn root_dir(&self) -> InRoot {
+        fence(&self.settings.root, &self.settings.root)
+            .unwrap_or_else(|_| InRoot(self.settings.root.clone()))
     }
 
     /// The client configuration, or why it is unusable.
@@ -258,7 +333,8 @@ impl App {
             Call::List { label } => {
                 self.learn_sessions().await;
                 let mut tasks = self.supervisor.list();
-                if let Some(l) = &label {
+                // Labels are kept with their secrets replaced: the filter is compared the same way.
+                if let Some(l) = label.as_deref().map(bridge_policy::secrets::redact) {
                     tasks.retain(|t| t.label.as_deref() == Some(l.as_str()));
                 }
                 let running = tasks.iter().filter(|t| !t.state.is_finished()).count();
@@ -370,10 +446,24 @@ impl App {
             Some(id) => Some(self.session_for_follow_up(id).await?),
             None => None,
         };
-        let cwd = match (&args.cwd, &session) {
+        let asked = match (&args.cwd, &session) {
             (None, Some(s)) if !s.directory.is_empty() => PathBuf::from(&s.directory),
             _ => self.resolve_dir(args.cwd.as_deref()),
         };
+        // The root check comes first: nothing is read or run in a directory outside the root
+        // (the roster below starts opencode there, mode detection reads its marker files).
+        // Refused in the supervisor's words; it checks again when it starts the run.
+        let in_root = fence(&asked, &self.settings.root).map_err(|f| match f {
+            Fenced::TooLong(bytes) => render::fence::path_too_long("cwd", bytes),
+            Fenced::Root(why) => why,
+            Fenced::Outside { dir, root } => {
+                run_supervisor::StartError::CwdOutsideRoot { cwd: dir, root }.to_string()
+            }
+        })?;
+        // Inside: it must exist and be a directory (the supervisor checks again at the start).
+        run_supervisor::command::check_cwd(&asked, &self.settings.root)
+            .map_err(|e| e.to_string())?;
+        let cwd = in_root.path().to_path_buf();
         let agent_default = session.as_ref().and_then(|s| s.agent.clone());
         let args = StartArgs {
             agent: args.agent.clone().or(agent_default),
@@ -384,7 +474,7 @@ impl App {
             ..args
         };
         let env = SystemEnv;
-        let roster = self.roster(&cwd).await;
+        let roster = self.roster(&in_root).await;
         let mut request = DelegationRequest::new(args.tier, &args.prompt, &cwd);
         request.agent = args.agent.as_deref();
         request.mechanical = args.mechanical;
@@ -410,19 +500,34 @@ impl App {
                 args.title.as_deref(),
             ),
         };
-        let title_warning = args
-            .title
-            .as_ref()
-            .filter(|_| session.is_none())
-            .and_then(|_| {
+        let mut warnings = Vec::new();
+        if session.is_none() {
+            // Secrets never reach a title or a label; the caller is told which argument held one.
+            if let Some(lane) = args.lane.as_deref().filter(|_| args.title.is_none())
+                && secrets_replaced(lane, &bridge_policy::secrets::redact(lane))
+            {
+                warnings.push(render::fence::secret_replaced("lane"));
+            }
+            if let Some(explicit) = args.title.as_deref() {
+                if secrets_replaced(explicit, &title) {
+                    warnings.push(render::fence::secret_replaced("title"));
+                }
                 let problems = bridge_policy::naming::check_title(&title);
-                (!problems.is_empty()).then(|| {
-                    format!(
+                if !problems.is_empty() {
+                    warnings.push(format!(
                         "the title breaks the LANE/agent: task convention: {}",
                         problems.join("; ")
-                    )
-                })
-            });
+                    ));
+                }
+            }
+        }
+        let label = args.label.as_deref().map(bridge_policy::secrets::redact);
+        if let (Some(given), Some(kept)) = (args.label.as_deref(), label.as_deref())
+            && secrets_replaced(given, kept)
+        {
+            warnings.push(render::fence::secret_replaced("label"));
+        }
+        let title_warning = (!warnings.is_empty()).then(|| warnings.join("\nwarning: "));
         let mut spec = TaskSpec::new(&delegation.prompt, &cwd, &agent.name, &title);
         spec.read_only = agent.access == Access::ReadOnly;
         // Asks are approved only for editing agents: a read-only run must not have its `ask`
@@ -433,7 +538,7 @@ impl App {
         spec.config_overlay = delegation.config_overlay.clone();
         // The whole id (the caller may have given a unique prefix).
         spec.session = session.as_ref().map(|s| s.id.clone());
-        spec.label = args.label.clone();
+        spec.label = label.clone();
         spec.denied = denied_permissions(agent);
         spec.isolation = args.isolation;
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
@@ -457,7 +562,7 @@ impl App {
             root: &root_text,
             model: model.as_deref(),
             title_warning: title_warning.as_deref(),
-            label: args.label.as_deref(),
+            label: label.as_deref(),
             continues: session.as_ref().map(|s| s.id.as_str()),
         }) + &self.isolated_start(id);
         Ok((id, started))
@@ -776,9 +881,15 @@ impl App {
         }
     }
 
-    /// `opencode_policy`.
+    /// `opencode_policy`. The root check comes first: for a directory outside the root the
+    /// answer is that every task there is refused, and nothing in it is read or run.
     async fn policy(&self, cwd: Option<&str>, mode: Option<Mode>) -> Result<Reply, String> {
-        let dir = self.resolve_dir(cwd);
+        let in_root = fence(&self.resolve_dir(cwd), &self.settings.root).map_err(|f| match f {
+            Fenced::TooLong(bytes) => render::fence::path_too_long("cwd", bytes),
+            Fenced::Root(why) => why,
+            Fenced::Outside { dir, root } => render::fence::policy_outside_root(&dir, &root),
+        })?;
+        let dir = in_root.path();
         let warning = if cwd.is_some() && !dir.is_dir() {
             format!(
                 "warning: {} is not an existing directory; the policy below is what a task there would get, but opencode_start refuses a cwd that does not exist\n",
@@ -788,11 +899,11 @@ impl App {
             String::new()
         };
         let decision =
-            bridge_policy::mode::detect_mode(&SystemEnv, &dir, mode).map_err(|e| e.to_string())?;
-        let roster = self.roster(&dir).await;
+            bridge_policy::mode::detect_mode(&SystemEnv, dir, mode).map_err(|e| e.to_string())?;
+        let roster = self.roster(&in_root).await;
         let view = PolicyView::from_parts(&SystemEnv, decision, &roster);
         let data = structured::PolicyOut::new(
-            &dir,
+            dir,
             &view,
             (!warning.is_empty()).then(|| warning.trim_end().to_owned()),
         );
@@ -1095,19 +1206,49 @@ impl App {
         .await
     }
 
-    /// `opencode_session_rename`.
+    /// `opencode_session_rename`. The title is stored as a start's explicit title is: control
+    /// characters become spaces and every secret `[secret]`
+    /// ([`bridge_policy::naming::clean_title`]). A session whose directory is outside the root is
+    /// not renamed: every backend renames through an opencode instance of that directory
+    /// (`?directory=`), which loads its plugins and MCP servers.
     pub async fn rename(&self, id: String, title: String) -> Result<String, String> {
         let id = self.whole_session_id(&id).await?;
-        let problems = bridge_policy::naming::check_title(&title);
-        let warning = (!problems.is_empty()).then(|| {
-            format!(
+        let stored = bridge_policy::naming::clean_title(&title);
+        if stored.is_empty() {
+            return Err(render::fence::title_empty());
+        }
+        let mut warnings = Vec::new();
+        if secrets_replaced(&title, &stored) {
+            warnings.push(render::fence::secret_replaced("title"));
+        }
+        let problems = bridge_policy::naming::check_title(&stored);
+        if !problems.is_empty() {
+            warnings.push(format!(
                 "the title breaks the LANE/agent: task convention: {}",
                 problems.join("; ")
-            )
-        });
+            ));
+        }
+        let warning = (!warnings.is_empty()).then(|| warnings.join("\nwarning: "));
         let liveness = self.liveness().await;
+        let root = self.settings.root.clone();
         self.on_source(liveness, move |source, ctx| {
-            let s = source.rename(&id, &title, ctx).map_err(|e| e.to_string())?;
+            let before = source.get(&id, ctx).map_err(|e| e.to_string())?;
+            if let Err(f) = fence(Path::new(&before.directory), &root) {
+                return Err(match f {
+                    Fenced::Outside { root, .. } => {
+                        render::fence::rename_outside_root(&before.id, &before.directory, &root)
+                    }
+                    Fenced::TooLong(_) => render::fence::rename_outside_root(
+                        &before.id,
+                        "(a path too long to show)",
+                        &root,
+                    ),
+                    Fenced::Root(why) => why,
+                });
+            }
+            let s = source
+                .rename(&id, &stored, ctx)
+                .map_err(|e| e.to_string())?;
             Ok(render::renamed(&s, warning.as_deref(), ctx.now_ms))
         })
         .await
@@ -1131,6 +1272,11 @@ fn store_not_created_yet(cfg: &ClientConfig) -> Option<PathBuf> {
 /// Opens opencode's SQLite store (read-only).
 fn open_store(path: &Path) -> Result<Box<dyn SessionSource>, ClientError> {
     Ok(Box::new(opencode_client::store::StoreSource::open(path)?))
+}
+
+/// Whether the guard replaced a secret in `given` (more `[secret]` markers in `kept`).
+fn secrets_replaced(given: &str, kept: &str) -> bool {
+    kept.matches("[secret]").count() > given.matches("[secret]").count()
 }
 
 /// Cuts a reply to [`REPLY_CAP_CHARS`], keeping its start and saying how much was cut.
@@ -1191,6 +1337,7 @@ fn roster_source(
         env,
         cfg.state_dir.as_ref().map(|d| d.join("roster-cache")),
     )
+    .within(&cfg.root)
 }
 
 /// The permissions the policy believes denied in an agent's run, for the post-run audit of
@@ -1259,6 +1406,52 @@ mod tests {
                 .unwrap_err()
                 .contains("not a task id")
         );
+    }
+
+    #[test]
+    fn the_fence_resolves_first_and_accepts_only_the_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let root_c = root.canonicalize().unwrap();
+        let inside = |p: &Path| fence(p, &root).map(|d| d.path().to_path_buf());
+        assert_eq!(inside(&root), Ok(root_c.clone()));
+        assert_eq!(inside(&root.join("a/b")), Ok(root_c.join("a/b")));
+        let shown = format!("{:?}", fence(&outside, &root));
+        assert!(!shown.contains("outside/\""), "no trailing slash: {shown}");
+        // not there yet: placed where it would be
+        assert_eq!(inside(&root.join("a/new/x")), Ok(root_c.join("a/new/x")));
+        for out in [
+            outside.clone(),
+            root.join("a/../.."),
+            root.join("link"),
+            // a directory that does not exist below a link that leads out
+            root.join("link/not-yet"),
+            PathBuf::from("/"),
+            PathBuf::from(""),
+        ] {
+            assert!(
+                matches!(fence(&out, &root), Err(Fenced::Outside { .. })),
+                "{out:?}: {:?}",
+                fence(&out, &root)
+            );
+        }
+        let long = PathBuf::from(format!("/{}", "a/".repeat(3000)));
+        assert_eq!(fence(&long, &root), Err(Fenced::TooLong(6001)));
+        assert!(matches!(
+            fence(&root, &tmp.path().join("no-root")),
+            Err(Fenced::Root(_))
+        ));
+    }
+
+    #[test]
+    fn secrets_replaced_counts_new_markers_only() {
+        assert!(secrets_replaced("ghp_x", "[secret]"));
+        assert!(!secrets_replaced("a [secret] b", "a [secret] b"));
+        assert!(!secrets_replaced("docs", "docs"));
     }
 
     #[test]

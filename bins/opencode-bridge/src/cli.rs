@@ -303,7 +303,7 @@ pub async fn doctor(app: &App) -> (String, bool) {
     }
 
     let started = Instant::now();
-    let roster = app.roster(&app.settings.root).await;
+    let roster = app.roster(&app.root_dir()).await;
     let asked_ms = started.elapsed().as_millis();
     let (ok_roster, origin) = match roster.origin() {
         bridge_policy::roster::RosterOrigin::Opencode { via } => {

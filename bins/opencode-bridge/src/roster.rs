@@ -53,6 +53,8 @@ pub struct RosterSource {
     /// One ask at a time: two `opencode serve` starting at once on a fresh data dir race in
     /// opencode's store migration (observed: `Failed query: CREATE TABLE workspace`).
     one_ask: Mutex<()>,
+    /// The delegation root: the walk of a project's configuration stops there ([`Self::within`]).
+    root: PathBuf,
 }
 
 impl RosterSource {
@@ -81,7 +83,15 @@ impl RosterSource {
             stopping: AtomicBool::new(false),
             asking: AtomicUsize::new(0),
             one_ask: Mutex::new(()),
+            root: PathBuf::from("/"),
         }
+    }
+
+    /// Asks only about directories inside `root` (the caller checks that; see `app::fence`), and
+    /// walks their configuration up to `root` at most, never above it.
+    pub fn within(mut self, root: &Path) -> RosterSource {
+        self.root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        self
     }
 
     /// Stops asks in flight (their temporary servers are stopped and reaped) and waits for them,
@@ -98,10 +108,12 @@ impl RosterSource {
     pub fn roster_if_cached(&self, cwd: &Path) -> Roster {
         let files = Roster::load(&SystemEnv, cwd);
         match (&self.files_only, &self.client) {
-            (None, Some(client)) => match self.cached(fingerprint(cwd, &client.opencode_bin)) {
-                Some(asked) => from_asked(&asked, files),
-                None => files.with_fallback_reason("opencode has not been asked yet"),
-            },
+            (None, Some(client)) => {
+                match self.cached(fingerprint(cwd, &self.root, &client.opencode_bin)) {
+                    Some(asked) => from_asked(&asked, files),
+                    None => files.with_fallback_reason("opencode has not been asked yet"),
+                }
+            }
             (Some(why), _) => files.with_fallback_reason(why.clone()),
             _ => files,
         }
@@ -118,7 +130,7 @@ impl RosterSource {
         let Some(client) = &self.client else {
             return files;
         };
-        let key = fingerprint(cwd, &client.opencode_bin);
+        let key = fingerprint(cwd, &self.root, &client.opencode_bin);
         let asked = match self.cached(key) {
             Some(a) => a,
             None => {
@@ -220,8 +232,9 @@ fn ask(
     }
 }
 
-/// The identity of everything opencode reads to build the roster of `cwd` (see the module docs).
-pub fn fingerprint(cwd: &Path, opencode_bin: &Path) -> u64 {
+/// The identity of everything opencode reads to build the roster of `cwd` (see the module docs);
+/// of the project's sources, only those at or below `root`.
+pub fn fingerprint(cwd: &Path, root: &Path, opencode_bin: &Path) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     env!("CARGO_PKG_VERSION").hash(&mut h);
     let mut vars: Vec<(String, String)> = std::env::vars()
@@ -233,7 +246,7 @@ pub fn fingerprint(cwd: &Path, opencode_bin: &Path) -> u64 {
     stat_into(&bin, &mut h);
     // Only sources that exist count, so directories of one project with the same sources share
     // one answer; a source that appears changes the set.
-    for path in config_sources(cwd).into_iter().filter(|p| p.exists()) {
+    for path in config_sources(cwd, root).into_iter().filter(|p| p.exists()) {
         stat_into(&path, &mut h);
         if path.is_dir() {
             walk_into(&path, 0, &mut h);
@@ -246,8 +259,9 @@ pub fn fingerprint(cwd: &Path, opencode_bin: &Path) -> u64 {
     h.finish()
 }
 
-/// The files and directories opencode reads configuration and agents from, for `cwd`.
-fn config_sources(cwd: &Path) -> Vec<PathBuf> {
+/// The files and directories opencode reads configuration and agents from, for `cwd` (the
+/// project's from the worktree root, or `root` when that is lower, down to `cwd`).
+fn config_sources(cwd: &Path, root: &Path) -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let var = |k: &str| {
         std::env::var(k)
@@ -288,7 +302,10 @@ fn config_sources(cwd: &Path) -> Vec<PathBuf> {
         .ancestors()
         .find(|d| d.join(".git").exists())
         .unwrap_or_else(|| cwd.ancestors().last().unwrap_or(cwd));
-    for dir in cwd.ancestors().take_while(|d| d.starts_with(worktree)) {
+    for dir in cwd
+        .ancestors()
+        .take_while(|d| d.starts_with(worktree) && d.starts_with(root))
+    {
         out.push(dir.join("opencode.json"));
         out.push(dir.join("opencode.jsonc"));
         dir_sources(&dir.join(".opencode"), &mut out);
@@ -378,6 +395,7 @@ mod tests {
         std::fs::create_dir_all(proj.join(".git")).unwrap();
         std::fs::create_dir_all(proj.join(".opencode/agents")).unwrap();
         let bin = Path::new("/bin/sh");
+        let fingerprint = |p: &Path, b: &Path| fingerprint(p, tmp.path(), b);
         let a = fingerprint(&proj, bin);
         assert_eq!(a, fingerprint(&proj, bin));
         std::fs::write(proj.join(".opencode/agents/x.md"), "---\nmode: all\n---\n").unwrap();
@@ -387,5 +405,24 @@ mod tests {
         let c = fingerprint(&proj, bin);
         std::fs::write(proj.join("missing"), "now here").unwrap();
         assert_ne!(c, fingerprint(&proj, bin));
+    }
+
+    #[test]
+    fn the_walk_stops_at_the_root() {
+        // A worktree whose top lies above the root: its configuration there is not looked at.
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().join("repo");
+        let root = top.join("root");
+        let proj = root.join("p");
+        std::fs::create_dir_all(top.join(".git")).unwrap();
+        std::fs::create_dir_all(&proj).unwrap();
+        let sources = config_sources(&proj, &root);
+        assert!(sources.contains(&proj.join("opencode.json")));
+        assert!(sources.contains(&root.join("opencode.json")));
+        assert!(
+            !sources
+                .iter()
+                .any(|s| s.starts_with(&top) && !s.starts_with(&root))
+        );
     }
 }

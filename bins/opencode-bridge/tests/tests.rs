@@ -16,6 +16,8 @@ mod live_claude_runner;
 mod live_fence;
 mod live_isolation;
 mod live_roster;
+mod live_untrusted;
 mod load;
 mod protocol;
 mod tasks;
+mod untrusted;

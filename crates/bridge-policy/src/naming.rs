@@ -9,9 +9,10 @@
 //!   leading label such as `Task:`; later lines are used only when the first one has fewer than 3
 //!   words. An explicit title replaces the whole `LANE/agent: task` and is kept as is, except that
 //!   line breaks and other control characters become spaces.
-//! - Secrets never reach a title: before the words are taken (and in an explicit title), every
-//!   value the secret guard matches and every long random-looking token is replaced by
-//!   `[secret]` ([`crate::secrets::redact`]).
+//! - Secrets never reach a title: before the words are taken, in the lane (given or the
+//!   directory's name) before it is sanitised, and in an explicit title or a rename
+//!   ([`clean_title`]), every value the secret guard matches and every long random-looking token
+//!   is replaced by `[secret]` ([`crate::secrets::redact`]); in the lane that becomes `SECRET`.
 //!
 //! ```
 //! use bridge_policy::naming::{check_title, session_title};
@@ -43,8 +44,8 @@ pub fn session_title(
     prompt: &str,
     explicit: Option<&str>,
 ) -> String {
-    if let Some(title) = explicit.map(clean_explicit).filter(|t| !t.is_empty()) {
-        return secrets::redact(&title);
+    if let Some(title) = explicit.map(clean_title).filter(|t| !t.is_empty()) {
+        return title;
     }
     format!("{}/{}: {}", lane_name(lane, cwd), agent, task_words(prompt))
 }
@@ -57,6 +58,8 @@ pub fn session_title(
 /// assert_eq!(lane_name(Some("docs lane"), Path::new("/x")), "DOCS-LANE");
 /// assert_eq!(lane_name(None, Path::new("/home/u/opencode_bridge")), "OPENCODE_BRIDGE");
 /// assert_eq!(lane_name(None, Path::new("/")), "ROOT");
+/// // a secret never reaches the lane, not even its first 24 characters
+/// assert_eq!(lane_name(Some("ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi"), Path::new("/x")), "SECRET");
 /// ```
 pub fn lane_name(lane: Option<&str>, cwd: &Path) -> String {
     let raw = lane
@@ -64,6 +67,8 @@ pub fn lane_name(lane: Option<&str>, cwd: &Path) -> String {
         .filter(|l| !l.trim().is_empty())
         .or_else(|| cwd.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_default();
+    // Before the cut to 24 characters, so the guard sees the whole value.
+    let raw = secrets::redact(&raw);
     let mut out = String::new();
     for c in raw.trim().to_uppercase().chars() {
         if c.is_alphanumeric() || matches!(c, '_' | '.' | '-') {
@@ -140,6 +145,17 @@ fn line_words(line: &str) -> Vec<String> {
         })
         .filter(|w| w.chars().any(char::is_alphanumeric))
         .collect()
+}
+
+/// A title given by the caller (`title` of a start, or a rename) as it is stored: control
+/// characters become spaces, the ends are trimmed, and every secret is replaced by `[secret]`.
+///
+/// ```
+/// use bridge_policy::naming::clean_title;
+/// assert_eq!(clean_title("DOCS/worker: use\nAKIAZ7Q4M2KD8XW3PL6T "), "DOCS/worker: use [secret]");
+/// ```
+pub fn clean_title(title: &str) -> String {
+    secrets::redact(&clean_explicit(title))
 }
 
 fn clean_explicit(title: &str) -> String {

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use bridge_policy::naming::{check_title, lane_name, session_title, task_words};
+use bridge_policy::naming::{check_title, clean_title, lane_name, session_title, task_words};
 
 /// (lane, cwd, agent, prompt, explicit title, expected)
 type TitleCase<'a> = (
@@ -215,4 +215,50 @@ fn titles_never_carry_a_secret() {
         t,
         "API/worker: Rename parse_configuration_file to load_config"
     );
+}
+
+/// Secrets given where a title is made other than the prompt: the lane (or the directory name it
+/// defaults to), an explicit title, a rename. None reaches the title, not even in part (the lane
+/// is cut to 24 characters, which would keep a token's first 24 upper-cased).
+#[test]
+fn lanes_and_renames_never_carry_a_secret() {
+    let secrets = [
+        "ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi",
+        "AKIAZ7Q4M2KD8XW3PL6T",
+        "q9XzL2mT7vB4nK8sW3pR6yH1",
+        "sk-proj-Vq3mX9tL2pR7sB4nK8wZ1yH6dF5gJ0cA",
+    ];
+    let cwd = Path::new("/w/api");
+    for secret in secrets {
+        let head: String = secret.chars().take(8).collect::<String>().to_uppercase();
+        for lane in [secret.to_owned(), format!("docs {secret}")] {
+            let t = session_title(
+                Some(&lane),
+                cwd,
+                "worker",
+                "Add retries to the fetcher",
+                None,
+            );
+            assert!(
+                !t.to_uppercase().contains(&head),
+                "lane {lane:?} gave {t:?}"
+            );
+            assert!(t.contains("SECRET/worker: "), "{t}");
+        }
+        // a directory named like a token
+        let dir = format!("/w/{secret}");
+        let t = session_title(
+            None,
+            Path::new(&dir),
+            "worker",
+            "Add retries to the fetcher",
+            None,
+        );
+        assert!(!t.to_uppercase().contains(&head), "cwd {dir:?} gave {t:?}");
+        // a rename, or an explicit title, with line breaks around the token
+        let renamed = clean_title(&format!("DOCS/worker: rotate\n{secret}\tnow"));
+        assert_eq!(renamed, "DOCS/worker: rotate [secret] now");
+    }
+    // an ordinary lane is kept
+    assert_eq!(lane_name(Some("docs-2026.q3"), cwd), "DOCS-2026.Q3");
 }

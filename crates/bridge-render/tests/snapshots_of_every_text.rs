@@ -480,3 +480,18 @@ fn process_table() {
     insta::assert_snapshot!("processes", tasks::processes(&procs));
     insta::assert_snapshot!("processes_none", tasks::processes(&[]));
 }
+
+#[test]
+fn fence_texts() {
+    use bridge_render::fence;
+    let root = Path::new("/home/u/projects");
+    let texts = [
+        fence::policy_outside_root(Path::new("/home/u/Downloads/evil"), root),
+        fence::path_too_long("cwd", 5_000_001),
+        fence::rename_outside_root("ses_e3188e02fffe1a2b3c4d5e6f7g", "/tmp/evil", root),
+        fence::rename_outside_root("ses_e3188e02fffe1a2b3c4d5e6f7g", "", root),
+        fence::secret_replaced("lane"),
+        fence::title_empty(),
+    ];
+    insta::assert_snapshot!("fence", texts.join("\n"));
+}

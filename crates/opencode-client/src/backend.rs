@@ -97,6 +97,10 @@ pub struct ClientConfig {
     /// `OPENCODE_BRIDGE_ROOT`, else the working directory: a temporary server's project is
     /// looked for no higher than this ([`bridge_fence::project_of`]).
     pub root: PathBuf,
+    /// Only directories inside this one (canonical) are named to a service in `?directory=`
+    /// when reading (a server creates an instance for a directory it is asked about, which
+    /// loads that directory's plugins and MCP servers); `None`: any. The bridge sets its root.
+    pub probe_within: Option<PathBuf>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -112,6 +116,7 @@ impl fmt::Debug for ClientConfig {
             .field("db_path", &self.db_path)
             .field("sandbox", &self.sandbox)
             .field("root", &self.root)
+            .field("probe_within", &self.probe_within)
             .finish()
     }
 }
@@ -171,6 +176,7 @@ impl ClientConfig {
                 .map(PathBuf::from)
                 .or_else(|| std::env::current_dir().ok())
                 .unwrap_or_else(|| PathBuf::from("/")),
+            probe_within: None,
         })
     }
 
@@ -257,7 +263,8 @@ pub fn choose_backend_with(
                 detail: "OPENCODE_BRIDGE_BACKEND=server needs the server's URL (http://host:port)"
                     .into(),
             })?;
-        let src: Box<dyn SessionSource> = Box::new(ServerSource::new(cfg.http_client(url)?));
+        let src: Box<dyn SessionSource> =
+            Box::new(ServerSource::new(cfg.http_client(url)?).within(cfg.probe_within.as_deref()));
         Ok((src, why))
     };
     let api = |why: String| -> Result<(Box<dyn SessionSource>, String), ClientError> {

@@ -8,7 +8,10 @@
 //! - `GET /session/{id}/message?limit=&before=`: messages (`[{info, parts}]`, oldest first within
 //!   a page); with `limit` the newest `limit` come first and `X-Next-Cursor` pages to older ones;
 //! - `GET /session/status?directory=<dir>`: busy/retrying sessions of that directory's instance
-//!   (idle ones are absent), asked once per distinct directory per call;
+//!   (idle ones are absent), asked once per distinct directory per call, and only for
+//!   directories inside [`ServerSource::within`] when it is set: asked about a directory, a
+//!   server creates an instance of it, which loads that directory's plugins and MCP servers
+//!   (observed on 1.18.33); a session elsewhere is judged from its messages alone;
 //! - `PATCH /session/{id}?directory=<dir>` with `{"title": …}`: rename.
 
 use crate::decode::{decode_message, decode_part, model_of_json};
@@ -19,6 +22,7 @@ use crate::remote::{self, Remote, keep_newest, session_record, str_of};
 use crate::source::{ScanContext, SessionSource};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -35,6 +39,8 @@ pub struct ServerSource {
     status_cache: Mutex<HashMap<String, HashSet<String>>>,
     /// Sessions and messages asked for per page.
     page_sizes: (usize, usize),
+    /// Only directories inside this one are asked about (`?directory=`); `None`: any.
+    within: Option<PathBuf>,
 }
 
 impl ServerSource {
@@ -44,6 +50,24 @@ impl ServerSource {
             http,
             status_cache: Mutex::new(HashMap::new()),
             page_sizes: (SESSION_PAGE, MESSAGE_PAGE),
+            within: None,
+        }
+    }
+
+    /// Asks the server about directories inside `root` only (canonical paths compared; a
+    /// directory that cannot be resolved is not asked about); `None`: any.
+    pub fn within(mut self, root: Option<&Path>) -> ServerSource {
+        self.within = root.map(|r| r.canonicalize().unwrap_or_else(|_| r.to_path_buf()));
+        self
+    }
+
+    /// Whether `directory` may be named to the server.
+    fn may_ask(&self, directory: &str) -> bool {
+        match &self.within {
+            None => true,
+            Some(root) => Path::new(directory)
+                .canonicalize()
+                .is_ok_and(|d| d.starts_with(root)),
         }
     }
 
@@ -177,7 +201,7 @@ impl Remote for ServerSource {
     fn busy(&self, sessions: &[Session]) -> Result<HashSet<String>, ClientError> {
         let mut busy = HashSet::new();
         let dirs: HashSet<&str> = sessions.iter().map(|s| s.directory.as_str()).collect();
-        for d in dirs {
+        for d in dirs.into_iter().filter(|d| self.may_ask(d)) {
             busy.extend(self.busy_in(d)?);
         }
         Ok(busy)

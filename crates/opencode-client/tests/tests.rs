@@ -7,5 +7,6 @@ mod fuzz_corpus;
 mod service_faults;
 mod service_fixtures;
 mod service_live;
+mod service_probe;
 mod service_support;
 mod store_fixture;
