@@ -447,7 +447,14 @@ async fn doctor_model(app: &App, opencode: &Path) -> (&'static str, String) {
         return ("ok", format!("{model}: a Claude model, run by Claude Code"));
     }
     let (id, _variant) = run_supervisor::command::split_model(&model);
-    match run_supervisor::command::output_text(opencode, &["models"], &sup.config().env).await {
+    match run_supervisor::command::output_text(
+        opencode,
+        &["models"],
+        &sup.config().env,
+        bridge_fence::RunKind::Opencode,
+    )
+    .await
+    {
         Ok(listed) if listed.lines().any(|l| l.trim() == id) => {
             ("ok", format!("{model} (listed by `opencode models`)"))
         }

@@ -170,8 +170,12 @@ pub struct ClaudeCheck {
 
 /// Runs `program --version` and `program --help` (30 s each at most).
 pub async fn check_claude(program: &Path) -> Result<ClaudeCheck, String> {
-    let version = crate::command::output_text(program, &["--version"], &[]).await?;
-    let help = crate::command::output_text(program, &["--help"], &[]).await?;
+    let version =
+        crate::command::output_text(program, &["--version"], &[], bridge_fence::RunKind::Claude)
+            .await?;
+    let help =
+        crate::command::output_text(program, &["--help"], &[], bridge_fence::RunKind::Claude)
+            .await?;
     Ok(ClaudeCheck {
         version: version
             .lines()

@@ -57,14 +57,69 @@ pub fn resolve_binary(explicit: Option<&Path>) -> Result<PathBuf, String> {
 /// them. The one list lives in `bridge-proc` (each entry explained there).
 pub use bridge_proc::DROPPED_ENV;
 
-/// Runs `bin args…` (stdin closed, at most 30 s) and returns its stdout then its stderr.
+/// The variables that name a run's temporary directory.
+pub(crate) const TMP_VARS: [&str; 3] = ["TMPDIR", "TMP", "TEMP"];
+
+/// A private temporary directory (mode 0700, made anew, never reused), removed with everything
+/// in it when dropped: a run's `TMPDIR`, the only temp space the fence lets it write.
+#[derive(Debug)]
+pub(crate) struct PrivateTmp(pub(crate) PathBuf);
+
+impl PrivateTmp {
+    /// Makes `<base>/opencode-bridge-run-<pid>-<n>-<what>` (`base`: the system's temp dir when
+    /// `None`).
+    pub(crate) fn create(base: Option<PathBuf>, what: &str) -> Result<PrivateTmp, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        // Unique in this process (several supervisors may share it, each with a task 1) and,
+        // with the pid, on the machine; `create` never reuses what is already there.
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let base = base.unwrap_or_else(std::env::temp_dir);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&base)
+            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        let mut last = None;
+        for _ in 0..16 {
+            let dir = base.join(format!(
+                "opencode-bridge-run-{}-{}-{what}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => return Ok(PrivateTmp(dir)),
+                Err(e) => last = Some((dir, e)),
+            }
+        }
+        let (dir, e) = last.expect("tried at least once");
+        Err(format!(
+            "cannot create a private temporary directory {}: {e}",
+            dir.display()
+        ))
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `bin args…` (stdin closed, at most 30 s) and returns its stdout then its stderr. The
+/// probe runs in an empty private directory (its cwd, `PWD` and `TMPDIR`), fenced like a
+/// read-only run there (`kind` says which runner's own directories it may write), so no
+/// project's plugins load in it and it writes nothing of anyone's.
 pub async fn output_text(
     bin: &Path,
     args: &[&str],
     env: &[(String, String)],
+    kind: bridge_fence::RunKind,
 ) -> Result<String, String> {
+    let tmp = PrivateTmp::create(None, "probe")?;
     let mut cmd = tokio::process::Command::new(bin);
     cmd.args(args)
+        .current_dir(&tmp.0)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     for k in DROPPED_ENV {
@@ -73,6 +128,26 @@ pub async fn output_text(
     for (k, v) in env {
         cmd.env(k, v);
     }
+    cmd.env("PWD", &tmp.0);
+    for k in TMP_VARS {
+        cmd.env(k, &tmp.0);
+    }
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !DROPPED_ENV.contains(&k.as_str()))
+        .collect();
+    vars.extend(env.iter().cloned());
+    let world = bridge_fence::RunWorld {
+        kind,
+        program: bin.to_path_buf(),
+        project: tmp.0.clone(),
+        editing: false,
+        tmp: tmp.0.clone(),
+        extra_read: vec![],
+        extra_write: vec![],
+        env: vars,
+    };
+    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), bridge_fence::Sandbox::Auto)?
+        .apply_to(cmd.as_std_mut());
     let fut = cmd.output();
     let o = tokio::time::timeout(Duration::from_secs(30), fut)
         .await
@@ -92,9 +167,9 @@ pub async fn output_text(
 
 /// Runs `bin --version` and `bin run --help` and reads the capabilities.
 pub async fn detect(bin: &Path, env: &[(String, String)]) -> Result<Capabilities, String> {
-    let out = output_text;
-    let version = out(bin, &["--version"], env).await?;
-    let help = out(bin, &["run", "--help"], env).await?;
+    let out = |args| output_text(bin, args, env, bridge_fence::RunKind::Opencode);
+    let version = out(&["--version"]).await?;
+    let help = out(&["run", "--help"]).await?;
     if !help.contains("--format") {
         return Err(format!(
             "{} does not look like opencode: `run --help` lists no --format option",

@@ -15,7 +15,7 @@ use super::record::Save;
 use super::{Shared, StopReason, persist};
 use crate::capture::HeadTail;
 use crate::classify::ExitInfo;
-use crate::command::{Capabilities, LaunchContext};
+use crate::command::{Capabilities, LaunchContext, PrivateTmp, TMP_VARS};
 use crate::events::RunSummary;
 use crate::runner::backend;
 use crate::spec::TaskSpec;
@@ -103,7 +103,8 @@ pub(super) async fn run_attempt(
         None => None,
     };
 
-    let tmp = match RunTmp::create(cfg, id, attempt) {
+    let base = cfg.state_dir.as_ref().map(|d| d.join("run-tmp"));
+    let tmp = match PrivateTmp::create(base, &format!("{id}-{attempt}")) {
         Ok(t) => t,
         Err(e) => return AttemptEnd::SpawnFailed(e),
     };
@@ -287,56 +288,6 @@ pub(super) async fn run_attempt(
     match stop_reason {
         Some(end) => end,
         None => AttemptEnd::Exited(exit.unwrap_or_default()),
-    }
-}
-
-/// The variables that name a run's temporary directory.
-const TMP_VARS: [&str; 3] = ["TMPDIR", "TMP", "TEMP"];
-
-/// A run's private temporary directory (its `TMPDIR`, the only temp space the fence lets it
-/// write), removed with everything in it when the attempt ends.
-struct RunTmp(PathBuf);
-
-impl RunTmp {
-    fn create(cfg: &crate::SupervisorConfig, id: TaskId, attempt: u32) -> Result<RunTmp, String> {
-        use std::os::unix::fs::DirBuilderExt;
-        use std::sync::atomic::{AtomicU64, Ordering};
-        // Unique in this process (several supervisors may share it, each with a task 1) and,
-        // with the pid, on the machine; `create` never reuses what is already there.
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let base = cfg
-            .state_dir
-            .as_ref()
-            .map(|d| d.join("run-tmp"))
-            .unwrap_or_else(std::env::temp_dir);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&base)
-            .map_err(|e| format!("cannot create {}: {e}", base.display()))?;
-        let mut last = None;
-        for _ in 0..16 {
-            let dir = base.join(format!(
-                "opencode-bridge-run-{}-{}-{id}-{attempt}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            ));
-            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => return Ok(RunTmp(dir)),
-                Err(e) => last = Some((dir, e)),
-            }
-        }
-        let (dir, e) = last.expect("tried at least once");
-        Err(format!(
-            "cannot create the run's temporary directory {}: {e}",
-            dir.display()
-        ))
-    }
-}
-
-impl Drop for RunTmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
