@@ -13,6 +13,7 @@ mod kill_guarantees;
 mod live_claude_code;
 mod live_claude_runner;
 mod live_isolation;
+mod live_read_only;
 mod live_roster;
 mod load;
 mod protocol;

@@ -254,10 +254,18 @@ fn xdg_config_home_and_opencode_config_dir_are_searched() {
 fn overlay_promotes_subagents_and_defines_worker() {
     let roster = Roster::load(&fixture_env(), Path::new("/h/proj"));
     let overlay = config_overlay(roster.get("explorer").unwrap()).unwrap();
-    // explorer is read-only: its run also gets everything that writes denied.
+    // explorer is read-only: its run is default-deny, under `agent` and under `mode` (which
+    // opencode merges into `agent` after every config source).
+    let p = bridge_policy::roster::read_only_permissions();
     assert_eq!(
         overlay,
-        serde_json::json!({"agent": {"explorer": {"mode": "all", "permission": {"edit": "deny", "bash": "deny", "task": "deny"}}}})
+        serde_json::json!({"agent": {"explorer": {"mode": "all", "permission": p}},
+                           "mode": {"explorer": {"permission": p}}})
+    );
+    assert_eq!(p["*"], "deny");
+    assert_eq!(
+        (&p["edit"], &p["bash"], &p["task"]),
+        (&"deny".into(), &"deny".into(), &"deny".into())
     );
     let overlay = config_overlay(roster.get("worker").unwrap()).unwrap();
     assert_eq!(overlay["agent"]["worker"], worker_agent_config());
