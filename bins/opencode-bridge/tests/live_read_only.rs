@@ -138,20 +138,10 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
         .unwrap_or_else(|| panic!("oracle missing from the roster:\n{policy}"))
         .to_owned();
     assert!(row.contains(" read-only "), "{row}\n{policy}");
-    if let Some(cache) = deps_cache().filter(|c| !c.join("node_modules").is_dir())
-        && proj.join(".opencode/node_modules").is_dir()
-    {
-        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
-        for name in DEPS {
-            copy_tree(&proj.join(".opencode").join(name), &tmp.join(name));
-        }
-        let _ = std::fs::rename(&tmp, &cache);
-    }
-
     next += 1;
-    let (text, is_error) = server.call_text(
+    let (text, is_error) = start(
+        &mut server,
         next,
-        "opencode_start",
         json!({"tier": "easy", "agent": "oracle", "prompt": "Write the files you are asked to write.",
                "model": "fk/undo"}),
     );
@@ -222,6 +212,16 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
             .any(|l| l.trim_start().starts_with("->") && l.contains("[completed]")),
         "a call went through:\n{result}"
     );
+    // opencode finished installing the tool dependencies (the run waited for them): keep them.
+    if let Some(cache) = deps_cache().filter(|c| !c.join("node_modules").is_dir())
+        && proj.join(".opencode/node_modules").is_dir()
+    {
+        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+        for name in DEPS {
+            copy_tree(&proj.join(".opencode").join(name), &tmp.join(name));
+        }
+        let _ = std::fs::rename(&tmp, &cache);
+    }
 }
 
 /// A project tool named like a read tool the run allows (`grep`) would be allowed with it: the
@@ -262,9 +262,9 @@ fn live_a_project_tool_named_like_a_read_tool_refuses_the_read_only_run() {
     env.push(("OPENCODE_BRIDGE_ROOT", proj.to_string_lossy().into_owned()));
     let mut server = Server::start_in(&world, &env, &proj);
     server.initialize();
-    let (text, is_error) = server.call_text(
+    let (text, is_error) = start(
+        &mut server,
         1,
-        "opencode_start",
         json!({"tier": "easy", "agent": "reviewer", "prompt": "Search.", "model": "fk/ok"}),
     );
     eprintln!("{text}");
@@ -280,6 +280,31 @@ fn live_a_project_tool_named_like_a_read_tool_refuses_the_read_only_run() {
             .all(|r| r.path != "/v1/chat/completions"),
         "the model was asked"
     );
+}
+
+/// `opencode_start`, waiting up to 5 minutes: on a machine without the dependency cache the
+/// read-only check waits for opencode's first install of `@opencode-ai/plugin` (20-60 s per
+/// config directory).
+fn start(server: &mut Server, id: i64, args: serde_json::Value) -> (String, bool) {
+    server.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                        "params": {"name": "opencode_start", "arguments": args}}));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let msg = server
+            .recv_within(left)
+            .unwrap_or_else(|| panic!("no answer to opencode_start; stderr:\n{}", server.stderr()));
+        if msg.get("id") == Some(&json!(id)) {
+            let result = &msg["result"];
+            return (
+                result["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+                result["isError"].as_bool().unwrap_or(false),
+            );
+        }
+    }
 }
 
 /// Copies a file or a directory tree (symbolic links as links).
