@@ -15,7 +15,9 @@
 //!    `~/.opencode`, and `$OPENCODE_CONFIG_DIR`. In each: `agent/**/*.md` and `agents/**/*.md`
 //!    (the nested path is the name, `team/docs.md` → `team/docs`; default mode `all`) and
 //!    `mode/*.md`, `modes/*.md` (default mode `primary`);
-//! 7. the `agent` key of `OPENCODE_CONFIG_CONTENT`.
+//! 7. the `agent` key of `OPENCODE_CONFIG_CONTENT`;
+//! 8. the `mode` key of every config source above (merged across them in that order), merged
+//!    into `agent` last with `mode: "primary"`, as opencode does.
 //!
 //! An agent with `disable: true` is dropped. A file that cannot be parsed is recorded as a
 //! warning; a markdown agent whose frontmatter is broken is still listed (opencode lists it too),
@@ -850,6 +852,9 @@ fn global_config_dir(env: &dyn Environment) -> Option<PathBuf> {
 #[derive(Default)]
 struct Loader {
     configs: BTreeMap<String, (Value, AgentSource)>,
+    /// The config's `mode` entries (opencode's older name for primary agents), merged across
+    /// sources; opencode merges them into `agent` after every source, as `mode: "primary"`.
+    modes: BTreeMap<String, (Value, AgentSource)>,
     warnings: Vec<String>,
 }
 
@@ -929,6 +934,24 @@ impl Loader {
     }
 
     fn config_value(&mut self, value: &Value, source: AgentSource) {
+        for (name, cfg) in value
+            .get("mode")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(_, c)| c.is_object())
+        {
+            match self.modes.get_mut(name) {
+                Some((existing, src)) => {
+                    merge_config(existing, cfg);
+                    *src = source.clone();
+                }
+                None => {
+                    self.modes
+                        .insert(name.clone(), (cfg.clone(), source.clone()));
+                }
+            }
+        }
         let Some(agents) = value.get("agent").and_then(Value::as_object) else {
             return;
         };
@@ -1012,7 +1035,11 @@ impl Loader {
         }
     }
 
-    fn finish(self) -> Roster {
+    fn finish(mut self) -> Roster {
+        for (name, (mut cfg, source)) in std::mem::take(&mut self.modes) {
+            cfg["mode"] = Value::from("primary");
+            self.merge(&name, &cfg, source);
+        }
         let agents = self
             .configs
             .into_iter()

@@ -409,7 +409,9 @@ fn live_roster_matches_opencode_agent_list() {
         "roster vs `opencode agent list`:\n{stdout}"
     );
     assert!(listed.contains(&("worker".to_owned(), "primary".to_owned())));
-    assert!(listed.contains(&("explorer".to_owned(), "all".to_owned())));
+    // The read-only overlay sets explorer's permissions under `mode.explorer` too, which opencode
+    // merges into the agent as `mode: "primary"`: it runs as itself, directly, either way.
+    assert!(listed.contains(&("explorer".to_owned(), "primary".to_owned())));
 }
 
 /// With no agent files at all, the bridge's overlay alone makes `worker` a primary agent that
