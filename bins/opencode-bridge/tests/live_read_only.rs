@@ -362,3 +362,41 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// When the bridge does not ask opencode at all (`OPENCODE_BRIDGE_ROSTER=files`), a read-only run
+/// starts default-deny but unchecked, and its start says so.
+#[test]
+fn a_read_only_run_opencode_is_not_asked_about_says_it_is_unchecked() {
+    let world = World::new();
+    let config = world.path("xdg/config/opencode");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("opencode.json"),
+        json!({"agent": {"reviewer": {"description": "Reviews",
+                                      "permission": {"edit": "deny", "bash": "deny"}}}})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(world.root()).unwrap();
+    let fake = bridge_testkit::bins::fake_opencode();
+    let mut server = Server::start(
+        &world,
+        &[
+            ("OPENCODE_BIN", fake.to_string_lossy().into_owned()),
+            ("OPENCODE_BRIDGE_ROSTER", "files".into()),
+        ],
+    );
+    server.initialize();
+    let (text, is_error) = server.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "agent": "reviewer", "prompt": "Look around."}),
+    );
+    assert!(!is_error, "{text}");
+    assert!(
+        text.contains(
+            "warning: read-only permissions not checked with opencode (OPENCODE_BRIDGE_ROSTER=files)"
+        ),
+        "{text}"
+    );
+}
