@@ -535,7 +535,8 @@ impl App {
         spec.auto_approve = agent.access == Access::Editing;
         spec.model = args.model.clone();
         spec.timeout = args.timeout_minutes.map(|m| Duration::from_secs(m * 60));
-        spec.config_overlay = delegation.config_overlay.clone();
+        let (overlay, unchecked) = self.run_overlay(&cwd, &roster, &delegation).await?;
+        spec.config_overlay = overlay;
         // The whole id (the caller may have given a unique prefix).
         spec.session = session.as_ref().map(|s| s.id.clone());
         spec.label = label.clone();
@@ -564,8 +565,45 @@ impl App {
             title_warning: title_warning.as_deref(),
             label: label.as_deref(),
             continues: session.as_ref().map(|s| s.id.as_str()),
-        }) + &self.isolated_start(id);
+        }) + &unchecked
+            + &self.isolated_start(id);
         Ok((id, started))
+    }
+
+    /// The run's config overlay: the policy's, and for a read-only agent the one opencode was
+    /// asked about and resolves default-deny ([`RosterSource::check_read_only`]), with the
+    /// start text's warning when opencode is not asked here; the refusal otherwise.
+    async fn run_overlay(
+        &self,
+        cwd: &Path,
+        roster: &bridge_policy::Roster,
+        delegation: &bridge_policy::Delegation,
+    ) -> Result<(Option<serde_json::Value>, String), String> {
+        use crate::roster::ReadOnlyCheck;
+        let (agent, overlay) = match (&delegation.agent, &delegation.config_overlay) {
+            (a, Some(o)) if a.access == Access::ReadOnly => (a.name.clone(), o.clone()),
+            _ => return Ok((delegation.config_overlay.clone(), String::new())),
+        };
+        let asked = matches!(
+            roster.origin(),
+            bridge_policy::roster::RosterOrigin::Opencode { .. }
+        );
+        let (source, dir) = (self.roster.clone(), cwd.to_path_buf());
+        let check = tokio::task::spawn_blocking(move || {
+            source.check_read_only(&dir, &agent, &overlay, asked)
+        })
+        .await
+        .map_err(|e| format!("internal error while checking a read-only run: {e}"))?;
+        match check {
+            ReadOnlyCheck::Checked(o) => Ok((Some(o), String::new())),
+            ReadOnlyCheck::Unchecked { overlay, why } => {
+                Ok((Some(overlay), render::tasks::read_only_unchecked(&why)))
+            }
+            ReadOnlyCheck::Refused(why) => Err(render::tasks::read_only_refused(
+                &delegation.agent.name,
+                &why,
+            )),
+        }
     }
 
     /// The start note of an isolated task (empty for one that runs in the caller's checkout).

@@ -10,9 +10,12 @@
 //! `OPENCODE_*` variable; and the opencode binary itself. Answers are kept in memory and in
 //! `<state dir>/roster-cache/` (a new bridge or a CLI call reuses them).
 
+use bridge_policy::permission::Ruleset;
+use bridge_policy::roster::{READ_TOOLS, config_content, harden_read_only, read_only_violation};
 use bridge_policy::{Roster, SystemEnv};
+use bridge_render::tasks::ReadOnlyRefusal;
 use opencode_client::ClientError;
-use opencode_client::agents::{ASK_STARTUP_TIMEOUT, AgentReport, ask_agents};
+use opencode_client::agents::{ASK_STARTUP_TIMEOUT, AgentReport, ask_agents, ask_run_permissions};
 use opencode_client::backend::{ChildEnv, ClientConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -38,6 +41,65 @@ enum Asked {
     Refused { message: String },
 }
 
+/// What checking a read-only run's permissions with opencode gave ([`RosterSource::check_read_only`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ReadOnlyCheck {
+    /// opencode resolves the agent default-deny under this overlay (the one asked for, or it
+    /// with what undid it denied by key): the run gets exactly this overlay.
+    Checked(serde_json::Value),
+    /// opencode is not asked in this bridge (`why`): the run gets the overlay as it was, with a
+    /// warning.
+    Unchecked {
+        overlay: serde_json::Value,
+        why: String,
+    },
+    /// The run is refused.
+    Refused(#[serde(with = "refusal")] ReadOnlyRefusal),
+}
+
+/// What [`ReadOnlyRefusal`] is in the on-disk cache.
+mod refusal {
+    use bridge_render::tasks::ReadOnlyRefusal;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    enum Stored {
+        Undone(String, String, String, Option<String>),
+        ShadowedTool(String),
+        Missing,
+        NotAsked(String),
+    }
+
+    pub fn serialize<S: Serializer>(r: &ReadOnlyRefusal, s: S) -> Result<S::Ok, S::Error> {
+        match r.clone() {
+            ReadOnlyRefusal::Undone {
+                permission,
+                pattern,
+                action,
+                source,
+            } => Stored::Undone(permission, pattern, action, source),
+            ReadOnlyRefusal::ShadowedTool { tool } => Stored::ShadowedTool(tool),
+            ReadOnlyRefusal::Missing => Stored::Missing,
+            ReadOnlyRefusal::NotAsked { why } => Stored::NotAsked(why),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ReadOnlyRefusal, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::Undone(permission, pattern, action, source) => ReadOnlyRefusal::Undone {
+                permission,
+                pattern,
+                action,
+                source,
+            },
+            Stored::ShadowedTool(tool) => ReadOnlyRefusal::ShadowedTool { tool },
+            Stored::Missing => ReadOnlyRefusal::Missing,
+            Stored::NotAsked(why) => ReadOnlyRefusal::NotAsked { why },
+        })
+    }
+}
+
 /// Where the roster comes from, with its cache.
 #[derive(Debug)]
 pub struct RosterSource {
@@ -45,6 +107,8 @@ pub struct RosterSource {
     env: ChildEnv,
     cache_dir: Option<PathBuf>,
     memory: Mutex<HashMap<u64, Arc<Asked>>>,
+    /// Read-only checks, by the roster's fingerprint, the agent and the overlay.
+    checks: Mutex<HashMap<u64, ReadOnlyCheck>>,
     files_only: Option<String>,
     /// Set at shutdown: an ask in flight stops its temporary server.
     stopping: AtomicBool,
@@ -79,6 +143,7 @@ impl RosterSource {
             env,
             cache_dir,
             memory: Mutex::new(HashMap::new()),
+            checks: Mutex::new(HashMap::new()),
             files_only,
             stopping: AtomicBool::new(false),
             asking: AtomicUsize::new(0),
@@ -153,6 +218,180 @@ impl RosterSource {
             }
         };
         from_asked(&asked, files)
+    }
+
+    /// Checks a read-only run of `agent` in `cwd` with opencode before it starts: a temporary
+    /// `opencode serve` there, with the run's exact `OPENCODE_CONFIG_CONTENT` (this overlay
+    /// merged over the roster's), is asked for the agent's resolved ruleset and the tool ids.
+    /// The ruleset must deny everything but the read tools after its last `* * deny`
+    /// ([`read_only_violation`]), and no project or plugin tool may have a read tool's name.
+    /// When a rule undoes the overlay (a key placed earlier by the project, a `mode` entry), it is
+    /// denied by its own key ([`harden_read_only`]) and opencode is asked again; a rule that
+    /// still stands refuses the run. Answers are cached by the roster's fingerprint of `cwd`, the
+    /// agent and the overlay, so one serve (two when hardened) per configuration, not per task.
+    ///
+    /// `roster_from_opencode`: whether opencode answered the roster of `cwd`; when it did not
+    /// (opencode cannot be asked in this environment), the run is [`ReadOnlyCheck::Unchecked`].
+    pub fn check_read_only(
+        &self,
+        cwd: &Path,
+        agent: &str,
+        overlay: &serde_json::Value,
+        roster_from_opencode: bool,
+    ) -> ReadOnlyCheck {
+        let unchecked = |why: String| ReadOnlyCheck::Unchecked {
+            overlay: overlay.clone(),
+            why,
+        };
+        if let Some(why) = &self.files_only {
+            return unchecked(why.clone());
+        }
+        let Some(client) = &self.client else {
+            return unchecked("opencode cannot be started".into());
+        };
+        let key = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            fingerprint(cwd, &self.root, &client.opencode_bin).hash(&mut h);
+            agent.hash(&mut h);
+            overlay.to_string().hash(&mut h);
+            h.finish()
+        };
+        if let Some(c) = self.cached_check(key) {
+            return c;
+        }
+        let _one = self.one_ask.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = self.cached_check(key) {
+            return c;
+        }
+        self.asking.fetch_add(1, Ordering::Relaxed);
+        let result = self.check_uncached(client, cwd, agent, overlay);
+        self.asking.fetch_sub(1, Ordering::Relaxed);
+        match result {
+            Ok(check) => {
+                self.store_check(key, &check);
+                check
+            }
+            Err(why) if roster_from_opencode => {
+                ReadOnlyCheck::Refused(ReadOnlyRefusal::NotAsked { why })
+            }
+            Err(why) => unchecked(why),
+        }
+    }
+
+    fn check_uncached(
+        &self,
+        client: &ClientConfig,
+        cwd: &Path,
+        agent: &str,
+        overlay: &serde_json::Value,
+    ) -> Result<ReadOnlyCheck, String> {
+        let ask =
+            |overlay: &serde_json::Value| -> Result<Result<Ruleset, ReadOnlyRefusal>, String> {
+                let env = self.env_with(overlay)?;
+                tracing::debug!(cwd = %cwd.display(), agent, "asking opencode for a read-only run's permissions");
+                let report = match ask_run_permissions(
+                    client,
+                    cwd,
+                    &env,
+                    ASK_STARTUP_TIMEOUT,
+                    Some(&self.stopping),
+                ) {
+                    Ok(r) => r,
+                    Err(ClientError::TempServer { detail }) => {
+                        return Err(format!("opencode could not be asked: {detail}"));
+                    }
+                    Err(e) => return Err(format!("opencode could not be asked: {e}")),
+                };
+                if let Some(tool) = READ_TOOLS
+                    .iter()
+                    .find(|t| report.tool_ids.iter().filter(|id| id == *t).count() > 1)
+                {
+                    return Ok(Err(ReadOnlyRefusal::ShadowedTool {
+                        tool: (*tool).to_owned(),
+                    }));
+                }
+                let rules = report
+                    .agents
+                    .as_array()
+                    .and_then(|list| {
+                        list.iter()
+                            .find(|a| a.get("name").and_then(|n| n.as_str()) == Some(agent))
+                    })
+                    .and_then(|a| a.get("permission"))
+                    .and_then(Ruleset::from_opencode);
+                Ok(rules.ok_or(ReadOnlyRefusal::Missing))
+            };
+        let rules = match ask(overlay)? {
+            Ok(r) => r,
+            Err(refusal) => return Ok(ReadOnlyCheck::Refused(refusal)),
+        };
+        let violation = read_only_violation(&rules);
+        tracing::debug!(?violation, "read-only check, first ask");
+        if violation.is_none() {
+            return Ok(ReadOnlyCheck::Checked(overlay.clone()));
+        }
+        let hardened = harden_read_only(overlay, agent, &rules);
+        let rules = match ask(&hardened)? {
+            Ok(r) => r,
+            Err(refusal) => return Ok(ReadOnlyCheck::Refused(refusal)),
+        };
+        Ok(match read_only_violation(&rules) {
+            None => ReadOnlyCheck::Checked(hardened),
+            Some(rule) => ReadOnlyCheck::Refused(ReadOnlyRefusal::Undone {
+                source: permission_source(cwd, &self.root, agent, &rule.permission)
+                    .map(|p| p.display().to_string()),
+                action: format!("{:?}", rule.action).to_ascii_lowercase(),
+                permission: rule.permission,
+                pattern: rule.pattern,
+            }),
+        })
+    }
+
+    /// The roster's environment with `overlay` merged over its `OPENCODE_CONFIG_CONTENT`: what
+    /// the run gets (`run_supervisor::command` merges the same overlay over the same content).
+    fn env_with(&self, overlay: &serde_json::Value) -> Result<ChildEnv, String> {
+        const CONTENT: &str = bridge_env::OPENCODE_CONFIG_CONTENT.name;
+        let mut env = self.env.clone();
+        let existing = env
+            .set
+            .iter()
+            .rev()
+            .find(|(k, _)| k == CONTENT)
+            .map(|(_, v)| v.clone());
+        let content = config_content(existing.as_deref(), Some(overlay))?;
+        env.set.retain(|(k, _)| k != CONTENT);
+        env.set.push((CONTENT.into(), content));
+        Ok(env)
+    }
+
+    fn cached_check(&self, key: u64) -> Option<ReadOnlyCheck> {
+        if let Some(c) = self.checks.lock().ok()?.get(&key) {
+            return Some(c.clone());
+        }
+        let path = self.cache_dir.as_ref()?.join(format!("ro-{key:016x}.json"));
+        let check: ReadOnlyCheck = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        if let Ok(mut m) = self.checks.lock() {
+            m.insert(key, check.clone());
+        }
+        Some(check)
+    }
+
+    fn store_check(&self, key: u64, check: &ReadOnlyCheck) {
+        if let Ok(mut m) = self.checks.lock() {
+            if m.len() >= 64 {
+                m.clear();
+            }
+            m.insert(key, check.clone());
+        }
+        if let Some(dir) = &self.cache_dir
+            && std::fs::create_dir_all(dir).is_ok()
+            && let Ok(bytes) = serde_json::to_vec(check)
+        {
+            let tmp = dir.join(format!(".ro-{key:016x}.{}.tmp", std::process::id()));
+            if std::fs::write(&tmp, bytes).is_ok() {
+                let _ = std::fs::rename(&tmp, dir.join(format!("ro-{key:016x}.json")));
+            }
+        }
     }
 
     fn cached(&self, key: u64) -> Option<Arc<Asked>> {
@@ -257,6 +496,41 @@ pub fn fingerprint(cwd: &Path, root: &Path, opencode_bin: &Path) -> u64 {
         }
     }
     h.finish()
+}
+
+/// The configuration file that most likely sets permission key `key` for `agent` in `cwd`:
+/// the last of the files opencode reads (config files in its order, then the agent's markdown
+/// files) that names both. A guess for messages, never for decisions.
+fn permission_source(cwd: &Path, root: &Path, agent: &str, key: &str) -> Option<PathBuf> {
+    let leaf = agent.rsplit('/').next().unwrap_or(agent);
+    let mut found = None;
+    for path in config_sources(cwd, root) {
+        let candidates: Vec<PathBuf> = if path.is_dir() {
+            vec![
+                path.join(format!("{agent}.md")),
+                path.join(format!("{leaf}.md")),
+            ]
+        } else {
+            vec![path]
+        };
+        for file in candidates {
+            let Ok(text) = std::fs::read_to_string(&file) else {
+                continue;
+            };
+            let is_md = file.extension().is_some_and(|e| e == "md");
+            let names_agent = is_md || text.contains(&format!("\"{agent}\""));
+            let names_key = text.contains(&format!("\"{key}\""))
+                || text.contains(&format!("'{key}'"))
+                || (is_md
+                    && text
+                        .lines()
+                        .any(|l| l.trim_start().starts_with(&format!("{key}:"))));
+            if names_agent && names_key {
+                found = Some(file);
+            }
+        }
+    }
+    found
 }
 
 /// The files and directories opencode reads configuration and agents from, for `cwd` (the

@@ -15,7 +15,9 @@
 //!    `~/.opencode`, and `$OPENCODE_CONFIG_DIR`. In each: `agent/**/*.md` and `agents/**/*.md`
 //!    (the nested path is the name, `team/docs.md` → `team/docs`; default mode `all`) and
 //!    `mode/*.md`, `modes/*.md` (default mode `primary`);
-//! 7. the `agent` key of `OPENCODE_CONFIG_CONTENT`.
+//! 7. the `agent` key of `OPENCODE_CONFIG_CONTENT`;
+//! 8. the `mode` key of every config source above (merged across them in that order), merged
+//!    into `agent` last with `mode: "primary"`, as opencode does.
 //!
 //! An agent with `disable: true` is dropped. A file that cannot be parsed is recorded as a
 //! warning; a markdown agent whose frontmatter is broken is still listed (opencode lists it too),
@@ -29,7 +31,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::env::Environment;
-use crate::permission::{Reach, Ruleset};
+use crate::permission::{Action, Reach, Rule, Ruleset};
 use crate::yaml::{parse_jsonc, parse_yaml, split_frontmatter};
 
 /// Whether an agent can change files in a bridge run.
@@ -37,9 +39,11 @@ use crate::yaml::{parse_jsonc, parse_yaml, split_frontmatter};
 #[serde(rename_all = "snake_case")]
 pub enum Access {
     /// Its edit tools are denied (an `ask` counts as denied: these runs do not approve asks)
-    /// and its shell is not free. The bridge runs it read-only: without `--auto`, with `edit`,
-    /// `bash` and `task` denied in the run's config ([`config_overlay`]), so a shell allowlist
-    /// (which can always write, e.g. `timeout *` or `echo*` with a redirection) is switched off.
+    /// and its shell is not free. The bridge runs it read-only: without `--auto`, with every
+    /// permission denied but the read tools' in the run's config ([`config_overlay`],
+    /// [`read_only_permissions`]), so a shell allowlist (which can always write, e.g. `timeout *`
+    /// or `echo*` with a redirection), custom, plugin and MCP tools are switched off; the bridge
+    /// checks opencode's resolved ruleset for the run before starting it.
     ReadOnly,
     /// Anything else: the agent can change files (with its edit tools or a free shell). It runs
     /// with `--auto`, so its `ask` rules are approved.
@@ -287,16 +291,24 @@ pub fn worker_agent_config() -> Value {
 /// The config to put into `OPENCODE_CONFIG_CONTENT` for a run of `agent`, if any: the `worker`
 /// definition when the bridge supplies it; `mode: "all"` for a subagent, which opencode 1.x
 /// would otherwise replace by its default agent; and for a read-only agent
-/// ([`Access::ReadOnly`]) `edit`, `bash` and `task` denied, so the run cannot write through an
-/// edit tool, a shell allowlist or a subagent whatever the agent's own rules say. `None` when
-/// the agent runs as it is.
+/// ([`Access::ReadOnly`]) the default-deny permissions of [`read_only_permissions`], set both
+/// under `agent.<name>` and under `mode.<name>`: opencode merges the config's `mode.<name>`
+/// entries into `agent.<name>` after every config source, `OPENCODE_CONFIG_CONTENT` included, so
+/// a project's `mode` allowlist would otherwise come back. `None` when the agent runs as it is.
+///
+/// Key order can still undo it (opencode keeps a key where the first source that set it put it,
+/// and its last matching rule wins): the bridge asks opencode for the run's resolved ruleset
+/// ([`read_only_violation`]) and denies what came back ([`harden_read_only`]).
 ///
 /// ```
 /// use bridge_policy::roster::{config_overlay, AgentInfo, AgentSource};
 /// let sub = AgentInfo::from_config("fixer", &serde_json::json!({"mode": "subagent"}), AgentSource::ConfigContent);
 /// assert_eq!(config_overlay(&sub).unwrap(), serde_json::json!({"agent": {"fixer": {"mode": "all"}}}));
 /// let ro = AgentInfo::from_config("oracle", &serde_json::json!({"permission": {"edit": "deny", "bash": {"git diff*": "allow", "*": "deny"}}}), AgentSource::ConfigContent);
-/// assert_eq!(config_overlay(&ro).unwrap()["agent"]["oracle"]["permission"]["bash"], "deny");
+/// let o = config_overlay(&ro).unwrap();
+/// assert_eq!(o["agent"]["oracle"]["permission"]["*"], "deny");
+/// assert_eq!(o["agent"]["oracle"]["permission"]["bash"], "deny");
+/// assert_eq!(o["mode"]["oracle"]["permission"], o["agent"]["oracle"]["permission"]);
 /// ```
 pub fn config_overlay(agent: &AgentInfo) -> Option<Value> {
     let mut entry = match agent.source {
@@ -306,7 +318,8 @@ pub fn config_overlay(agent: &AgentInfo) -> Option<Value> {
     if agent.opencode_mode == AgentMode::Subagent {
         entry["mode"] = Value::from("all");
     }
-    if agent.access == Access::ReadOnly {
+    let read_only = agent.access == Access::ReadOnly;
+    if read_only {
         entry["permission"] = read_only_permissions();
     }
     if entry.as_object().is_some_and(Map::is_empty) {
@@ -314,13 +327,162 @@ pub fn config_overlay(agent: &AgentInfo) -> Option<Value> {
     }
     let mut agents = Map::new();
     agents.insert(agent.name.clone(), entry);
-    Some(json!({ "agent": agents }))
+    let mut overlay = json!({ "agent": agents });
+    if read_only {
+        overlay["mode"] = json!({ agent.name.clone(): {"permission": read_only_permissions()} });
+    }
+    Some(overlay)
 }
 
-/// The permissions a read-only run gets on top of the agent's own: nothing that writes. A
-/// string replaces a pattern map when opencode merges configs, so an allowlist goes with it.
+/// The tools a read-only run may use: opencode 1.18.33's built-in tools that only read the
+/// project (`read`, `glob`, `grep`; 1.18.33 has no `list` tool, so a tool of that name could only
+/// be a project's or a plugin's). Everything else is denied, whatever its name: edit, write,
+/// apply_patch, bash, task, webfetch, websearch, todowrite, skill, question, lsp, and every
+/// custom, plugin and MCP tool.
+pub const READ_TOOLS: [&str; 3] = ["read", "glob", "grep"];
+
+/// The permissions of a read-only run, default-deny: `"*": "deny"` first, then the read tools
+/// ([`READ_TOOLS`]) allowed by name (`read` keeps opencode's own `.env` guard, with its `ask`
+/// made `deny`), and `edit`, `bash` and `task` denied by name too (a string replaces a pattern
+/// map when opencode merges configs, so an allowlist goes with it). The map is sorted, so `*`
+/// comes first and the read tools after it, as opencode reads them (last matching rule wins).
+///
+/// ```
+/// let p = bridge_policy::roster::read_only_permissions();
+/// let keys: Vec<&String> = p.as_object().unwrap().keys().collect();
+/// assert_eq!(keys[0], "*");
+/// assert_eq!(p["edit"], "deny");
+/// ```
 pub fn read_only_permissions() -> Value {
-    json!({"edit": "deny", "bash": "deny", "task": "deny"})
+    json!({
+        "*": "deny",
+        "edit": "deny",
+        "bash": "deny",
+        "task": "deny",
+        "glob": "allow",
+        "grep": "allow",
+        "read": {"*": "allow", "*.env": "deny", "*.env.*": "deny", "*.env.example": "allow"},
+    })
+}
+
+/// Whether a resolved rule may stand in a read-only run after the last rule that denies every
+/// permission: a deny, a rule of a read tool ([`READ_TOOLS`], by exact name), or an
+/// `external_directory` rule (opencode appends an allow for its own tool-output directory to
+/// every agent; it widens where the read tools may read, and grants no tool by itself).
+fn read_only_rule_ok(rule: &Rule) -> bool {
+    rule.action == Action::Deny
+        || READ_TOOLS.contains(&rule.permission.as_str())
+        || rule.permission == "external_directory"
+}
+
+/// What keeps a resolved ruleset (opencode's `GET /agent` for the run's agent under the run's
+/// config) from being read-only as asked, or `None` when it is: some rule after the last
+/// `* * deny` that neither denies nor belongs to a read tool, or no such deny at all.
+///
+/// ```
+/// use bridge_policy::permission::Ruleset;
+/// use bridge_policy::roster::read_only_violation;
+/// let ok = Ruleset::from_opencode(&serde_json::json!([
+///     {"permission": "bash", "pattern": "*", "action": "allow"},
+///     {"permission": "*", "pattern": "*", "action": "deny"},
+///     {"permission": "read", "pattern": "*", "action": "allow"},
+/// ])).unwrap();
+/// assert_eq!(read_only_violation(&ok), None);
+/// let undone = Ruleset::from_opencode(&serde_json::json!([
+///     {"permission": "*", "pattern": "*", "action": "deny"},
+///     {"permission": "b*sh", "pattern": "*", "action": "allow"},
+/// ])).unwrap();
+/// assert_eq!(read_only_violation(&undone).unwrap().permission, "b*sh");
+/// ```
+pub fn read_only_violation(rules: &Ruleset) -> Option<Rule> {
+    let all = |s: &str| !s.is_empty() && s.chars().all(|c| c == '*');
+    let rules = rules.rules();
+    let Some(last_deny) = rules
+        .iter()
+        .rposition(|r| all(&r.permission) && all(&r.pattern) && r.action == Action::Deny)
+    else {
+        return Some(Rule {
+            permission: "*".into(),
+            pattern: "*".into(),
+            action: rules
+                .iter()
+                .rev()
+                .find(|r| all(&r.permission) && all(&r.pattern))
+                .map_or(Action::Ask, |r| r.action),
+        });
+    };
+    rules[last_deny + 1..]
+        .iter()
+        .find(|r| !read_only_rule_ok(r))
+        .cloned()
+}
+
+/// `overlay` (a read-only run's [`config_overlay`]) with every rule of `resolved` that a
+/// read-only run may not have ([`read_only_violation`]'s test) denied by its own key and
+/// pattern, under both `agent.<agent>` and `mode.<agent>`. opencode keeps a key at the place
+/// the first config source gave it and takes its value from the last, so a project's
+/// `"*": "ask", "b*sh": "allow"` puts `b*sh` after the overlay's `*`; denying `b*sh` itself in
+/// the overlay gives that place a deny. Read tools and `external_directory` are left as they
+/// are. Ask opencode again after this: what it resolves is the proof, not this function.
+///
+/// ```
+/// use bridge_policy::permission::Ruleset;
+/// use bridge_policy::roster::{harden_read_only, read_only_permissions};
+/// let overlay = serde_json::json!({"agent": {"oracle": {"permission": read_only_permissions()}}});
+/// let resolved = Ruleset::from_opencode(&serde_json::json!([
+///     {"permission": "*", "pattern": "*", "action": "deny"},
+///     {"permission": "b*sh", "pattern": "*", "action": "allow"},
+///     {"permission": "bash", "pattern": "echo *", "action": "allow"},
+/// ])).unwrap();
+/// let h = harden_read_only(&overlay, "oracle", &resolved);
+/// assert_eq!(h["agent"]["oracle"]["permission"]["b*sh"], "deny");
+/// assert_eq!(h["mode"]["oracle"]["permission"]["bash"]["echo *"], "deny");
+/// assert_eq!(h["mode"]["oracle"]["permission"]["bash"]["*"], "deny");
+/// ```
+pub fn harden_read_only(overlay: &Value, agent: &str, resolved: &Ruleset) -> Value {
+    let mut permission = overlay
+        .pointer(&format!("/agent/{}/permission", pointer_escape(agent)))
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or_else(read_only_permissions);
+    for rule in resolved.rules() {
+        if READ_TOOLS.contains(&rule.permission.as_str()) || rule.permission == "external_directory"
+        {
+            continue;
+        }
+        let map = permission
+            .as_object_mut()
+            .expect("the permission overlay is an object");
+        let entry = map
+            .entry(rule.permission.clone())
+            .or_insert_with(|| Value::from("deny"));
+        // A plain action where it does (some keys, `question`, `webfetch`, `doom_loop`…, take
+        // nothing else), a pattern map otherwise.
+        if rule.pattern == "*" && entry.is_string() {
+            *entry = Value::from("deny");
+            continue;
+        }
+        if let Value::String(action) = entry {
+            *entry = json!({ "*": action.clone() });
+        }
+        if let Some(patterns) = entry.as_object_mut() {
+            patterns.insert(rule.pattern.clone(), Value::from("deny"));
+        }
+    }
+    let mut out = overlay.clone();
+    merge_config(
+        &mut out,
+        &json!({
+            "agent": { agent: {"permission": permission.clone()} },
+            "mode": { agent: {"permission": permission} },
+        }),
+    );
+    out
+}
+
+/// `text` as one JSON-pointer token.
+fn pointer_escape(text: &str) -> String {
+    text.replace('~', "~0").replace('/', "~1")
 }
 
 /// Merges `overlay` into `base` the way opencode merges config sources: objects key by key,
@@ -690,6 +852,9 @@ fn global_config_dir(env: &dyn Environment) -> Option<PathBuf> {
 #[derive(Default)]
 struct Loader {
     configs: BTreeMap<String, (Value, AgentSource)>,
+    /// The config's `mode` entries (opencode's older name for primary agents), merged across
+    /// sources; opencode merges them into `agent` after every source, as `mode: "primary"`.
+    modes: BTreeMap<String, (Value, AgentSource)>,
     warnings: Vec<String>,
 }
 
@@ -769,6 +934,24 @@ impl Loader {
     }
 
     fn config_value(&mut self, value: &Value, source: AgentSource) {
+        for (name, cfg) in value
+            .get("mode")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(_, c)| c.is_object())
+        {
+            match self.modes.get_mut(name) {
+                Some((existing, src)) => {
+                    merge_config(existing, cfg);
+                    *src = source.clone();
+                }
+                None => {
+                    self.modes
+                        .insert(name.clone(), (cfg.clone(), source.clone()));
+                }
+            }
+        }
         let Some(agents) = value.get("agent").and_then(Value::as_object) else {
             return;
         };
@@ -852,7 +1035,11 @@ impl Loader {
         }
     }
 
-    fn finish(self) -> Roster {
+    fn finish(mut self) -> Roster {
+        for (name, (mut cfg, source)) in std::mem::take(&mut self.modes) {
+            cfg["mode"] = Value::from("primary");
+            self.merge(&name, &cfg, source);
+        }
         let agents = self
             .configs
             .into_iter()

@@ -283,11 +283,12 @@ fn final_prompt_carries_the_run_instructions() {
         d.prompt
             .ends_with("Rename parse_date to parse_iso_date in src/ and update callers")
     );
-    // A read-only agent runs with everything that writes denied, its shell allowlist included.
+    // A read-only agent runs default-deny, its shell allowlist included.
+    let p = bridge_policy::roster::read_only_permissions();
     assert_eq!(
         d.config_overlay,
         Some(
-            json!({"agent": {"explorer": {"mode": "all", "permission": {"edit": "deny", "bash": "deny", "task": "deny"}}}})
+            json!({"agent": {"explorer": {"mode": "all", "permission": p}}, "mode": {"explorer": {"permission": p}}})
         )
     );
 

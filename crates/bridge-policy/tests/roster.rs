@@ -254,10 +254,18 @@ fn xdg_config_home_and_opencode_config_dir_are_searched() {
 fn overlay_promotes_subagents_and_defines_worker() {
     let roster = Roster::load(&fixture_env(), Path::new("/h/proj"));
     let overlay = config_overlay(roster.get("explorer").unwrap()).unwrap();
-    // explorer is read-only: its run also gets everything that writes denied.
+    // explorer is read-only: its run is default-deny, under `agent` and under `mode` (which
+    // opencode merges into `agent` after every config source).
+    let p = bridge_policy::roster::read_only_permissions();
     assert_eq!(
         overlay,
-        serde_json::json!({"agent": {"explorer": {"mode": "all", "permission": {"edit": "deny", "bash": "deny", "task": "deny"}}}})
+        serde_json::json!({"agent": {"explorer": {"mode": "all", "permission": p}},
+                           "mode": {"explorer": {"permission": p}}})
+    );
+    assert_eq!(p["*"], "deny");
+    assert_eq!(
+        (&p["edit"], &p["bash"], &p["task"]),
+        (&"deny".into(), &"deny".into(), &"deny".into())
     );
     let overlay = config_overlay(roster.get("worker").unwrap()).unwrap();
     assert_eq!(overlay["agent"]["worker"], worker_agent_config());
@@ -401,7 +409,9 @@ fn live_roster_matches_opencode_agent_list() {
         "roster vs `opencode agent list`:\n{stdout}"
     );
     assert!(listed.contains(&("worker".to_owned(), "primary".to_owned())));
-    assert!(listed.contains(&("explorer".to_owned(), "all".to_owned())));
+    // The read-only overlay sets explorer's permissions under `mode.explorer` too, which opencode
+    // merges into the agent as `mode: "primary"`: it runs as itself, directly, either way.
+    assert!(listed.contains(&("explorer".to_owned(), "primary".to_owned())));
 }
 
 /// With no agent files at all, the bridge's overlay alone makes `worker` a primary agent that
@@ -570,4 +580,70 @@ fn config_content_merges_and_overrides_subagent_mode() {
     let plain: serde_json::Value =
         serde_json::from_str(&config_content(None, None).unwrap()).unwrap();
     assert_eq!(plain["agent"]["worker"], worker_agent_config());
+}
+
+/// What undid a read-only overlay is denied by its own key, under `agent` and `mode`; keys that
+/// opencode takes only as a plain action (`question`, `doom_loop`, `webfetch`…) stay plain, and
+/// read tools and `external_directory` are left alone.
+#[test]
+fn hardening_denies_what_undid_the_overlay_by_key() {
+    use bridge_policy::permission::Ruleset;
+    use bridge_policy::roster::{harden_read_only, read_only_violation};
+    let ro = bridge_policy::AgentInfo::from_config(
+        "team/oracle",
+        &serde_json::json!({"permission": {"edit": "deny", "bash": "deny"}}),
+        AgentSource::ConfigContent,
+    );
+    let overlay = config_overlay(&ro).unwrap();
+    let resolved = Ruleset::from_opencode(&serde_json::json!([
+        {"permission": "*", "pattern": "*", "action": "deny"},
+        {"permission": "question", "pattern": "*", "action": "allow"},
+        {"permission": "doom_loop", "pattern": "*", "action": "ask"},
+        {"permission": "b*sh", "pattern": "echo *", "action": "allow"},
+        {"permission": "bash", "pattern": "printf *", "action": "allow"},
+        {"permission": "scribe_write", "pattern": "*", "action": "allow"},
+        {"permission": "read", "pattern": "docs/*", "action": "allow"},
+        {"permission": "external_directory", "pattern": "/tmp/x/*", "action": "allow"},
+    ]))
+    .unwrap();
+    assert_eq!(
+        read_only_violation(&resolved).unwrap().permission,
+        "question"
+    );
+    let h = harden_read_only(&overlay, "team/oracle", &resolved);
+    for key in ["agent", "mode"] {
+        let p = &h[key]["team/oracle"]["permission"];
+        assert_eq!(p["question"], "deny", "{key}: {p}");
+        assert_eq!(p["doom_loop"], "deny");
+        assert_eq!(p["scribe_write"], "deny");
+        assert_eq!(
+            p["b*sh"],
+            serde_json::json!({"*": "deny", "echo *": "deny"})
+        );
+        assert_eq!(
+            p["bash"],
+            serde_json::json!({"*": "deny", "printf *": "deny"})
+        );
+        assert_eq!(p["*"], "deny");
+        assert_eq!(p["glob"], "allow");
+        assert_eq!(p["read"]["*"], "allow");
+        assert!(p.get("external_directory").is_none());
+    }
+    // A ruleset with only denies, read tools and external_directory after the deny-all is what
+    // a read-only run asks for; one without any deny-all is not.
+    let fine = Ruleset::from_opencode(&serde_json::json!([
+        {"permission": "*", "pattern": "*", "action": "deny"},
+        {"permission": "read", "pattern": "*.env", "action": "ask"},
+        {"permission": "external_directory", "pattern": "/data/tool-output/*", "action": "allow"},
+        {"permission": "b*sh", "pattern": "echo *", "action": "deny"},
+    ]))
+    .unwrap();
+    assert_eq!(read_only_violation(&fine), None);
+    let none = Ruleset::from_opencode(&serde_json::json!([
+        {"permission": "*", "pattern": "*", "action": "allow"},
+        {"permission": "edit", "pattern": "*", "action": "deny"},
+    ]))
+    .unwrap();
+    let v = read_only_violation(&none).unwrap();
+    assert_eq!((v.permission.as_str(), v.pattern.as_str()), ("*", "*"));
 }

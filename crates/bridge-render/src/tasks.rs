@@ -408,6 +408,72 @@ pub fn follow_up_refused(session: &str, holder: &SessionHolder) -> String {
     )
 }
 
+/// Why a read-only run was refused after opencode was asked for its resolved permissions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadOnlyRefusal {
+    /// A rule opencode resolves after the run's `"*": "deny"` still lets something through,
+    /// even with its own key denied in the run's config.
+    Undone {
+        /// The rule's permission glob (`b*sh`, `mytool`, `*`).
+        permission: String,
+        /// Its pattern.
+        pattern: String,
+        /// `allow` or `ask`.
+        action: String,
+        /// The config file that sets it, when the bridge can tell.
+        source: Option<String>,
+    },
+    /// A project or plugin tool has the name of a read tool the run allows.
+    ShadowedTool {
+        /// `read`, `glob` or `grep`.
+        tool: String,
+    },
+    /// opencode does not list the agent under the run's config.
+    Missing,
+    /// opencode could not be asked although it answers for this directory.
+    NotAsked {
+        /// Why, one line.
+        why: String,
+    },
+}
+
+/// The refusal of a read-only run whose permissions opencode does not resolve as asked.
+pub fn read_only_refused(agent: &str, why: &ReadOnlyRefusal) -> String {
+    match why {
+        ReadOnlyRefusal::Undone {
+            permission,
+            pattern,
+            action,
+            source,
+        } => {
+            let from = source
+                .as_deref()
+                .map(|s| format!(" (set in {s})"))
+                .unwrap_or_default();
+            format!(
+                "refused: read-only agent `{agent}` would not be read-only here: opencode resolves permission `{permission}` (pattern `{pattern}`) to `{action}` after the run's `\"*\": \"deny\"`{from}, even with that key denied in the run's config. Remove it from the agent's `agent`/`mode` config, or choose another agent."
+            )
+        }
+        ReadOnlyRefusal::ShadowedTool { tool } => format!(
+            "refused: read-only agent `{agent}`: a project or plugin tool is named `{tool}`, like the built-in read tool read-only runs allow, so it would be allowed too. Rename that tool (in .opencode/tool/ or its plugin), or choose another agent."
+        ),
+        ReadOnlyRefusal::Missing => format!(
+            "refused: opencode does not list agent `{agent}` under the read-only run's config; check `opencode agent list` in that directory, or choose another agent."
+        ),
+        ReadOnlyRefusal::NotAsked { why } => format!(
+            "refused: read-only agent `{agent}`: opencode could not be asked for the run's permissions ({why}), and a read-only run starts only once they are checked. Retry; `opencode serve` in that directory shows what fails."
+        ),
+    }
+}
+
+/// The warning on a read-only run whose permissions could not be checked with opencode because
+/// the roster is not asked of opencode at all.
+pub fn read_only_unchecked(why: &str) -> String {
+    format!(
+        "warning: read-only permissions not checked with opencode ({why}): the run is default-deny by its config alone\n"
+    )
+}
+
 /// The error for an id no task has.
 pub fn unknown_task(id: TaskId) -> String {
     format!(

@@ -418,6 +418,34 @@ fn durable_task_texts() {
         .map(|h| follow_up_refused("ses_busy", h))
         .collect();
     insta::assert_snapshot!("follow_up_refused", refusals.join("\n"));
+    use bridge_render::tasks::{ReadOnlyRefusal, read_only_refused, read_only_unchecked};
+    let read_only = [
+        ReadOnlyRefusal::Undone {
+            permission: "b*sh".into(),
+            pattern: "echo *".into(),
+            action: "allow".into(),
+            source: Some("/home/u/proj/opencode.json".into()),
+        },
+        ReadOnlyRefusal::Undone {
+            permission: "scribble".into(),
+            pattern: "*".into(),
+            action: "ask".into(),
+            source: None,
+        },
+        ReadOnlyRefusal::ShadowedTool {
+            tool: "read".into(),
+        },
+        ReadOnlyRefusal::Missing,
+        ReadOnlyRefusal::NotAsked {
+            why: "opencode could not be asked: `opencode serve` ended before it listened".into(),
+        },
+    ];
+    let mut texts: Vec<String> = read_only
+        .iter()
+        .map(|r| read_only_refused("oracle", r))
+        .collect();
+    texts.push(read_only_unchecked("OPENCODE_BRIDGE_ROSTER=files"));
+    insta::assert_snapshot!("read_only_refused", texts.join("\n"));
     let mut failed = snapshot(15, TaskState::Failed);
     failed.failure = Some(Failure::new(FailureKind::Quota, "insufficient_quota"));
     let report = WaitReport {

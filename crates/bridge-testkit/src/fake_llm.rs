@@ -31,6 +31,7 @@
 //! | `reasoning` | `reasoning_content` `Let me think. OK.`, then text [`OK_TEXT`] |
 //! | `long` | a text of [`LONG_BYTES`] bytes (numbered lines of words) streamed in deltas of [`LONG_DELTA`] bytes, ending with `DONE` (a long answer, for measuring the cost of its events) |
 //! | `script` | the tool calls the prompt's `CALL <tool> <json>` lines name, one per turn, then text (see `script`) |
+//! | `undo` | tries to write past a read-only run's config, one way per turn (see [`UNDO_FILES`]): `bash` `printf hi > …`, `bash` `echo hi > …`, the `write` tool, the project's custom tool `scribble` and the MCP tool `scribe_write`, then text |
 //! | `huge` | like `long`, but [`HUGE_BYTES`] bytes in deltas of [`HUGE_DELTA`] bytes (an answer whose event line is larger than any pipe) |
 //!
 //! Retryable errors (429, 5xx, 529) carry `retry-after-ms: 10` so opencode retries at once.
@@ -95,6 +96,7 @@ pub const SCENARIOS: &[&str] = &[
     "huge",
     "escape",
     "script",
+    "undo",
 ];
 
 /// Files the `escape` model tries to create in the working directory, one per way of writing:
@@ -110,6 +112,15 @@ pub const ESCAPE_FILES: [&str; 4] = [
 /// The shell command of the `toolplant` model, run by opencode's `bash` tool in the working
 /// directory: each planted command, if anything ever runs it, touches `$PWD/ran-<what>`.
 pub const PLANT_COMMAND: &str = r#"mkdir -p target .git/hooks .git/info && git config core.fsmonitor "touch $PWD/ran-fsmonitor; false" && git config filter.evil.clean "touch $PWD/ran-clean; cat" && git config filter.evil.smudge "touch $PWD/ran-smudge; cat" && printf '*.md filter=evil\n' > .git/info/attributes && printf '#!/bin/sh\ntouch %s/ran-hook\n' "$PWD" > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout && echo planted > target/planted.log"#;
+/// Files the `undo` model writes in the working directory through the shell and the write tool:
+/// `printf hi >` (a shell allowlist `printf *` from the config's `mode` key), `echo hi >` (an
+/// allowlist `echo *` under a glob key `b*sh`), and the write tool. It also calls the custom tool
+/// [`UNDO_CUSTOM_TOOL`] and the MCP tool [`UNDO_MCP_TOOL`], which write where the test made them.
+pub const UNDO_FILES: [&str; 3] = ["undo-printf.txt", "undo-echo.txt", "undo-write.txt"];
+/// The custom tool the `undo` model calls (a project's `.opencode/tool/scribble.js`).
+pub const UNDO_CUSTOM_TOOL: &str = "scribble";
+/// The MCP tool the `undo` model calls (tool `write` of an MCP server named `scribe`).
+pub const UNDO_MCP_TOOL: &str = "scribe_write";
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -583,6 +594,7 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
         }
         "escape" => escape(req, messages),
         "script" => script(messages),
+        "undo" => undo(req, messages),
         _ if after_tool => {
             let text = if model == "tooltask" {
                 "Task finished. DONE"
@@ -720,6 +732,37 @@ fn escape(req: &RecordedRequest, messages: &[Value]) -> Plan {
         )),
         _ => stream(text_answer("Tried every way of writing. DONE", "stop")),
     }
+}
+
+/// The `undo` model: one way of writing past a read-only config per turn (see [`UNDO_FILES`]),
+/// whatever tools are offered (a tool that is not offered comes back as an error and the next
+/// is tried), then a final answer.
+fn undo(req: &RecordedRequest, messages: &[Value]) -> Plan {
+    let model = "undo".to_owned();
+    let done = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .count();
+    let dir = working_directory(req).unwrap_or_else(|| ".".into());
+    let file = |name: &str| format!("{}/{name}", dir.trim_end_matches('/'));
+    let events = match done {
+        0 => tool_answer(
+            "bash",
+            json!({"command": format!("printf hi > {}", file(UNDO_FILES[0])), "description": "Write through printf"}),
+        ),
+        1 => tool_answer(
+            "bash",
+            json!({"command": format!("echo hi > {}", file(UNDO_FILES[1])), "description": "Write through echo"}),
+        ),
+        2 => tool_answer(
+            "write",
+            json!({"filePath": file(UNDO_FILES[2]), "content": "written by the undo model\n"}),
+        ),
+        3 => tool_answer(UNDO_CUSTOM_TOOL, json!({})),
+        4 => tool_answer(UNDO_MCP_TOOL, json!({})),
+        _ => text_answer("Tried every way past read-only. DONE", "stop"),
+    };
+    Plan::Stream { model, events }
 }
 
 fn working_directory(req: &RecordedRequest) -> Option<String> {

@@ -69,6 +69,76 @@ pub fn ask_agents(
     )
 }
 
+/// What opencode resolves for one run's configuration: its agents with their rulesets and the
+/// ids of the tools it registers (built-in, then the project's and plugins' own).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    /// `GET /agent`, as in [`AgentReport::agents`].
+    pub agents: Value,
+    /// `GET /experimental/tool/ids`: `["invalid", "bash", "read", …, "mytool"]`; a name twice
+    /// means a project or plugin tool has a built-in's name.
+    pub tool_ids: Vec<String>,
+}
+
+/// Asks a temporary `opencode serve` in `directory`, started with `env` (a run's environment,
+/// with the run's `OPENCODE_CONFIG_CONTENT`), what it resolves: every agent's permission ruleset
+/// and the tool ids (see [`RunReport`]). Used to check a read-only run before it starts.
+///
+/// # Errors
+/// As [`ask_agents`].
+pub fn ask_run_permissions(
+    cfg: &ClientConfig,
+    directory: &Path,
+    env: &ChildEnv,
+    startup: Duration,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<RunReport, ClientError> {
+    with_temporary_server(
+        cfg,
+        directory,
+        env,
+        startup,
+        cancel,
+        "a temporary `opencode serve` asked for a run's permissions",
+        |http| {
+            let agents = http.get_json("/agent")?.body;
+            if !agents.is_array() {
+                return Err(ClientError::TempServer {
+                    detail: "GET /agent did not answer a list".into(),
+                });
+            }
+            // The tool registry waits for opencode's install of the project's tool
+            // dependencies (`.opencode/node_modules`, 20-60 s on first use): a call that times
+            // out is made again while the startup allowance lasts.
+            let deadline = std::time::Instant::now() + startup;
+            let ids = loop {
+                match http.get_json("/experimental/tool/ids") {
+                    Ok(r) => break r.body,
+                    Err(ClientError::ServiceTimeout { .. })
+                        if std::time::Instant::now() < deadline =>
+                    {
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            let Some(ids) = ids.as_array() else {
+                return Err(ClientError::TempServer {
+                    detail: "GET /experimental/tool/ids did not answer a list".into(),
+                });
+            };
+            Ok(RunReport {
+                agents,
+                tool_ids: ids
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            })
+        },
+    )
+}
+
 /// The configured plugins, `file:///x/y.js` shown as `/x/y.js`.
 fn plugins_of(config: &Value) -> Vec<String> {
     config
