@@ -127,6 +127,9 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
     env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
     env.push(("OPENCODE_BRIDGE_ROOT", proj.to_string_lossy().into_owned()));
     env.push(("OPENCODE_BRIDGE_RETRIES", "0".into()));
+    // The config layer on its own: with the kernel fence on, these writes would be refused by
+    // the kernel whatever the config said (tests/live_fence.rs, run-supervisor's live_fence).
+    env.push(("OPENCODE_BRIDGE_SANDBOX", "off".into()));
     let mut server = Server::start_in(&world, &env, &proj);
     server.initialize();
     let mut next = 1;
