@@ -158,16 +158,15 @@ pub const SYSTEM_READ: &[&str] = &[
     "/snap",
 ];
 
-/// Devices every run may open (never a disk): the null and random devices and terminals.
+/// Devices every run may open: the null and random devices and shared memory. Never a disk,
+/// and never a terminal: `/dev/tty` and `/dev/pts/*` are the user's terminals (same owner), where
+/// a run could write over what the user reads or, with `TIOCSTI`, type into their shell.
 pub const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
     "/dev/shm",
     "/dev/fd",
 ];
@@ -409,6 +408,9 @@ mod tests {
         assert!(plan.may_write(Path::new("/home/u/.local/state/opencode-bridge/tmp/1/x")));
         assert!(!plan.may_write(Path::new("/tmp/x")));
         assert!(!plan.may_read(Path::new("/tmp/x")));
+        assert!(!plan.may_read(Path::new("/dev/tty")));
+        assert!(!plan.may_read(Path::new("/dev/pts/0")));
+        assert!(!plan.may_read(Path::new("/dev/vda")));
     }
 
     #[test]
