@@ -4,7 +4,7 @@
 use crate::human::{clip, dir_tail, duration_ms, one_line, table, tokens};
 use run_supervisor::{
     CancelOutcome, ChangedFiles, OpencodeProcess, Runner, TaskId, TaskOutput, TaskSnapshot,
-    TaskState, WaitReport,
+    TaskState, ToolCall, WaitReport,
 };
 
 /// What `opencode_start` reports about an accepted task.
@@ -195,6 +195,9 @@ pub fn result(o: &TaskOutput) -> String {
             out.push('\n');
         }
     }
+    if let Some(line) = fence_refusals(&o.tool_calls) {
+        out.push_str(&line);
+    }
     if let Some(c) = &o.changed_files {
         out.push_str(&changed_files(c));
     }
@@ -232,6 +235,45 @@ pub fn result(o: &TaskOutput) -> String {
         ));
     }
     out
+}
+
+/// What the kernel refused a run, from its tool calls: `fence: the kernel refused 2 tool calls
+/// (write ×2)`, or `None` when none was refused. A refusal is a call in error whose error is the
+/// file system's permission error (`PermissionDenied`, `EACCES`, `Permission denied`,
+/// `Operation not permitted`), which is what a write or read outside the fence gets.
+pub fn fence_refusals(calls: &[ToolCall]) -> Option<String> {
+    const MARKS: [&str; 4] = [
+        "PermissionDenied",
+        "EACCES",
+        "Permission denied",
+        "Operation not permitted",
+    ];
+    let mut by_tool: Vec<(&str, usize)> = Vec::new();
+    for c in calls {
+        let refused = c
+            .error
+            .as_deref()
+            .is_some_and(|e| MARKS.iter().any(|m| e.contains(m)));
+        if !refused {
+            continue;
+        }
+        match by_tool.iter_mut().find(|(t, _)| *t == c.tool) {
+            Some((_, n)) => *n += 1,
+            None => by_tool.push((&c.tool, 1)),
+        }
+    }
+    let total: usize = by_tool.iter().map(|(_, n)| n).sum();
+    (total > 0).then(|| {
+        let tools: Vec<String> = by_tool
+            .iter()
+            .map(|(t, n)| format!("{t} \u{d7}{n}"))
+            .collect();
+        format!(
+            "fence: the kernel refused {total} tool call{} ({}): the agent tried to read or write outside what its run may touch\n",
+            if total == 1 { "" } else { "s" },
+            tools.join(", ")
+        )
+    })
 }
 
 /// The files a task changed: `changed files (N):` then `  path +a -d (status)` lines.

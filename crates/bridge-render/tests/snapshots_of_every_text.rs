@@ -395,6 +395,39 @@ fn durable_task_texts() {
         audit: Some("audited: agent fixer, model fk/ok in 3 assistant messages".into()),
     };
     insta::assert_snapshot!("result_changed_files", tasks::result(&output));
+    // A run the kernel fence refused twice (the write tool outside the project) and once on a
+    // read; an ordinary tool error is not counted.
+    let call = |tool: &str, error: Option<&str>| run_supervisor::ToolCall {
+        tool: tool.into(),
+        status: if error.is_some() {
+            "error"
+        } else {
+            "completed"
+        }
+        .into(),
+        title: None,
+        error: error.map(Into::into),
+    };
+    let mut fenced = output.clone();
+    fenced.changed_files = None;
+    fenced.tool_calls = vec![
+        call(
+            "write",
+            Some("PermissionDenied: FileSystem.writeFile (/home/u/other/x)"),
+        ),
+        call(
+            "write",
+            Some("PermissionDenied: FileSystem.writeFile (/tmp/x)"),
+        ),
+        call(
+            "read",
+            Some("PermissionDenied: FileSystem.open (/home/u/.ssh/id_ed25519)"),
+        ),
+        call("edit", Some("oldString not found in content")),
+        call("bash", None),
+    ];
+    insta::assert_snapshot!("result_fence_refusals", tasks::result(&fenced));
+    assert_eq!(tasks::fence_refusals(&fenced.tool_calls[3..]), None);
     use bridge_render::tasks::{SessionHolder, follow_up_refused};
     let holders = [
         SessionHolder::OwnTask { id: 3 },
