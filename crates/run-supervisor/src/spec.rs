@@ -303,6 +303,22 @@ mod tests {
         assert_eq!(c.kill_grace, Duration::from_millis(250));
         assert_eq!(c.run_nice, 19, "nice values end at 19");
         assert_eq!(SupervisorConfig::default().run_nice, 10);
+        let sandbox = |v: &str| {
+            let v = v.to_owned();
+            SupervisorConfig::from_lookup(move |k| (k == env::SANDBOX.name).then(|| v.clone()))
+                .sandbox
+        };
+        assert_eq!(
+            SupervisorConfig::default().sandbox,
+            bridge_fence::Sandbox::Auto
+        );
+        assert_eq!(sandbox("off"), bridge_fence::Sandbox::Off);
+        assert_eq!(sandbox(" REQUIRED "), bridge_fence::Sandbox::Required);
+        assert_eq!(
+            sandbox("of"),
+            bridge_fence::Sandbox::Required,
+            "a typo never turns the fence off"
+        );
         assert_eq!(c.retries, 1);
         assert_eq!(c.retry_delay, Duration::ZERO);
         assert_eq!(c.default_model.as_deref(), Some("fk/ok#high"));
