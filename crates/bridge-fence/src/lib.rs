@@ -139,7 +139,14 @@ impl Fence {
         if mode == Sandbox::Off {
             return Ok(Fence::none("OPENCODE_BRIDGE_SANDBOX=off"));
         }
-        let built = kernel_abi().and_then(|abi| build(plan).map(|fd| (abi, fd)));
+        Fence::decide(
+            kernel_abi().and_then(|abi| build(plan).map(|fd| (abi, fd))),
+            mode,
+        )
+    }
+
+    /// What `mode` makes of a ruleset that was built (with the kernel's ABI) or could not be.
+    fn decide(built: Result<(u8, OwnedFd), String>, mode: Sandbox) -> Result<Fence, String> {
         match (built, mode) {
             (Ok((abi, fd)), _) => Ok(Fence {
                 ruleset: Some(Arc::new(fd)),
@@ -228,4 +235,64 @@ pub fn missing(plan: &Plan) -> Vec<PathBuf> {
         .filter(|(p, _)| !p.exists())
         .map(|(p, _)| p.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_landlock_auto_runs_unconfined_and_says_why_and_required_refuses() {
+        let none = || Err("this kernel has no Landlock (Linux 5.13 or later is needed)".to_owned());
+        let auto = Fence::decide(none(), Sandbox::Auto).unwrap();
+        assert_eq!(
+            auto.confinement().to_string(),
+            "not confined: this kernel has no Landlock (Linux 5.13 or later is needed)"
+        );
+        assert!(auto.ruleset.is_none());
+        let refused = Fence::decide(none(), Sandbox::Required).unwrap_err();
+        assert!(
+            refused.starts_with("refused: OPENCODE_BRIDGE_SANDBOX=required"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("OPENCODE_BRIDGE_SANDBOX=auto"),
+            "{refused}"
+        );
+        let off = Fence::prepare(&Plan::new(), Sandbox::Off).unwrap();
+        assert_eq!(
+            off.confinement().to_string(),
+            "not confined: OPENCODE_BRIDGE_SANDBOX=off"
+        );
+    }
+
+    #[test]
+    fn a_fenced_child_cannot_write_outside_its_plan_and_can_inside() {
+        if kernel_abi().is_err() {
+            return; // nothing to apply on this kernel; the decision is tested above
+        }
+        let d = tempfile::tempdir().unwrap();
+        let (inside, outside) = (d.path().join("in"), d.path().join("out"));
+        std::fs::create_dir_all(&inside).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let mut plan = Plan::new();
+        for p in plan::SYSTEM_READ {
+            plan.read(*p);
+        }
+        plan.device("/dev/null").write(&inside);
+        let fence = Fence::prepare(&plan, Sandbox::Required).unwrap();
+        assert!(fence.confinement().is_confined());
+        let sh = |script: &str| {
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.args(["-c", script]);
+            fence.apply_to(&mut cmd);
+            cmd.status().unwrap().success()
+        };
+        assert!(sh(&format!("echo x > {}/a", inside.display())));
+        assert!(!sh(&format!("echo x > {}/b", outside.display())));
+        assert!(inside.join("a").exists());
+        assert!(!outside.join("b").exists());
+        // The bridge itself is not confined.
+        std::fs::write(outside.join("c"), "x").unwrap();
+    }
 }
