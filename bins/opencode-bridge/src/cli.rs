@@ -452,6 +452,7 @@ async fn doctor_model(app: &App, opencode: &Path) -> (&'static str, String) {
         &["models"],
         &sup.config().env,
         bridge_fence::RunKind::Opencode,
+        sup.config().sandbox,
     )
     .await
     {
@@ -488,7 +489,7 @@ async fn doctor_claude(app: &App) -> (&'static str, String) {
             );
         }
     };
-    match check_claude(&bin).await {
+    match check_claude(&bin, app.supervisor().config().sandbox).await {
         Ok(c) if c.missing_flags.is_empty() => (
             "ok",
             format!(

@@ -163,7 +163,7 @@ fn a_directory_outside_the_root_is_answered_without_opencode_starting_there() {
         server.call_text(id, "opencode_policy", json!({"cwd": long}));
 
     assert!(
-        too_long_is_error && too_long.contains("longer than any path"),
+        too_long_is_error && too_long.contains("longer than 4096 characters"),
         "{too_long}"
     );
     assert!(too_long.len() < 300, "{}", too_long.len());

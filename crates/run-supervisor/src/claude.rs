@@ -169,13 +169,15 @@ pub struct ClaudeCheck {
 }
 
 /// Runs `program --version` and `program --help` (30 s each at most).
-pub async fn check_claude(program: &Path) -> Result<ClaudeCheck, String> {
-    let version =
-        crate::command::output_text(program, &["--version"], &[], bridge_fence::RunKind::Claude)
-            .await?;
-    let help =
-        crate::command::output_text(program, &["--help"], &[], bridge_fence::RunKind::Claude)
-            .await?;
+pub async fn check_claude(
+    program: &Path,
+    sandbox: bridge_fence::Sandbox,
+) -> Result<ClaudeCheck, String> {
+    let probe = |args| {
+        crate::command::output_text(program, args, &[], bridge_fence::RunKind::Claude, sandbox)
+    };
+    let version = probe(&["--version"]).await?;
+    let help = probe(&["--help"]).await?;
     Ok(ClaudeCheck {
         version: version
             .lines()

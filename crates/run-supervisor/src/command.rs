@@ -108,13 +108,14 @@ impl Drop for PrivateTmp {
 
 /// Runs `bin args…` (stdin closed, at most 30 s) and returns its stdout then its stderr. The
 /// probe runs in an empty private directory (its cwd, `PWD` and `TMPDIR`), fenced like a
-/// read-only run there (`kind` says which runner's own directories it may write), so no
-/// project's plugins load in it and it writes nothing of anyone's.
+/// read-only run there under `sandbox` (`kind` says which runner's own directories it may
+/// write), so no project's plugins load in it and it writes nothing of anyone's.
 pub async fn output_text(
     bin: &Path,
     args: &[&str],
     env: &[(String, String)],
     kind: bridge_fence::RunKind,
+    sandbox: bridge_fence::Sandbox,
 ) -> Result<String, String> {
     let tmp = PrivateTmp::create(None, "probe")?;
     let mut cmd = tokio::process::Command::new(bin);
@@ -146,7 +147,7 @@ pub async fn output_text(
         extra_write: vec![],
         env: vars,
     };
-    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), bridge_fence::Sandbox::Auto)?
+    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), sandbox)?
         .apply_to(cmd.as_std_mut());
     let fut = cmd.output();
     let o = tokio::time::timeout(Duration::from_secs(30), fut)
@@ -166,8 +167,12 @@ pub async fn output_text(
 }
 
 /// Runs `bin --version` and `bin run --help` and reads the capabilities.
-pub async fn detect(bin: &Path, env: &[(String, String)]) -> Result<Capabilities, String> {
-    let out = |args| output_text(bin, args, env, bridge_fence::RunKind::Opencode);
+pub async fn detect(
+    bin: &Path,
+    env: &[(String, String)],
+    sandbox: bridge_fence::Sandbox,
+) -> Result<Capabilities, String> {
+    let out = |args| output_text(bin, args, env, bridge_fence::RunKind::Opencode, sandbox);
     let version = out(&["--version"]).await?;
     let help = out(&["run", "--help"]).await?;
     if !help.contains("--format") {

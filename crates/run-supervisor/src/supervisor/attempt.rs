@@ -209,10 +209,10 @@ async fn run_task_inner(
         Ok(Capabilities::default())
     } else {
         let env = cfg.env.clone();
-        let b = bin.clone();
+        let (b, sandbox) = (bin.clone(), cfg.sandbox);
         shared
             .caps
-            .get_or_init(|| async move { command::detect(&b, &env).await })
+            .get_or_init(|| async move { command::detect(&b, &env, sandbox).await })
             .await
             .clone()
     };

@@ -191,9 +191,10 @@ impl Supervisor {
     pub async fn capabilities(&self) -> Result<Capabilities, String> {
         let bin = command::resolve_binary(self.shared.config.opencode_bin.as_deref())?;
         let env = self.shared.config.env.clone();
+        let sandbox = self.shared.config.sandbox;
         self.shared
             .caps
-            .get_or_init(|| async move { command::detect(&bin, &env).await })
+            .get_or_init(|| async move { command::detect(&bin, &env, sandbox).await })
             .await
             .clone()
     }
