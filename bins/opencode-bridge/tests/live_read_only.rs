@@ -117,7 +117,7 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
     if let Some(cache) = deps_cache().filter(|c| c.join("node_modules").is_dir()) {
         for dir in [proj.join(".opencode"), global.clone()] {
             for name in DEPS {
-                copy_tree(&cache.join(name), &dir.join(name));
+                common::copy_tree(&cache.join(name), &dir.join(name));
             }
         }
     }
@@ -221,7 +221,7 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
     {
         let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
         for name in DEPS {
-            copy_tree(&proj.join(".opencode").join(name), &tmp.join(name));
+            common::copy_tree(&proj.join(".opencode").join(name), &tmp.join(name));
         }
         let _ = std::fs::rename(&tmp, &cache);
     }
@@ -255,7 +255,7 @@ fn live_a_project_tool_named_like_a_read_tool_refuses_the_read_only_run() {
     if let Some(cache) = deps_cache().filter(|c| c.join("node_modules").is_dir()) {
         for dir in [proj.join(".opencode"), global.clone()] {
             for name in DEPS {
-                copy_tree(&cache.join(name), &dir.join(name));
+                common::copy_tree(&cache.join(name), &dir.join(name));
             }
         }
     }
@@ -307,27 +307,6 @@ fn start(server: &mut Server, id: i64, args: serde_json::Value) -> (String, bool
                 result["isError"].as_bool().unwrap_or(false),
             );
         }
-    }
-}
-
-/// Copies a file or a directory tree (symbolic links as links).
-fn copy_tree(from: &Path, to: &Path) {
-    let Ok(meta) = std::fs::symlink_metadata(from) else {
-        return;
-    };
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(from).unwrap();
-        let _ = std::os::unix::fs::symlink(target, to);
-    } else if meta.is_dir() {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap().flatten() {
-            copy_tree(&e.path(), &to.join(e.file_name()));
-        }
-    } else {
-        std::fs::copy(from, to).unwrap();
     }
 }
 

@@ -93,7 +93,7 @@ impl Live {
         std::fs::write(plugins.join("roster.js"), PLUGIN).unwrap();
         if let Some(cache) = plugin_deps_cache().filter(|c| c.join("node_modules").is_dir()) {
             for name in PLUGIN_DEPS {
-                copy_tree(&cache.join(name), &proj.join(".opencode").join(name));
+                common::copy_tree(&cache.join(name), &proj.join(".opencode").join(name));
             }
         }
         Live {
@@ -181,7 +181,7 @@ fn live_the_roster_comes_from_opencode_and_read_only_runs_write_nothing() {
     if let Some(cache) = plugin_deps_cache().filter(|c| !c.join("node_modules").is_dir()) {
         let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
         for name in PLUGIN_DEPS {
-            copy_tree(&proj.join(".opencode").join(name), &tmp.join(name));
+            common::copy_tree(&proj.join(".opencode").join(name), &tmp.join(name));
         }
         let _ = std::fs::rename(&tmp, &cache);
     }
@@ -294,27 +294,6 @@ fn live_a_configuration_opencode_refuses_is_reported_with_its_message() {
             .any(|l| l.starts_with("FAIL") && l.contains("bad file reference")),
         "{text}"
     );
-}
-
-/// Copies a file or a directory tree (symbolic links as links).
-fn copy_tree(from: &Path, to: &Path) {
-    let Ok(meta) = std::fs::symlink_metadata(from) else {
-        return;
-    };
-    if let Some(parent) = to.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(from).unwrap();
-        let _ = std::os::unix::fs::symlink(target, to);
-    } else if meta.is_dir() {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap().flatten() {
-            copy_tree(&e.path(), &to.join(e.file_name()));
-        }
-    } else {
-        std::fs::copy(from, to).unwrap();
-    }
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -46,12 +46,7 @@ pub fn ask_agents(
         cancel,
         "a temporary `opencode serve` asked for its agents",
         |http| {
-            let agents = http.get_json("/agent")?.body;
-            if !agents.is_array() {
-                return Err(ClientError::TempServer {
-                    detail: "GET /agent did not answer a list".into(),
-                });
-            }
+            let agents = agent_list(http)?;
             // The plugin list is extra: a server that cannot say it still gave the agents.
             let plugins = http
                 .get_json("/config")
@@ -67,6 +62,17 @@ pub fn ask_agents(
             })
         },
     )
+}
+
+/// `GET /agent`: every agent opencode resolved, with its ruleset.
+fn agent_list(http: &crate::http::HttpClient) -> Result<Value, ClientError> {
+    let agents = http.get_json("/agent")?.body;
+    if !agents.is_array() {
+        return Err(ClientError::TempServer {
+            detail: "GET /agent did not answer a list".into(),
+        });
+    }
+    Ok(agents)
 }
 
 /// What opencode resolves for one run's configuration: its agents with their rulesets and the
@@ -101,12 +107,7 @@ pub fn ask_run_permissions(
         cancel,
         "a temporary `opencode serve` asked for a run's permissions",
         |http| {
-            let agents = http.get_json("/agent")?.body;
-            if !agents.is_array() {
-                return Err(ClientError::TempServer {
-                    detail: "GET /agent did not answer a list".into(),
-                });
-            }
+            let agents = agent_list(http)?;
             // The tool registry waits for opencode's install of the project's tool
             // dependencies (`.opencode/node_modules`, 20-60 s on first use): a call that times
             // out is made again while the startup allowance lasts.

@@ -400,3 +400,24 @@ pub fn until_ended(server: &mut Server, id: &str, next: &mut i64) -> String {
         std::thread::sleep(Duration::from_millis(300));
     }
 }
+
+/// Copies a file or a directory tree (symbolic links as links); a missing `from` copies nothing.
+pub fn copy_tree(from: &Path, to: &Path) {
+    let Ok(meta) = std::fs::symlink_metadata(from) else {
+        return;
+    };
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(from).unwrap();
+        let _ = std::os::unix::fs::symlink(target, to);
+    } else if meta.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        }
+    } else {
+        std::fs::copy(from, to).unwrap();
+    }
+}
