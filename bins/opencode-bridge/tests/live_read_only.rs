@@ -174,7 +174,7 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
         .map(|p| p.display().to_string())
         .collect();
     written.extend(
-        walk(&proj)
+        common::walk(&proj)
             .into_iter()
             .filter(|p| {
                 p.file_name()
@@ -317,27 +317,6 @@ fn walk_all(dir: &Path) -> Vec<PathBuf> {
         let p = e.path();
         if p.is_dir() {
             out.extend(walk_all(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.file_name()
-            .is_some_and(|n| n == "node_modules" || n == ".git")
-        {
-            continue;
-        }
-        if p.is_dir() {
-            out.extend(walk(&p));
         } else {
             out.push(p);
         }

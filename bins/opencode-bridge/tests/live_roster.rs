@@ -235,7 +235,7 @@ fn live_the_roster_comes_from_opencode_and_read_only_runs_write_nothing() {
         }
     }
     // Nothing anywhere else in the project either (a subagent could write next door).
-    let stray: Vec<String> = walk(&proj)
+    let stray: Vec<String> = common::walk(&proj)
         .into_iter()
         .filter(|p| ESCAPE_FILES.iter().any(|f| p.ends_with(f)))
         .filter(|p| {
@@ -294,25 +294,4 @@ fn live_a_configuration_opencode_refuses_is_reported_with_its_message() {
             .any(|l| l.starts_with("FAIL") && l.contains("bad file reference")),
         "{text}"
     );
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.file_name()
-            .is_some_and(|n| n == "node_modules" || n == ".git")
-        {
-            continue;
-        }
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -421,3 +421,25 @@ pub fn copy_tree(from: &Path, to: &Path) {
         std::fs::copy(from, to).unwrap();
     }
 }
+
+/// Every file below `dir`, leaving out `node_modules` and `.git`.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.file_name()
+            .is_some_and(|n| n == "node_modules" || n == ".git")
+        {
+            continue;
+        }
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
