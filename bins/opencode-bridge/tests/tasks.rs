@@ -100,6 +100,19 @@ fn cancel_stops_the_task_then_reports_it_ended() {
     );
     assert!(!is_error, "{text}");
     let pgid = wait_for_pid(&world.path("pids.group"));
+    // Cancel once the run's session is known (the fake prints it with its first event, a moment
+    // after writing its pids), so the texts below do not depend on that race.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut poll = 100;
+    loop {
+        poll += 1;
+        let (status, _) = server.call_text(poll, "opencode_status", json!({"id": "1"}));
+        if !status.contains("session: (not known yet)") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no session: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let (cancelled, is_error) = server.call_text(3, "opencode_cancel", json!({"id": "task 1"}));
     assert!(!is_error, "{cancelled}");
     assert!(cancelled.starts_with("task 1 cancelled"), "{cancelled}");
