@@ -49,7 +49,7 @@ impl fmt::Debug for App {
 pub type Chosen = (Box<dyn SessionSource>, String);
 
 /// A directory checked to lie inside the delegation root, canonical (symbolic links and `..`
-/// resolved). Only [`fence`] makes one, and everything that reads or runs anything in a
+/// resolved). Only [`within_root`] makes one, and everything that reads or runs anything in a
 /// directory for a caller takes one: the roster (a temporary `opencode serve` there, the agent
 /// files, the cache's walk of its configuration), mode detection and the policy. So no directory
 /// outside the root is ever probed: for one outside, nothing beyond canonicalising its path
@@ -64,9 +64,9 @@ impl InRoot {
     }
 }
 
-/// Why [`fence`] refused a directory.
+/// Why [`within_root`] refused a directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fenced {
+pub enum OutsideRoot {
     /// Longer than any path (the length, in bytes); nothing was looked up.
     TooLong(usize),
     /// The root itself cannot be resolved (its message).
@@ -80,13 +80,13 @@ pub enum Fenced {
 /// longest existing ancestor is resolved and the rest appended, so a directory that does not
 /// exist yet is placed where it would be) and accepts it only inside the canonical `root`.
 /// Canonicalising is all it does in `dir`.
-pub fn fence(dir: &Path, root: &Path) -> Result<InRoot, Fenced> {
+pub fn within_root(dir: &Path, root: &Path) -> Result<InRoot, OutsideRoot> {
     let bytes = dir.as_os_str().len();
-    if bytes > render::fence::PATH_MAX {
-        return Err(Fenced::TooLong(bytes));
+    if bytes > render::root_check::PATH_MAX {
+        return Err(OutsideRoot::TooLong(bytes));
     }
     let root = root.canonicalize().map_err(|e| {
-        Fenced::Root(format!(
+        OutsideRoot::Root(format!(
             "OPENCODE_BRIDGE_ROOT ({}) cannot be resolved: {e}",
             root.display()
         ))
@@ -107,7 +107,7 @@ pub fn fence(dir: &Path, root: &Path) -> Result<InRoot, Fenced> {
     if full.is_absolute() && full.starts_with(&root) {
         Ok(InRoot(full))
     } else {
-        Err(Fenced::Outside { dir: full, root })
+        Err(OutsideRoot::Outside { dir: full, root })
     }
 }
 
@@ -173,7 +173,7 @@ impl App {
         let mut cfg = SupervisorConfig::from_env();
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
-        // A service is never asked about a directory outside the root (see [`fence`]).
+        // A service is never asked about a directory outside the root (see [`within_root`]).
         let client = ClientConfig::from_env().map(|mut c| {
             c.probe_within = Some(settings.root.clone());
             c
@@ -193,7 +193,7 @@ impl App {
 
     /// The roster for runs in `cwd`, as opencode reports it (see [`crate::roster`]); asks
     /// opencode on the blocking pool when nothing is cached. Only for a directory inside the
-    /// root ([`fence`]).
+    /// root ([`within_root`]).
     pub async fn roster(&self, cwd: &InRoot) -> Roster {
         let source = self.roster.clone();
         let dir = cwd.path().to_path_buf();
@@ -217,7 +217,7 @@ impl App {
     /// The root itself, canonical when it exists (the root is the caller's own choice, so it
     /// is inside by definition even when it cannot be resolved).
     pub fn root_dir(&self) -> InRoot {
-        fence(&self.settings.root, &self.settings.root)
+        within_root(&self.settings.root, &self.settings.root)
             .unwrap_or_else(|_| InRoot(self.settings.root.clone()))
     }
 
@@ -453,10 +453,10 @@ impl App {
         // The root check comes first: nothing is read or run in a directory outside the root
         // (the roster below starts opencode there, mode detection reads its marker files).
         // Refused in the supervisor's words; it checks again when it starts the run.
-        let in_root = fence(&asked, &self.settings.root).map_err(|f| match f {
-            Fenced::TooLong(bytes) => render::fence::path_too_long("cwd", bytes),
-            Fenced::Root(why) => why,
-            Fenced::Outside { dir, root } => {
+        let in_root = within_root(&asked, &self.settings.root).map_err(|f| match f {
+            OutsideRoot::TooLong(bytes) => render::root_check::path_too_long("cwd", bytes),
+            OutsideRoot::Root(why) => why,
+            OutsideRoot::Outside { dir, root } => {
                 run_supervisor::StartError::CwdOutsideRoot { cwd: dir, root }.to_string()
             }
         })?;
@@ -506,11 +506,11 @@ impl App {
             if let Some(lane) = args.lane.as_deref().filter(|_| args.title.is_none())
                 && secrets_replaced(lane, &bridge_policy::secrets::redact(lane))
             {
-                warnings.push(render::fence::secret_replaced("lane"));
+                warnings.push(render::root_check::secret_replaced("lane"));
             }
             if let Some(explicit) = args.title.as_deref() {
                 if secrets_replaced(explicit, &title) {
-                    warnings.push(render::fence::secret_replaced("title"));
+                    warnings.push(render::root_check::secret_replaced("title"));
                 }
                 let problems = bridge_policy::naming::check_title(&title);
                 if !problems.is_empty() {
@@ -525,7 +525,7 @@ impl App {
         if let (Some(given), Some(kept)) = (args.label.as_deref(), label.as_deref())
             && secrets_replaced(given, kept)
         {
-            warnings.push(render::fence::secret_replaced("label"));
+            warnings.push(render::root_check::secret_replaced("label"));
         }
         let title_warning = (!warnings.is_empty()).then(|| warnings.join("\nwarning: "));
         let mut spec = TaskSpec::new(&delegation.prompt, &cwd, &agent.name, &title);
@@ -922,11 +922,14 @@ impl App {
     /// `opencode_policy`. The root check comes first: for a directory outside the root the
     /// answer is that every task there is refused, and nothing in it is read or run.
     async fn policy(&self, cwd: Option<&str>, mode: Option<Mode>) -> Result<Reply, String> {
-        let in_root = fence(&self.resolve_dir(cwd), &self.settings.root).map_err(|f| match f {
-            Fenced::TooLong(bytes) => render::fence::path_too_long("cwd", bytes),
-            Fenced::Root(why) => why,
-            Fenced::Outside { dir, root } => render::fence::policy_outside_root(&dir, &root),
-        })?;
+        let in_root =
+            within_root(&self.resolve_dir(cwd), &self.settings.root).map_err(|f| match f {
+                OutsideRoot::TooLong(bytes) => render::root_check::path_too_long("cwd", bytes),
+                OutsideRoot::Root(why) => why,
+                OutsideRoot::Outside { dir, root } => {
+                    render::root_check::policy_outside_root(&dir, &root)
+                }
+            })?;
         let dir = in_root.path();
         let warning = if cwd.is_some() && !dir.is_dir() {
             format!(
@@ -1253,11 +1256,11 @@ impl App {
         let id = self.whole_session_id(&id).await?;
         let stored = bridge_policy::naming::clean_title(&title);
         if stored.is_empty() {
-            return Err(render::fence::title_empty());
+            return Err(render::root_check::title_empty());
         }
         let mut warnings = Vec::new();
         if secrets_replaced(&title, &stored) {
-            warnings.push(render::fence::secret_replaced("title"));
+            warnings.push(render::root_check::secret_replaced("title"));
         }
         let problems = bridge_policy::naming::check_title(&stored);
         if !problems.is_empty() {
@@ -1271,17 +1274,19 @@ impl App {
         let root = self.settings.root.clone();
         self.on_source(liveness, move |source, ctx| {
             let before = source.get(&id, ctx).map_err(|e| e.to_string())?;
-            if let Err(f) = fence(Path::new(&before.directory), &root) {
+            if let Err(f) = within_root(Path::new(&before.directory), &root) {
                 return Err(match f {
-                    Fenced::Outside { root, .. } => {
-                        render::fence::rename_outside_root(&before.id, &before.directory, &root)
-                    }
-                    Fenced::TooLong(_) => render::fence::rename_outside_root(
+                    OutsideRoot::Outside { root, .. } => render::root_check::rename_outside_root(
+                        &before.id,
+                        &before.directory,
+                        &root,
+                    ),
+                    OutsideRoot::TooLong(_) => render::root_check::rename_outside_root(
                         &before.id,
                         "(a path too long to show)",
                         &root,
                     ),
-                    Fenced::Root(why) => why,
+                    OutsideRoot::Root(why) => why,
                 });
             }
             let s = source
@@ -1455,10 +1460,10 @@ mod tests {
         std::fs::create_dir_all(&outside).unwrap();
         std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
         let root_c = root.canonicalize().unwrap();
-        let inside = |p: &Path| fence(p, &root).map(|d| d.path().to_path_buf());
+        let inside = |p: &Path| within_root(p, &root).map(|d| d.path().to_path_buf());
         assert_eq!(inside(&root), Ok(root_c.clone()));
         assert_eq!(inside(&root.join("a/b")), Ok(root_c.join("a/b")));
-        let shown = format!("{:?}", fence(&outside, &root));
+        let shown = format!("{:?}", within_root(&outside, &root));
         assert!(!shown.contains("outside/\""), "no trailing slash: {shown}");
         // not there yet: placed where it would be
         assert_eq!(inside(&root.join("a/new/x")), Ok(root_c.join("a/new/x")));
@@ -1472,16 +1477,16 @@ mod tests {
             PathBuf::from(""),
         ] {
             assert!(
-                matches!(fence(&out, &root), Err(Fenced::Outside { .. })),
+                matches!(within_root(&out, &root), Err(OutsideRoot::Outside { .. })),
                 "{out:?}: {:?}",
-                fence(&out, &root)
+                within_root(&out, &root)
             );
         }
         let long = PathBuf::from(format!("/{}", "a/".repeat(3000)));
-        assert_eq!(fence(&long, &root), Err(Fenced::TooLong(6001)));
+        assert_eq!(within_root(&long, &root), Err(OutsideRoot::TooLong(6001)));
         assert!(matches!(
-            fence(&root, &tmp.path().join("no-root")),
-            Err(Fenced::Root(_))
+            within_root(&root, &tmp.path().join("no-root")),
+            Err(OutsideRoot::Root(_))
         ));
     }
 

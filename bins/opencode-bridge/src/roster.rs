@@ -152,7 +152,7 @@ impl RosterSource {
         }
     }
 
-    /// Asks only about directories inside `root` (the caller checks that; see `app::fence`), and
+    /// Asks only about directories inside `root` (the caller checks that; see `app::within_root`), and
     /// walks their configuration up to `root` at most, never above it.
     pub fn within(mut self, root: &Path) -> RosterSource {
         self.root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());

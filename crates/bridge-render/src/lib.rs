@@ -3,10 +3,10 @@
 //! argument so the output is reproducible.
 
 pub mod args;
-pub mod fence;
 pub mod human;
 pub mod isolation;
 pub mod policy;
+pub mod root_check;
 pub mod sessions;
 pub mod tasks;
 

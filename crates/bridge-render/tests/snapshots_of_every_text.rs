@@ -543,16 +543,16 @@ fn process_table() {
 }
 
 #[test]
-fn fence_texts() {
-    use bridge_render::fence;
+fn root_check_texts() {
+    use bridge_render::root_check;
     let root = Path::new("/home/u/projects");
     let texts = [
-        fence::policy_outside_root(Path::new("/home/u/Downloads/evil"), root),
-        fence::path_too_long("cwd", 5_000_001),
-        fence::rename_outside_root("ses_e3188e02fffe1a2b3c4d5e6f7g", "/tmp/evil", root),
-        fence::rename_outside_root("ses_e3188e02fffe1a2b3c4d5e6f7g", "", root),
-        fence::secret_replaced("lane"),
-        fence::title_empty(),
+        root_check::policy_outside_root(Path::new("/home/u/Downloads/evil"), root),
+        root_check::path_too_long("cwd", 5_000_001),
+        root_check::rename_outside_root("ses_e3188e02fffe1a2b3c4d5e6f7g", "/tmp/evil", root),
+        root_check::rename_outside_root("ses_e3188e02fffe1a2b3c4d5e6f7g", "", root),
+        root_check::secret_replaced("lane"),
+        root_check::title_empty(),
     ];
-    insta::assert_snapshot!("fence", texts.join("\n"));
+    insta::assert_snapshot!("root_check", texts.join("\n"));
 }
