@@ -1198,16 +1198,7 @@ mod tests {
     /// values by the live test `live_argv`.
     #[test]
     fn option_like_values_are_refused_where_they_can_only_be_mistakes() {
-        const INJECTIONS: [&str; 8] = [
-            "--dir=/tmp/elsewhere",
-            "--file=/etc/passwd",
-            "-f",
-            "--auto",
-            "--agent=build",
-            "-m",
-            "--session=x",
-            "--",
-        ];
+        const INJECTIONS: [&str; 8] = run_supervisor::argv::INJECTION_SAMPLES;
         const REFUSED: [&str; 3] = ["model", "agent", "session"];
         const CLOSED_SETS: [&str; 3] = ["tier", "mode", "isolation"];
         const ACCEPTED: [&str; 5] = ["prompt", "cwd", "lane", "title", "label"];

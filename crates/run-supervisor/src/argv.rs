@@ -65,6 +65,20 @@ pub fn option_like(value: &str) -> bool {
     value.trim_start().starts_with('-')
 }
 
+/// Values a caller could pass to smuggle options into a command line: the classes of the
+/// adversarial report (another directory, a file for the model, approvals, another agent or
+/// session, the end of options). Every test of argv building walks them.
+pub const INJECTION_SAMPLES: [&str; 8] = [
+    "--dir=/tmp/elsewhere",
+    "--file=/etc/passwd",
+    "-f",
+    "--auto",
+    "--agent=build",
+    "-m",
+    "--session=x",
+    "--",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,18 +115,7 @@ mod tests {
 
     #[test]
     fn injection_values_never_stand_alone() {
-        for v in [
-            "--dir=/tmp/elsewhere",
-            "--file=/etc/passwd",
-            "-f",
-            "--auto",
-            "--agent=build",
-            "-m",
-            "--session=x",
-            "--",
-            "-",
-            " --auto",
-        ] {
+        for v in INJECTION_SAMPLES.iter().chain(&["-", " --auto"]) {
             let mut a = Argv::new(&["run"]);
             a.value("--title", v).value("--model", v);
             let args = strs(a);

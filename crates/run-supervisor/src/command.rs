@@ -427,16 +427,7 @@ mod tests {
     #[test]
     fn caller_strings_are_never_options() {
         let caps = Capabilities::from_outputs("1.18.33", HELP_1_18);
-        for v in [
-            "--dir=/tmp/elsewhere",
-            "--file=/etc/passwd",
-            "-f",
-            "--auto",
-            "--agent=build",
-            "-m",
-            "--session=x",
-            "--",
-        ] {
+        for v in crate::argv::INJECTION_SAMPLES {
             let mut spec = TaskSpec::new("p", "/p", v, v);
             spec.model = Some(format!("{v}#{v}"));
             spec.auto_approve = false;
