@@ -54,6 +54,24 @@ impl SessionReader for StoreReader {
     }
 }
 
+/// A supervisor over the sandbox whose runs are audited from its store, one run at a time. The
+/// audit is the line behind the kernel fence: with the fence on, the writes these tests make
+/// are refused before the audit could see them (tests/live_fence.rs), so here a hole in both
+/// lets them through and the audit must name them.
+fn audited_supervisor(oc: &std::path::Path, sb: &OpencodeSandbox) -> Supervisor {
+    Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.to_path_buf()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        max_parallel: 1,
+        kill_grace: Duration::from_secs(3),
+        quiet_after: Duration::from_secs(600),
+        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
+        sandbox: run_supervisor::Sandbox::Off,
+        ..SupervisorConfig::default()
+    })
+}
+
 #[tokio::test]
 async fn live_a_read_only_run_that_changed_a_file_fails_closed_naming_it() {
     let oc = require_opencode!();
@@ -61,19 +79,7 @@ async fn live_a_read_only_run_that_changed_a_file_fails_closed_naming_it() {
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
     let proj = sb.project_dir().to_path_buf();
     bridge_testkit::git_repo(&proj, &[("README.md", "# demo\n")]);
-    let sup = Supervisor::new(SupervisorConfig {
-        opencode_bin: Some(oc.clone()),
-        root: sb.root().to_path_buf(),
-        env: sb.env(),
-        max_parallel: 1,
-        kill_grace: Duration::from_secs(3),
-        quiet_after: Duration::from_secs(600),
-        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
-        // The audit is the line behind the kernel fence: with the fence on, the write below is
-        // refused before the audit could see it (tests/live_fence.rs).
-        sandbox: run_supervisor::Sandbox::Off,
-        ..SupervisorConfig::default()
-    });
+    let sup = audited_supervisor(&oc, &sb);
     // The policy believes both agents read-only. The first one's permissions do not hold (it
     // runs with `--auto` and no read-only overlay, as a hole in the policy would leave it), and
     // the fake model writes a file; the second only answers.
@@ -149,19 +155,7 @@ async fn live_planted_repository_code_is_named_by_the_audit_and_never_runs_in_th
         &proj,
         &[("README.md", "# demo\n"), (".gitignore", "target/\n")],
     );
-    let sup = Supervisor::new(SupervisorConfig {
-        opencode_bin: Some(oc.clone()),
-        root: sb.root().to_path_buf(),
-        env: sb.env(),
-        max_parallel: 1,
-        kill_grace: Duration::from_secs(3),
-        quiet_after: Duration::from_secs(600),
-        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
-        // The audit behind the fence: with the fence on, the plants are refused by the kernel
-        // (tests/live_fence.rs); here a hole lets them through so the audit must name them.
-        sandbox: run_supervisor::Sandbox::Off,
-        ..SupervisorConfig::default()
-    });
+    let sup = audited_supervisor(&oc, &sb);
     let ran = || -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&proj)
             .unwrap()
