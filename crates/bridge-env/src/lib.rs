@@ -168,6 +168,18 @@ pub const SANDBOX: EnvVar = EnvVar::new(
     "auto",
     "the kernel fence (Landlock) around every run: auto (confine where the kernel can, say why not elsewhere), required (refuse to run unconfined), off",
 );
+/// `OPENCODE_BRIDGE_ENGINE`.
+pub const ENGINE: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_ENGINE",
+    "run",
+    "how opencode tasks run: `run` (an `opencode run` process per attempt) or `serve` (sessions on a warm local `opencode serve` the bridge starts and stops)",
+);
+/// `OPENCODE_BRIDGE_CONFIG`.
+pub const CONFIG: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_CONFIG",
+    "$XDG_CONFIG_HOME/opencode-bridge/config.toml (~/.config/opencode-bridge/config.toml)",
+    "the bridge's config file (TOML: remote servers, budgets, prices); a named file must exist",
+);
 /// `OPENCODE_BRIDGE_STATE_DIR`.
 pub const STATE_DIR: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_STATE_DIR",
@@ -275,6 +287,8 @@ pub const ALL: &[EnvVar] = &[
     KILL_GRACE_MS,
     RUN_NICE,
     SANDBOX,
+    ENGINE,
+    CONFIG,
     STATE_DIR,
     ROSTER,
     PRUNE_DAYS,
