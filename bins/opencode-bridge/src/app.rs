@@ -173,6 +173,9 @@ impl App {
         let mut cfg = SupervisorConfig::from_env();
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
+        if let Ok(file) = &settings.file {
+            cfg.servers = file.servers.clone();
+        }
         // A service is never asked about a directory outside the root (see [`within_root`]).
         let client = ClientConfig::from_env().map(|mut c| {
             c.probe_within = Some(settings.root.clone());
@@ -542,6 +545,7 @@ impl App {
         spec.label = label.clone();
         spec.denied = denied_permissions(agent);
         spec.isolation = args.isolation;
+        spec.server = args.server.clone();
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
         if progress.wanted() {
             self.report_start(id, progress).await;
@@ -551,6 +555,11 @@ impl App {
             .clone()
             .or_else(|| self.supervisor.config().default_model.clone());
         let mode = delegation.mode.reason();
+        let engine = self
+            .supervisor
+            .status(id)
+            .map(|s| s.engine)
+            .unwrap_or_else(|| "run".to_owned());
         let cwd_text = cwd.display().to_string();
         let root_text = self.settings.root.display().to_string();
         let started = render::tasks::started(&render::tasks::Started {
@@ -565,6 +574,7 @@ impl App {
             title_warning: title_warning.as_deref(),
             label: label.as_deref(),
             continues: session.as_ref().map(|s| s.id.as_str()),
+            engine: &engine,
         }) + &unchecked
             + &self.isolated_start(id);
         Ok((id, started))

@@ -152,6 +152,62 @@ pub async fn run(app: &App, command: Command) -> i32 {
     }
 }
 
+/// `doctor`'s lines about the config file, the engine and every server the file names.
+async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
+    let mut lines = Vec::new();
+    let servers = match &app.settings.file {
+        Err(e) => {
+            lines.push(("FAIL", "config", e.clone()));
+            Vec::new()
+        }
+        Ok(file) => {
+            lines.push((
+                "ok",
+                "config",
+                match &file.path {
+                    Some(p) => format!("{} ({} server(s))", p.display(), file.servers.len()),
+                    None => format!(
+                        "no config file ({} names one; default $XDG_CONFIG_HOME/opencode-bridge/config.toml)",
+                        bridge_env::CONFIG.name
+                    ),
+                },
+            ));
+            file.servers.clone()
+        }
+    };
+    let sup = app.supervisor();
+    let engine = match sup.config().engine {
+        run_supervisor::Engine::Run => format!(
+            "run: an `opencode run` process per attempt ({}=serve keeps a warm local opencode serve instead)",
+            bridge_env::ENGINE.name
+        ),
+        run_supervisor::Engine::Serve => format!(
+            "serve: tasks are sessions on a warm local opencode serve (started on the first task, stopped after {} min idle); a machine where it cannot start runs `opencode run` instead",
+            sup.config().serve_idle.as_secs() / 60
+        ),
+    };
+    lines.push(("ok", "engine", engine));
+    let timeout = sup
+        .config()
+        .api_timeout
+        .min(std::time::Duration::from_secs(10));
+    let checks = tokio::task::spawn_blocking(move || {
+        servers
+            .iter()
+            .map(|s| run_supervisor::check_server(s, timeout))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    for c in checks {
+        match c.outcome {
+            Ok(what) => lines.push(("ok", "server", format!("{} {}: {what}", c.name, c.url))),
+            Err(e) => lines.push(("FAIL", "server", format!("{} {}: {e}", c.name, c.url))),
+        }
+    }
+    lines
+}
+
 /// `doctor`: every check on its own line, `ok`, `warn` or `FAIL`, then the variables that are
 /// set. The bool is false when a check failed.
 pub async fn doctor(app: &App) -> (String, bool) {
@@ -207,6 +263,10 @@ pub async fn doctor(app: &App) -> (String, bool) {
     }
     let (status, detail) = doctor_claude(app).await;
     line(status, "claude", detail);
+    for (status, what, detail) in doctor_engine(app).await {
+        ok &= status != "FAIL";
+        line(status, what, detail);
+    }
 
     match app.client_config() {
         Ok(cfg) => {

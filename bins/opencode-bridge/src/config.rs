@@ -21,6 +21,9 @@ pub struct Settings {
     pub home: Option<PathBuf>,
     /// Which clients get structured results (`OPENCODE_BRIDGE_STRUCTURED`).
     pub structured: Structured,
+    /// The bridge's config file ([`bridge_config`]), or the one line that says what is wrong
+    /// with it (the server does not start with a broken one; `doctor` shows it).
+    pub file: Result<bridge_config::Config, String>,
 }
 
 /// Which clients get `outputSchema`s and `structuredContent`.
@@ -84,6 +87,7 @@ impl Settings {
             root_explicit,
             home,
             structured,
+            file: bridge_config::Config::load(|k| std::env::var(k).ok()),
         }
     }
 

@@ -56,7 +56,14 @@ fn main() -> anyhow::Result<()> {
             if let Err(e) = bridge_proc::sched::short_slice_for_this_thread() {
                 tracing::debug!("no short scheduler slice for the answering thread: {e}");
             }
-            let app = Arc::new(app::App::new(config::Settings::from_env(), true));
+            let settings = config::Settings::from_env();
+            if let Err(e) = &settings.file {
+                // A broken config file could hold a budget or a server the user relies on:
+                // say so and do not serve half-configured (`doctor` still runs).
+                eprintln!("opencode-bridge: {e}");
+                std::process::exit(2);
+            }
+            let app = Arc::new(app::App::new(settings, true));
             let outcome = runtime.block_on(server::serve(app));
             // Every task is stopped by now; a blocking read still waiting on a hung service
             // (abandoned by a cancelled call) must not keep the process alive.

@@ -88,6 +88,7 @@ pub enum FailureKindView {
     Network,
     Timeout,
     Spawn,
+    Server,
     OutdatedRunner,
     Exit,
 }
@@ -107,6 +108,7 @@ impl From<FailureKind> for FailureKindView {
             FailureKind::Network => FailureKindView::Network,
             FailureKind::Timeout => FailureKindView::Timeout,
             FailureKind::Spawn => FailureKindView::Spawn,
+            FailureKind::Server => FailureKindView::Server,
             FailureKind::OutdatedRunner => FailureKindView::OutdatedRunner,
             FailureKind::Exit => FailureKindView::Exit,
         }
@@ -171,6 +173,9 @@ pub struct TaskView {
     /// Whether the kernel fence confined the latest attempt: `confined (Landlock ABI N)` or
     /// `not confined: <why>`; absent before the first attempt.
     pub sandbox: Option<String>,
+    /// Where it ran: `run` (a process per attempt), `serve` (the bridge's local opencode
+    /// serve) or `serve:<name>` (a server of the bridge's config file).
+    pub engine: String,
     /// Its bridge is gone but the run goes on (it can be cancelled).
     pub orphaned: bool,
     /// pid of another live bridge that runs it.
@@ -214,6 +219,7 @@ impl From<&TaskSnapshot> for TaskView {
             exit_code: s.exit_code,
             label: s.label.clone(),
             sandbox: s.sandbox.clone(),
+            engine: s.engine.clone(),
             orphaned: s.orphaned,
             other_bridge: s.other_bridge,
         }

@@ -121,7 +121,8 @@ pub fn definitions() -> Vec<ToolDef> {
                     "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."},
                     "session": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
                     "label": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."},
-                    "isolation": {"type": "string", "enum": ISOLATIONS, "description": "worktree: an editing agent works in its own detached git worktree (your uncommitted and untracked files carried over) and your checkout is not touched; opencode_result shows its patch and opencode_apply brings it in or discards it. Needs a git repository with a commit. Default: none (the agent edits your checkout)."}
+                    "isolation": {"type": "string", "enum": ISOLATIONS, "description": "worktree: an editing agent works in its own detached git worktree (your uncommitted and untracked files carried over) and your checkout is not touched; opencode_result shows its patch and opencode_apply brings it in or discards it. Needs a git repository with a commit. Default: none (the agent edits your checkout)."},
+                    "server": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Run the task as a session on this opencode server of the bridge's config file ([[server]] entries; opencode_doctor lists them); cwd is mapped from OPENCODE_BRIDGE_ROOT to the server's root. `local`: the bridge's own engine. Default: the bridge's engine (OPENCODE_BRIDGE_ENGINE)."}
                 },
                 "required": ["tier", "prompt"],
                 "additionalProperties": false
@@ -145,7 +146,7 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_result",
             title: "Output of a delegated task",
-            description: "What a delegated task answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, exit) and advice when it failed, and for editing agents the files it changed with a short diff stat; for a task started with isolation=worktree its patch (apply it with opencode_apply). Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
+            description: "What a delegated task answered, with the failure kind (rate_limit, quota, context_length, output_limit, overloaded, auth, model, agent, invalid_request, network, timeout, spawn, server, exit) and advice when it failed, and for editing agents the files it changed with a short diff stat; for a task started with isolation=worktree its patch (apply it with opencode_apply). Output longer than 60000 characters is cut to its end unless head or tail is given. Treat it as an untrusted draft and verify it.",
             schema: json!({
                 "type": "object",
                 "properties": {
@@ -375,6 +376,8 @@ pub struct StartArgs {
     pub wait_s: Option<u64>,
     /// Where an editing agent works: the caller's checkout or a worktree of its own.
     pub isolation: Isolation,
+    /// A server of the config file to run on (`local`: the bridge's own engine).
+    pub server: Option<String>,
 }
 
 /// Arguments of `opencode_sessions`.
@@ -441,6 +444,10 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             isolation: match a.opt_enum("isolation", &ISOLATIONS)?.as_deref() {
                 Some("worktree") => Isolation::Worktree,
                 _ => Isolation::None,
+            },
+            server: match a.opt_nonempty("server")? {
+                Some(_) => a.opt_not_option("server", "server name")?,
+                None => None,
             },
         }),
         "opencode_status" => Call::Status {
@@ -1199,7 +1206,7 @@ mod tests {
     #[test]
     fn option_like_values_are_refused_where_they_can_only_be_mistakes() {
         const INJECTIONS: [&str; 8] = run_supervisor::argv::INJECTION_SAMPLES;
-        const REFUSED: [&str; 3] = ["model", "agent", "session"];
+        const REFUSED: [&str; 4] = ["model", "agent", "session", "server"];
         const CLOSED_SETS: [&str; 3] = ["tier", "mode", "isolation"];
         const ACCEPTED: [&str; 5] = ["prompt", "cwd", "lane", "title", "label"];
         let start = definitions().into_iter().next().unwrap();

@@ -174,6 +174,12 @@ pub const ENGINE: EnvVar = EnvVar::new(
     "run",
     "how opencode tasks run: `run` (an `opencode run` process per attempt) or `serve` (sessions on a warm local `opencode serve` the bridge starts and stops)",
 );
+/// `OPENCODE_BRIDGE_SERVE_IDLE_MIN`.
+pub const SERVE_IDLE_MIN: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_SERVE_IDLE_MIN",
+    "10",
+    "the serve engine stops a warm local server idle for this many minutes (it starts again on the next task)",
+);
 /// `OPENCODE_BRIDGE_CONFIG`.
 pub const CONFIG: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_CONFIG",
@@ -288,6 +294,7 @@ pub const ALL: &[EnvVar] = &[
     RUN_NICE,
     SANDBOX,
     ENGINE,
+    SERVE_IDLE_MIN,
     CONFIG,
     STATE_DIR,
     ROSTER,

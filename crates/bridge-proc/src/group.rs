@@ -33,6 +33,11 @@ impl GroupChild {
         &mut self.child
     }
 
+    /// The leader's pid (also the group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the leader has exited (it is not reaped by this).
     pub fn has_exited(&self) -> bool {
         if self.status.is_some() {

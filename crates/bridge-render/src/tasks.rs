@@ -26,6 +26,8 @@ pub struct Started<'a> {
     pub label: Option<&'a str>,
     /// The session a follow-up was sent to.
     pub continues: Option<&'a str>,
+    /// Where it runs: `run`, `serve` or `serve:<server>`.
+    pub engine: &'a str,
 }
 
 /// `opencode_start`.
@@ -37,7 +39,11 @@ pub fn started(s: &Started<'_>) -> String {
     if let Some(m) = s.model {
         out.push_str(&format!("model: {m}\n"));
     }
-    out.push_str(&format!("runner: {}\n", Runner::for_model(s.model)));
+    out.push_str(&format!(
+        "runner: {}  engine: {}\n",
+        Runner::for_model(s.model),
+        engine_word(s.engine)
+    ));
     if let Some(l) = s.label {
         out.push_str(&format!("label: {l}\n"));
     }
@@ -54,6 +60,18 @@ pub fn started(s: &Started<'_>) -> String {
         id = s.id
     ));
     out
+}
+
+/// How a task's engine is named to people: `run`, `serve (the bridge's local server)`,
+/// `server devbox`.
+pub fn engine_word(engine: &str) -> String {
+    match engine {
+        "serve" => "serve (the bridge's local opencode serve)".to_owned(),
+        e => match e.strip_prefix("serve:") {
+            Some(name) => format!("server {name}"),
+            None => e.to_owned(),
+        },
+    }
 }
 
 fn state_word(s: &TaskSnapshot) -> String {
@@ -127,8 +145,9 @@ fn status_header(s: &TaskSnapshot) -> String {
         out.push_str(&format!("model: {m}\n"));
     }
     out.push_str(&format!(
-        "runner: {}\n",
-        Runner::for_model(s.model.as_deref())
+        "runner: {}  engine: {}\n",
+        Runner::for_model(s.model.as_deref()),
+        engine_word(&s.engine)
     ));
     if let Some(fence) = &s.sandbox {
         out.push_str(&format!("sandbox: {}\n", one_line(fence, 400)));
@@ -537,6 +556,7 @@ pub fn task_list(tasks: &[TaskSnapshot], running: usize, limit: usize) -> String
                 format!("task {}", s.id),
                 state_word(s),
                 s.agent.clone(),
+                s.engine.clone(),
                 duration_ms(s.elapsed.as_millis() as u64),
                 tokens(s.tokens.input, s.tokens.output),
                 s.session_id.clone().unwrap_or_else(|| "-".into()),
@@ -547,7 +567,7 @@ pub fn task_list(tasks: &[TaskSnapshot], running: usize, limit: usize) -> String
             ]
         })
         .collect();
-    for line in table(&rows, &[3, 4]) {
+    for line in table(&rows, &[4, 5]) {
         out.push_str(&line);
         out.push('\n');
     }

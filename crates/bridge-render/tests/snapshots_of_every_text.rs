@@ -249,6 +249,7 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
         opencode_version: Some("1.18.33".into()),
         label: None,
         sandbox: Some("confined (Landlock ABI 7)".into()),
+        engine: "run".into(),
         continues: None,
         orphaned: false,
         other_bridge: None,
@@ -272,6 +273,7 @@ fn task_texts() {
             title_warning: Some("the title breaks the LANE/agent: task convention: missing \": \""),
             label: None,
             continues: None,
+            engine: "run",
         })
     );
     insta::assert_snapshot!(
@@ -330,10 +332,9 @@ fn task_texts() {
         "cancel_unknown",
         tasks::cancelled(9, CancelOutcome::NotFound).unwrap_err()
     );
-    let list = vec![
-        snapshot(1, TaskState::Succeeded),
-        snapshot(2, TaskState::Running),
-    ];
+    let mut remote = snapshot(2, TaskState::Running);
+    remote.engine = "serve:devbox".into();
+    let list = vec![snapshot(1, TaskState::Succeeded), remote];
     insta::assert_snapshot!("task_list", tasks::task_list(&list, 1, 6));
 }
 
@@ -507,6 +508,7 @@ fn durable_task_texts() {
             title_warning: None,
             label: Some("parser"),
             continues: Some("ses_e31688286ffeA2b3C4d5E6f7G8"),
+            engine: "serve:devbox",
         })
     );
     insta::assert_snapshot!("task_list_empty", tasks::task_list(&[], 0, 6));

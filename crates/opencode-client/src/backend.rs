@@ -466,129 +466,228 @@ pub fn with_temporary_server<T>(
     purpose: &str,
     f: impl FnOnce(&HttpClient) -> Result<T, ClientError>,
 ) -> Result<T, ClientError> {
-    let password = random_password()?;
     let program = cfg.opencode_program();
-    let tmp = ServerTmp::create(&password[..16])?;
-    let fence = server_fence(cfg, cwd, env, &program, &tmp.0)?;
-    let mut cmd = Command::new(&program);
-    cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
-        .current_dir(cwd);
-    for k in &env.remove {
-        cmd.env_remove(k);
-    }
-    cmd.envs(env.set.iter().map(|(k, v)| (k, v)))
-        .env("PWD", cwd)
-        .env("OPENCODE_SERVER_PASSWORD", &password)
-        .env("OPENCODE_SERVER_USERNAME", "opencode")
-        .env("TMPDIR", &tmp.0)
-        .env("TMP", &tmp.0)
-        .env("TEMP", &tmp.0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let start = ServeStart {
+        program: &program,
+        shown: &cfg.opencode_bin,
+        cwd,
+        env,
+        startup,
+        cancel,
+        purpose,
+        api_timeout: cfg.api_timeout,
+        max_reply_bytes: cfg.max_reply_bytes,
+    };
     // Confined like a read-only run in `cwd`: the server loads that directory's plugins and
     // tools, which may read the project but write nothing of it.
-    fence.apply_to(&mut cmd);
-    // Dropping `server` on any path below stops it (SIGTERM, then SIGKILL) and reaps it.
-    let mut server =
-        TempServer(
-            GroupChild::spawn(&mut cmd).map_err(|e| ClientError::TempServer {
-                detail: format!("cannot start `{} serve`: {e}", cfg.opencode_bin.display()),
-            })?,
-        );
-    let stdout = server.0.child_mut().stdout.take().expect("stdout is piped");
-    let stderr = server.0.child_mut().stderr.take().expect("stderr is piped");
-    let (tx, rx) = mpsc::channel();
-    // What the server printed besides its URL, to explain an early exit (bounded).
-    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let keep = |said: &std::sync::Arc<std::sync::Mutex<Vec<String>>>, line: &str| {
-        let line = strip_ansi(line);
-        if !line.trim().is_empty()
-            && let Ok(mut v) = said.lock()
-            && v.len() < 40
-        {
-            v.push(line.chars().take(400).collect());
-        }
-    };
-    let said_out = said.clone();
-    let out_thread = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(pos) = line.find("http://") {
-                let _ = tx.send(line[pos..].trim().to_string());
-            } else {
-                keep(&said_out, &line);
-            }
-        }
-    });
-    let said_err = said.clone();
-    let err_thread = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            keep(&said_err, &line);
-        }
-    });
-    let deadline = Instant::now() + startup;
-    let received = loop {
-        let slice = deadline
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_millis(100));
-        match rx.recv_timeout(slice) {
-            Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
-                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
-                    return Err(ClientError::Cancelled);
-                }
-            }
-            other => break other,
-        }
-    };
-    let url = match received {
-        Ok(url) => url,
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            return Err(ClientError::ServiceTimeout {
-                url: purpose.to_owned(),
-                timeout_ms: startup.as_millis() as u64,
-            });
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // stdout closed: the server is ending; let both readers finish (bounded).
-            server.0.wait_exit(Duration::from_secs(5));
-            let _ = out_thread.join();
-            if server.0.has_exited() {
-                let _ = err_thread.join();
-            }
-            let lines = said.lock().map(|v| v.clone()).unwrap_or_default();
-            let error = opencode_error(&lines);
-            // Only a configuration problem is opencode refusing to work here; anything else
-            // (a store migration racing another start, a crash) is a failed start.
-            if let Some(message) = error.as_ref().filter(|m| is_config_error(m)) {
-                return Err(ClientError::OpencodeRefused {
-                    message: message.clone(),
-                });
-            }
-            let why = lines.last().cloned().unwrap_or_default();
-            return Err(ClientError::TempServer {
-                detail: format!(
-                    "`{} serve` ended before it listened{}",
-                    cfg.opencode_bin.display(),
-                    if why.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {why}")
-                    }
-                ),
-            });
-        }
-    };
-    let http = HttpClient::new(
-        &url,
-        Some(BasicAuth::new("opencode", password)),
-        cfg.api_timeout,
-        cfg.max_reply_bytes,
-    )?;
-    let out = f(&http);
+    let server = ServeProcess::start(&start, |tmp| server_fence(cfg, cwd, env, &program, tmp))?;
+    let out = f(server.http());
     drop(server);
     out
+}
+
+/// How to start an `opencode serve` of the bridge's own ([`ServeProcess::start`]).
+#[derive(Debug)]
+pub struct ServeStart<'a> {
+    /// The binary.
+    pub program: &'a Path,
+    /// The binary as named to people (in errors).
+    pub shown: &'a Path,
+    /// Its working directory (also `PWD`).
+    pub cwd: &'a Path,
+    /// Its environment over the inherited one.
+    pub env: &'a ChildEnv,
+    /// How long it may take to listen.
+    pub startup: Duration,
+    /// Set to give up while it starts ([`ClientError::Cancelled`]).
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// What it is for, named when the start times out.
+    pub purpose: &'a str,
+    /// The per-call timeout of its [`HttpClient`].
+    pub api_timeout: Duration,
+    /// The reply-size cap of its [`HttpClient`].
+    pub max_reply_bytes: u64,
+}
+
+/// An `opencode serve` the bridge started: on `127.0.0.1`, a port of its own choosing, a random
+/// password, a private `TMPDIR`, inside the kernel fence the caller gave it, in its own process
+/// group. Dropping it stops it (SIGTERM to the group, SIGKILL after 3 s), reaps it and removes
+/// its `TMPDIR`.
+pub struct ServeProcess {
+    child: TempServer,
+    http: HttpClient,
+    confinement: String,
+    _tmp: ServerTmp,
+}
+
+impl fmt::Debug for ServeProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeProcess")
+            .field("url", &self.http.base())
+            .field("pid", &self.child.0.pid())
+            .finish()
+    }
+}
+
+impl ServeProcess {
+    /// Starts the server and waits (at most `start.startup`) until it listens. `fence` gets the
+    /// server's private `TMPDIR` and returns the fence to start it in. A server that exits
+    /// before it listens is [`ClientError::OpencodeRefused`] with opencode's own message when it
+    /// printed one (e.g. `Configuration is invalid at …`), else [`ClientError::TempServer`].
+    pub fn start(
+        start: &ServeStart<'_>,
+        fence: impl FnOnce(&Path) -> Result<bridge_fence::Fence, ClientError>,
+    ) -> Result<ServeProcess, ClientError> {
+        let password = random_password()?;
+        let tmp = ServerTmp::create(&password[..16])?;
+        let fence = fence(&tmp.0)?;
+        let env = start.env;
+        let mut cmd = Command::new(start.program);
+        cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
+            .current_dir(start.cwd);
+        for k in &env.remove {
+            cmd.env_remove(k);
+        }
+        cmd.envs(env.set.iter().map(|(k, v)| (k, v)))
+            .env("PWD", start.cwd)
+            .env("OPENCODE_SERVER_PASSWORD", &password)
+            .env("OPENCODE_SERVER_USERNAME", "opencode")
+            .env("TMPDIR", &tmp.0)
+            .env("TMP", &tmp.0)
+            .env("TEMP", &tmp.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        fence.apply_to(&mut cmd);
+        // Dropping `server` on any path below stops it (SIGTERM, then SIGKILL) and reaps it.
+        let mut server =
+            TempServer(
+                GroupChild::spawn(&mut cmd).map_err(|e| ClientError::TempServer {
+                    detail: format!("cannot start `{} serve`: {e}", start.shown.display()),
+                })?,
+            );
+        let stdout = server.0.child_mut().stdout.take().expect("stdout is piped");
+        let stderr = server.0.child_mut().stderr.take().expect("stderr is piped");
+        let (tx, rx) = mpsc::channel();
+        // What the server printed besides its URL, to explain an early exit (bounded).
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let keep = |said: &std::sync::Arc<std::sync::Mutex<Vec<String>>>, line: &str| {
+            let line = strip_ansi(line);
+            if !line.trim().is_empty()
+                && let Ok(mut v) = said.lock()
+                && v.len() < 40
+            {
+                v.push(line.chars().take(400).collect());
+            }
+        };
+        let said_out = said.clone();
+        // The readers keep draining the pipes for the server's whole life (a long-lived server
+        // must never block on a full pipe); they end when it does.
+        let out_thread = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(pos) = line.find("http://") {
+                    let _ = tx.send(line[pos..].trim().to_string());
+                } else {
+                    keep(&said_out, &line);
+                }
+            }
+        });
+        let said_err = said.clone();
+        let err_thread = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                keep(&said_err, &line);
+            }
+        });
+        let deadline = Instant::now() + start.startup;
+        let received = loop {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100));
+            match rx.recv_timeout(slice) {
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    if start
+                        .cancel
+                        .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+                    {
+                        return Err(ClientError::Cancelled);
+                    }
+                }
+                other => break other,
+            }
+        };
+        let url = match received {
+            Ok(url) => url,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(ClientError::ServiceTimeout {
+                    url: start.purpose.to_owned(),
+                    timeout_ms: start.startup.as_millis() as u64,
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // stdout closed: the server is ending; let both readers finish (bounded).
+                server.0.wait_exit(Duration::from_secs(5));
+                let _ = out_thread.join();
+                if server.0.has_exited() {
+                    let _ = err_thread.join();
+                }
+                let lines = said.lock().map(|v| v.clone()).unwrap_or_default();
+                let error = opencode_error(&lines);
+                // Only a configuration problem is opencode refusing to work here; anything else
+                // (a store migration racing another start, a crash) is a failed start.
+                if let Some(message) = error.as_ref().filter(|m| is_config_error(m)) {
+                    return Err(ClientError::OpencodeRefused {
+                        message: message.clone(),
+                    });
+                }
+                let why = lines.last().cloned().unwrap_or_default();
+                return Err(ClientError::TempServer {
+                    detail: format!(
+                        "`{} serve` ended before it listened{}",
+                        start.shown.display(),
+                        if why.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {why}")
+                        }
+                    ),
+                });
+            }
+        };
+        let http = HttpClient::new(
+            &url,
+            Some(BasicAuth::new("opencode", password)),
+            start.api_timeout,
+            start.max_reply_bytes,
+        )?;
+        Ok(ServeProcess {
+            child: server,
+            http,
+            confinement: fence.confinement().to_string(),
+            _tmp: tmp,
+        })
+    }
+
+    /// A client for it (its URL and password).
+    pub fn http(&self) -> &HttpClient {
+        &self.http
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.0.pid()
+    }
+
+    /// Whether it has exited.
+    pub fn has_exited(&self) -> bool {
+        self.child.0.has_exited()
+    }
+
+    /// How it is confined (`confined (Landlock ABI 7)`, `not confined: …`).
+    pub fn confinement(&self) -> &str {
+        &self.confinement
+    }
 }
 
 /// opencode's own error message among the lines a failed start printed: from the line holding

@@ -35,7 +35,7 @@ impl BasicAuth {
     }
 
     /// The `Authorization` header value (`Basic base64(user:pass)`).
-    fn header_value(&self) -> String {
+    pub(crate) fn header_value(&self) -> String {
         let raw = format!("{}:{}", self.username, self.password);
         format!("Basic {}", base64(raw.as_bytes()))
     }
@@ -117,6 +117,16 @@ impl HttpClient {
             max_reply_bytes,
             agent,
         })
+    }
+
+    /// The `Authorization` header value, when the server needs one.
+    pub(crate) fn auth_header(&self) -> Option<String> {
+        self.auth.as_ref().map(BasicAuth::header_value)
+    }
+
+    /// The per-call timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The base URL (no trailing slash). Never contains credentials.

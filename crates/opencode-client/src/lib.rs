@@ -23,6 +23,7 @@ pub mod paths;
 mod remote;
 pub mod server;
 pub mod source;
+pub mod sse;
 pub mod state;
 pub mod store;
 pub mod usage;

@@ -35,6 +35,9 @@ pub enum FailureKind {
     Timeout,
     /// opencode could not be started.
     Spawn,
+    /// The opencode server a served task ran on was unreachable, refused the bridge, or went
+    /// away mid-task (the serve engine, remote servers).
+    Server,
     /// The runner binary rejected a flag the bridge passes (`error: unknown option '…'`): it is
     /// older than the bridge needs (Claude Code before 2.1.198 lacks `--permission-prompts`).
     OutdatedRunner,
@@ -44,7 +47,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// Every kind, in documentation order.
-    pub const ALL: [FailureKind; 14] = [
+    pub const ALL: [FailureKind; 15] = [
         FailureKind::RateLimit,
         FailureKind::Quota,
         FailureKind::ContextLength,
@@ -57,6 +60,7 @@ impl FailureKind {
         FailureKind::Network,
         FailureKind::Timeout,
         FailureKind::Spawn,
+        FailureKind::Server,
         FailureKind::OutdatedRunner,
         FailureKind::Exit,
     ];
@@ -76,6 +80,7 @@ impl FailureKind {
             FailureKind::Network => "network",
             FailureKind::Timeout => "timeout",
             FailureKind::Spawn => "spawn",
+            FailureKind::Server => "server",
             FailureKind::OutdatedRunner => "outdated_runner",
             FailureKind::Exit => "exit",
         }
@@ -127,6 +132,9 @@ impl FailureKind {
             }
             FailureKind::Spawn => {
                 "opencode could not be started. Install it or set OPENCODE_BIN to its path, and check that the working directory exists."
+            }
+            FailureKind::Server => {
+                "The opencode server could not run the task. Check that it is up and reachable (opencode_doctor), then start the task again."
             }
             FailureKind::OutdatedRunner => OUTDATED_RUNNER_ADVICE,
             FailureKind::Exit => {

@@ -1,5 +1,6 @@
 //! What a task is (given by the caller) and how the supervisor is configured.
 
+pub use crate::runner::serve::Engine;
 use crate::worktree::Isolation;
 use bridge_env as env;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,9 @@ pub struct TaskSpec {
     /// Run in the caller's checkout ([`Isolation::None`], the default) or in a detached git
     /// worktree of its own whose change is applied on request (see [`crate::worktree`]).
     pub isolation: Isolation,
+    /// Run on this server of the bridge's config file (a session there) instead of the
+    /// configured engine.
+    pub server: Option<String>,
 }
 
 impl TaskSpec {
@@ -69,6 +73,7 @@ impl TaskSpec {
             label: None,
             denied: crate::audit::Denied::default(),
             isolation: Isolation::None,
+            server: None,
         }
     }
 }
@@ -161,6 +166,14 @@ pub struct SupervisorConfig {
     /// Reads what an opencode run's session used, for the post-run audit ([`crate::audit`]).
     /// `None` (the default): runs are not audited (their result says so).
     pub session_reader: Option<std::sync::Arc<dyn crate::audit::SessionReader>>,
+    /// [`env::ENGINE`]: how opencode tasks run when they name no server ([`Engine`]).
+    pub engine: Engine,
+    /// The remote servers of the bridge's config file, by name (`TaskSpec::server`).
+    pub servers: Vec<bridge_config::Server>,
+    /// A warm local server idle this long is stopped.
+    pub serve_idle: Duration,
+    /// [`env::API_TIMEOUT_MS`]: the limit of each call to a server.
+    pub api_timeout: Duration,
 }
 
 impl Default for SupervisorConfig {
@@ -187,6 +200,10 @@ impl Default for SupervisorConfig {
             state_dir: None,
             prune_after: Duration::from_secs(env::PRUNE_DAYS.default_number() * 24 * 3600),
             session_reader: None,
+            engine: Engine::Run,
+            servers: Vec::new(),
+            serve_idle: Duration::from_secs(env::SERVE_IDLE_MIN.default_number() * 60),
+            api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
         }
     }
 }
@@ -238,6 +255,16 @@ impl SupervisorConfig {
         }
         if let Some(n) = num(env::PRUNE_DAYS.name) {
             c.prune_after = Duration::from_secs(n.min(36_500) * 24 * 3600);
+        }
+        if let Some(v) = get(env::ENGINE.name) {
+            // A value that cannot be read keeps `run` (doctor and the start line say why).
+            c.engine = Engine::parse(&v).unwrap_or_default();
+        }
+        if let Some(n) = num(env::SERVE_IDLE_MIN.name).filter(|&n| n > 0) {
+            c.serve_idle = Duration::from_secs(n * 60);
+        }
+        if let Some(n) = num(env::API_TIMEOUT_MS.name).filter(|&n| n > 0) {
+            c.api_timeout = Duration::from_millis(n);
         }
         let nonempty = |k: &str| get(k).filter(|s| !s.trim().is_empty()).map(PathBuf::from);
         c.state_dir = nonempty(env::STATE_DIR.name)

@@ -127,6 +127,9 @@ pub struct TaskSnapshot {
     /// Whether the kernel fence confined the latest attempt: `confined (Landlock ABI N)` or
     /// `not confined: <why>` ([`bridge_fence::Confinement`]); `None` before the first attempt.
     pub sandbox: Option<String>,
+    /// Where it ran: `run` (a process per attempt), `serve` (the bridge's warm local server) or
+    /// `serve:<name>` (a server of the config file).
+    pub engine: String,
     /// The session this task sent a follow-up to (`None`: it started a new session).
     pub continues: Option<String>,
     /// The bridge that ran the task is gone but its opencode process still runs (`pid`); it can

@@ -192,6 +192,9 @@ pub(crate) struct TaskRecord {
     /// attempt and in files written before the fence existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// `serve` or `serve:<server>` for a task run as a session on a server; absent for `run`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
     pub updated_ms: u64,
 }
 
@@ -223,6 +226,7 @@ impl TaskRecord {
             tool_calls: 0,
             opencode_version: None,
             sandbox: None,
+            engine: None,
             updated_ms: now_ms(),
         }
     }
@@ -575,6 +579,7 @@ mod tests {
             tool_calls: 0,
             opencode_version: None,
             sandbox: None,
+            engine: None,
             updated_ms: now_ms(),
         }
     }

@@ -21,6 +21,7 @@ pub use crate::claude::Runner;
 
 mod claude;
 mod opencode;
+pub(crate) mod serve;
 
 /// The backend of a runner.
 pub(crate) fn backend(runner: Runner) -> &'static dyn Backend {

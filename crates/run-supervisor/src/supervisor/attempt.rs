@@ -205,7 +205,11 @@ async fn run_task_inner(
     let timeout = spec.timeout.unwrap_or(cfg.default_timeout);
     let deadline = tokio::time::Instant::now() + timeout;
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
-    let caps = if !backend(runner).traits().probes_capabilities {
+    let remote = shared
+        .with(id, |r| r.rec.engine.clone())
+        .flatten()
+        .is_some_and(|e| e.starts_with("serve:"));
+    let caps = if !backend(runner).traits().probes_capabilities || remote {
         Ok(Capabilities::default())
     } else {
         let env = cfg.env.clone();
@@ -238,8 +242,43 @@ async fn run_task_inner(
             caps: &caps,
             deadline,
         };
-        let end = run_attempt(&ctx, attempt, &mut stop_rx).await;
+        let place = shared
+            .with(id, |r| r.rec.engine.clone())
+            .flatten()
+            .and_then(|e| crate::runner::serve::Place::of_engine_name(&e));
+        let end = match &place {
+            Some(place) => {
+                super::served::run_served_attempt(&ctx, attempt, place, &mut stop_rx).await
+            }
+            None => run_attempt(&ctx, attempt, &mut stop_rx).await,
+        };
         match end {
+            AttemptEnd::NoLocalServer(why) => {
+                // What a machine without a working server falls back to: a process.
+                shared.with(id, |r| {
+                    r.rec.engine = None;
+                    let note = format!("{why}; this task runs as `opencode run` instead\n");
+                    r.stderr.push(note.as_bytes());
+                });
+                tracing::warn!("task {id}: {why}; running it as `opencode run`");
+                attempt -= 1;
+                continue;
+            }
+            AttemptEnd::ServerFailed(msg) => {
+                let advice = match &place {
+                    Some(crate::runner::serve::Place::Remote(name)) => format!(
+                        "Check that server {name} is up and reachable and that its password variable is right (opencode_doctor checks every server), or start the task without `server`."
+                    ),
+                    _ => format!(
+                        "The bridge starts a new local server for the next task; start again, or set {}=run to use a process per task.",
+                        bridge_env::ENGINE.name
+                    ),
+                };
+                return (
+                    TaskState::Failed,
+                    Some(Failure::with_advice(FailureKind::Server, msg, &advice)),
+                );
+            }
             AttemptEnd::Stopped(reason) => {
                 return stopped(reason);
             }

@@ -43,6 +43,10 @@ pub(super) enum AttemptEnd {
     TimedOut,
     OverflowLoop(usize),
     SpawnFailed(String),
+    /// The server a served task ran on failed it: unreachable, refused, or gone mid-task.
+    ServerFailed(String),
+    /// The bridge's local server could not start: the attempt runs as `opencode run`.
+    NoLocalServer(String),
 }
 
 /// Runs attempt number `attempt` of the task to its end (see [`AttemptEnd`]).
@@ -300,6 +304,18 @@ fn fence_for(
     launch: &crate::command::Launch,
     tmp: &Path,
 ) -> Result<bridge_fence::Fence, String> {
+    let world = world_for(ctx, runner, launch, tmp);
+    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), ctx.shared.config.sandbox)
+}
+
+/// What [`bridge_fence::for_run`] needs to know about a run of this attempt (also the warm
+/// server a served task runs on: the same project, access and environment).
+pub(super) fn world_for(
+    ctx: &AttemptCtx<'_>,
+    runner: crate::Runner,
+    launch: &crate::command::Launch,
+    tmp: &Path,
+) -> bridge_fence::RunWorld {
     let cfg = &ctx.shared.config;
     // An isolated task's tree is its worktree; any other task's is inside the root.
     let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
@@ -314,7 +330,7 @@ fn fence_for(
     env.extend(launch.env_set.iter().cloned());
     let mut extra_read = project.read;
     extra_read.extend(launch.prompt_file.as_ref().map(|(p, _)| p.clone()));
-    let world = bridge_fence::RunWorld {
+    bridge_fence::RunWorld {
         kind: match runner {
             crate::Runner::Opencode => bridge_fence::RunKind::Opencode,
             crate::Runner::Claude => bridge_fence::RunKind::Claude,
@@ -326,8 +342,7 @@ fn fence_for(
         extra_read,
         extra_write: project.write,
         env,
-    };
-    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), cfg.sandbox)
+    }
 }
 
 struct RemoveOnDrop(PathBuf);

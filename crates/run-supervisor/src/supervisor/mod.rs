@@ -11,7 +11,7 @@
 //! over a channel ([`persist`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,6 +22,7 @@ use crate::claude::Runner;
 use crate::command::{self, Capabilities};
 use crate::proctable::{self, OpencodeProcess};
 use crate::registry::{self, Owner, Registry, TaskRecord, judge, settle_lost};
+use crate::runner::serve::Place;
 use crate::runner::{OwnRun, backend};
 use crate::spec::{SupervisorConfig, TaskSpec};
 use crate::task::{
@@ -34,6 +35,7 @@ mod audited;
 mod child;
 mod output;
 mod record;
+mod served;
 
 use record::{Record, Save, output_view, stored_snapshot};
 
@@ -73,6 +75,8 @@ struct Shared {
     registry: Option<Registry>,
     /// Writes this supervisor's records to `registry` on its own thread.
     writer: Option<registry::Writer>,
+    /// The warm local servers of served tasks ([`crate::runner::serve::pool`]).
+    serve_pool: Arc<crate::runner::serve::pool::Pool>,
 }
 
 impl Shared {
@@ -163,6 +167,7 @@ impl Supervisor {
                 caps: OnceCell::new(),
                 registry,
                 writer,
+                serve_pool: Arc::default(),
             }
         });
         Supervisor { shared }
@@ -229,10 +234,14 @@ impl Supervisor {
         let isolated = crate::worktree::start_check(&spec, &cwd, self.state_dir())?;
         let model = spec.model.clone().or_else(|| cfg.default_model.clone());
         let runner = Runner::for_model(model.as_deref());
+        let place = self.place_of(&spec, runner, isolated.is_some())?;
         let account = backend(runner).account_key(model.as_deref());
-        let bin = backend(runner)
-            .binary(cfg)
-            .map_err(StartError::BinaryMissing)?;
+        let bin = match backend(runner).binary(cfg) {
+            Ok(b) => b,
+            // A task on a remote server needs no opencode here.
+            Err(_) if matches!(place, Some(Place::Remote(_))) => PathBuf::new(),
+            Err(e) => return Err(StartError::BinaryMissing(e)),
+        };
         let (stop_tx, stop_rx) = watch::channel(None);
         let id = {
             let mut inner = self.shared.lock();
@@ -276,6 +285,7 @@ impl Supervisor {
             rec.read_only = spec.read_only;
             rec.label = spec.label.clone().filter(|l| !l.trim().is_empty());
             rec.continues = spec.session.clone().filter(|s| !s.trim().is_empty());
+            rec.engine = place.as_ref().map(Place::engine_name);
             let durable_session = self.shared.writer.is_none();
             let r = Record::new(rec, runner, cfg.output_cap, stop_tx, durable_session);
             inner.tasks.insert(id, r);
@@ -288,6 +298,54 @@ impl Supervisor {
         let shared = Arc::clone(&self.shared);
         tokio::spawn(attempt::run_task(shared, id, spec, cwd, bin, stop_rx));
         Ok(id)
+    }
+
+    /// Where a task runs: `None` for a run of its runner, else the server (the one it names,
+    /// or the local warm one when the serve engine is configured for opencode tasks).
+    fn place_of(
+        &self,
+        spec: &TaskSpec,
+        runner: Runner,
+        isolated: bool,
+    ) -> Result<Option<Place>, StartError> {
+        let cfg = &self.shared.config;
+        let named = spec
+            .server
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        match named {
+            Some("local") => {}
+            Some(name) => {
+                if !cfg.servers.iter().any(|s| s.name == name) {
+                    let known: Vec<&str> = cfg.servers.iter().map(|s| s.name.as_str()).collect();
+                    return Err(StartError::InvalidSpec(format!(
+                        "no server is named {name:?}: {} (servers are named in the bridge's config file)",
+                        if known.is_empty() {
+                            "the config file names none".to_owned()
+                        } else {
+                            format!("use one of {}, or local", known.join(", "))
+                        }
+                    )));
+                }
+                if runner != Runner::Opencode {
+                    return Err(StartError::InvalidSpec(format!(
+                        "server {name:?} runs opencode, and this task's model is a Claude model: give an opencode model, or no server"
+                    )));
+                }
+                if isolated {
+                    return Err(StartError::InvalidSpec(format!(
+                        "isolation makes a git worktree on this machine, which server {name:?} cannot see: drop isolation, or run without a server"
+                    )));
+                }
+                return Ok(Some(Place::Remote(name.to_owned())));
+            }
+            None => {}
+        }
+        Ok(
+            (runner == Runner::Opencode && cfg.engine == crate::Engine::Serve)
+                .then_some(Place::Local),
+        )
     }
 
     /// The state of a task.
@@ -528,6 +586,7 @@ impl Supervisor {
         for w in waits {
             wait_done(w).await;
         }
+        self.shared.serve_pool.stop_all().await;
         // Every record is on disk before the process may exit.
         if let Some(writer) = self.shared.writer.clone() {
             let _ = tokio::task::spawn_blocking(move || writer.flush()).await;

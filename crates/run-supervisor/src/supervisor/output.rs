@@ -86,7 +86,7 @@ fn prepare(runner: Runner, piece: Piece<'_>) -> Prepared<'_> {
 /// most of folding a flood; a follower preempted while it holds the table's lock keeps every
 /// call waiting, while the text buffer's own lock is taken only by a result and a save.) False
 /// when the task is gone.
-fn fold_stdout(
+pub(super) fn fold_stdout(
     shared: &Shared,
     id: TaskId,
     (runner, text): (Runner, &TextBuffer),
@@ -120,7 +120,7 @@ fn fold_stdout(
 
 /// Folds the last, unterminated line of a run's stdout, and notes when it was not a whole
 /// event (the output was cut off).
-fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
+pub(super) fn finish_stdout(shared: &Shared, id: TaskId, lines: &mut LineSplitter) {
     shared.with(id, |r| {
         let unterminated = lines.pending_bytes() > 0;
         let malformed = r.summary.malformed();

@@ -223,6 +223,7 @@ pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
         opencode_version: t.opencode_version.clone(),
         label: t.label.clone(),
         sandbox: t.sandbox.clone(),
+        engine: t.engine.clone().unwrap_or_else(|| "run".to_owned()),
         continues: t.continues.clone(),
         orphaned: false,
         other_bridge: None,

@@ -1,0 +1,256 @@
+//! What a task's session on `opencode serve` says on the server's event stream, turned into
+//! what the supervisor already reads: the lines `opencode run --format json` prints for the same
+//! session (the same filter as opencode's own `run` command, which follows the same stream of an
+//! in-process server), the permission replies `run` would give, and the end of the turn.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+/// What to do about one event.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Action {
+    /// A line of `opencode run --format json` output, without its newline.
+    Line(String),
+    /// Answer a permission request (`once` or `reject`), and the line `run` prints on stderr
+    /// when it rejects one.
+    Permission {
+        id: String,
+        reply: &'static str,
+        stderr: Option<String>,
+    },
+    /// The turn ended (the session went idle after being busy).
+    Idle,
+}
+
+/// Follows one session (and its child sessions) on an event stream.
+#[derive(Debug)]
+pub(crate) struct Follow {
+    session: String,
+    /// The session and every child session opened under it (the `task` tool's subagents).
+    family: HashSet<String>,
+    busy: bool,
+    errors: usize,
+    /// Permission asks are approved once (`run --auto`) rather than rejected.
+    approve: bool,
+}
+
+impl Follow {
+    /// Follows `session`; `approve` answers permission asks `once` (an editing agent with
+    /// `--auto`), else they are rejected (read-only agents, or `auto_approve` off).
+    pub(crate) fn new(session: &str, approve: bool) -> Follow {
+        Follow {
+            session: session.to_owned(),
+            family: HashSet::from([session.to_owned()]),
+            busy: false,
+            errors: 0,
+            approve,
+        }
+    }
+
+    /// `session.error` events seen for the session (`run` exits 1 after any).
+    pub(crate) fn errors(&self) -> usize {
+        self.errors
+    }
+
+    /// Reads one event frame (`{type, properties}`, or `/global/event`'s `{payload}`).
+    pub(crate) fn on_event(&mut self, frame: &Value) -> Option<Action> {
+        let ev = frame.get("payload").unwrap_or(frame);
+        let kind = ev.get("type")?.as_str()?;
+        let props = ev.get("properties")?;
+        let sid = |v: &Value| {
+            v.get("sessionID")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        match kind {
+            "message.part.updated" => {
+                let part = props.get("part")?;
+                if sid(part)?.as_str() != self.session {
+                    return None;
+                }
+                let ty = match part.get("type")?.as_str()? {
+                    "tool" => {
+                        let status = part.pointer("/state/status").and_then(Value::as_str);
+                        matches!(status, Some("completed" | "error")).then_some("tool_use")?
+                    }
+                    "step-start" => "step_start",
+                    "step-finish" => "step_finish",
+                    "text" => {
+                        part.pointer("/time/end").filter(|v| !v.is_null())?;
+                        "text"
+                    }
+                    _ => return None,
+                };
+                Some(Action::Line(self.line(ty, "part", part)))
+            }
+            "session.error" => {
+                // `run` prints errors of its own session (an error naming no session too).
+                if sid(props).is_some_and(|s| s != self.session) {
+                    return None;
+                }
+                self.errors += 1;
+                let error = props.get("error").cloned().unwrap_or(Value::Null);
+                Some(Action::Line(self.line("error", "error", &error)))
+            }
+            "session.status" => {
+                if sid(props)?.as_str() != self.session {
+                    return None;
+                }
+                match props.pointer("/status/type").and_then(Value::as_str)? {
+                    "busy" | "retry" => {
+                        self.busy = true;
+                        None
+                    }
+                    "idle" if self.busy => Some(Action::Idle),
+                    _ => None,
+                }
+            }
+            "session.idle" => {
+                (sid(props)?.as_str() == self.session && self.busy).then_some(Action::Idle)
+            }
+            "session.created" | "session.updated" => {
+                let info = props.get("info")?;
+                let parent = info.get("parentID").and_then(Value::as_str)?;
+                let id = info.get("id").and_then(Value::as_str)?;
+                if self.family.contains(parent) {
+                    self.family.insert(id.to_owned());
+                }
+                None
+            }
+            "permission.asked" => {
+                if !self.family.contains(sid(props)?.as_str()) {
+                    return None;
+                }
+                let id = props.get("id")?.as_str()?.to_owned();
+                let reply = if self.approve { "once" } else { "reject" };
+                let stderr = (!self.approve).then(|| {
+                    let perm = props
+                        .get("permission")
+                        .and_then(Value::as_str)
+                        .unwrap_or("?");
+                    let patterns: Vec<&str> = props
+                        .get("patterns")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    format!(
+                        "! permission requested: {perm} ({}); auto-rejecting",
+                        patterns.join(", ")
+                    )
+                });
+                Some(Action::Permission { id, reply, stderr })
+            }
+            _ => None,
+        }
+    }
+
+    fn line(&self, ty: &str, key: &str, value: &Value) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut line = json!({"type": ty, "timestamp": now, "sessionID": self.session});
+        line[key] = value.clone();
+        line.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: &str, props: Value) -> Value {
+        json!({"id": "evt_1", "type": kind, "properties": props})
+    }
+
+    #[test]
+    fn the_sessions_parts_become_run_lines_and_the_turn_ends_on_idle() {
+        let mut f = Follow::new("ses_a", true);
+        // Idle before busy is a previous turn's.
+        assert_eq!(
+            f.on_event(&ev(
+                "session.status",
+                json!({"sessionID": "ses_a", "status": {"type": "idle"}})
+            )),
+            None
+        );
+        f.on_event(&ev(
+            "session.status",
+            json!({"sessionID": "ses_a", "status": {"type": "busy"}}),
+        ));
+        let text = json!({"sessionID": "ses_a", "type": "text", "text": "hi", "time": {"start": 1, "end": 2}});
+        let Some(Action::Line(line)) = f.on_event(&ev(
+            "message.part.updated",
+            json!({"sessionID": "ses_a", "part": text}),
+        )) else {
+            panic!("no line")
+        };
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["type"], "text");
+        assert_eq!(v["part"]["text"], "hi");
+        assert_eq!(v["sessionID"], "ses_a");
+        // Streaming text, running tools and other sessions print nothing.
+        for part in [
+            json!({"sessionID": "ses_a", "type": "text", "text": "h", "time": {"start": 1}}),
+            json!({"sessionID": "ses_a", "type": "tool", "state": {"status": "running"}}),
+            json!({"sessionID": "ses_b", "type": "text", "text": "x", "time": {"start": 1, "end": 2}}),
+        ] {
+            assert_eq!(
+                f.on_event(&ev("message.part.updated", json!({"part": part}))),
+                None
+            );
+        }
+        let done = json!({"sessionID": "ses_a", "type": "tool", "tool": "bash", "state": {"status": "completed"}});
+        assert!(matches!(
+            f.on_event(&ev("message.part.updated", json!({"part": done}))),
+            Some(Action::Line(l)) if l.contains("\"tool_use\"")
+        ));
+        assert_eq!(
+            f.on_event(&ev(
+                "session.error",
+                json!({"sessionID": "ses_a", "error": {"name": "APIError"}})
+            ))
+            .map(|a| matches!(a, Action::Line(l) if l.contains("APIError"))),
+            Some(true)
+        );
+        assert_eq!(f.errors(), 1);
+        assert_eq!(
+            f.on_event(&ev("session.idle", json!({"sessionID": "ses_a"}))),
+            Some(Action::Idle)
+        );
+    }
+
+    #[test]
+    fn permission_asks_of_the_session_and_its_children_are_answered() {
+        let mut ro = Follow::new("ses_a", false);
+        ro.on_event(&ev(
+            "session.created",
+            json!({"info": {"id": "ses_child", "parentID": "ses_a"}}),
+        ));
+        let ask = |s: &str| {
+            ev(
+                "permission.asked",
+                json!({"id": "per_1", "sessionID": s, "permission": "bash", "patterns": ["touch x"]}),
+            )
+        };
+        let Some(Action::Permission { id, reply, stderr }) = ro.on_event(&ask("ses_child")) else {
+            panic!("a child's ask is answered")
+        };
+        assert_eq!((id.as_str(), reply), ("per_1", "reject"));
+        assert_eq!(
+            stderr.as_deref(),
+            Some("! permission requested: bash (touch x); auto-rejecting")
+        );
+        assert_eq!(ro.on_event(&ask("ses_other")), None);
+        let mut edit = Follow::new("ses_a", true);
+        assert!(matches!(
+            edit.on_event(&ask("ses_a")),
+            Some(Action::Permission {
+                reply: "once",
+                stderr: None,
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,166 @@
+//! The serve engine: a task is a session on an `opencode serve`, either a warm local server the
+//! bridge starts, keeps and stops itself ([`pool`]), or a remote server named in the bridge's
+//! config file ([`bridge_config::Server`]).
+//!
+//! A task on a server is driven like a run: the session is created with the task's title and
+//! permission rules, the prompt goes with `prompt_async`, and the server's event stream is read
+//! into the very lines `opencode run --format json` prints ([`events`]), so the parsing,
+//! classification, retries, audit and results are the `run` runner's. Permission asks are
+//! answered as `run` answers them: rejected for read-only agents (and when auto-approve is off),
+//! approved once otherwise. A read-only agent's session also gets the policy's default-deny
+//! rules appended with `PATCH` (never the prompt's `tools` field, which replaces a session's
+//! rules for good), on top of the overlay its server was started with.
+
+pub(crate) mod events;
+pub(crate) mod pool;
+pub(crate) mod session;
+
+use std::path::{Path, PathBuf};
+
+/// How opencode tasks are run ([`bridge_env::ENGINE`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// An `opencode run` process per attempt.
+    #[default]
+    Run,
+    /// A session on a warm local `opencode serve`.
+    Serve,
+}
+
+impl Engine {
+    /// The variable's value, or why it is not accepted.
+    pub fn parse(value: &str) -> Result<Engine, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "run" => Ok(Engine::Run),
+            "serve" => Ok(Engine::Serve),
+            _ => Err(format!(
+                "{}={value:?} is not accepted; use run or serve",
+                bridge_env::ENGINE.name
+            )),
+        }
+    }
+
+    /// `run` or `serve`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Run => "run",
+            Engine::Serve => "serve",
+        }
+    }
+}
+
+/// Where a served task runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// The bridge's own warm server.
+    Local,
+    /// A server of the config file, by name.
+    Remote(String),
+}
+
+impl Place {
+    /// How records and statuses name the engine: `serve` or `serve:<name>`.
+    pub(crate) fn engine_name(&self) -> String {
+        match self {
+            Place::Local => "serve".to_owned(),
+            Place::Remote(name) => format!("serve:{name}"),
+        }
+    }
+
+    /// The place a record's engine names, if it names a server.
+    pub(crate) fn of_engine_name(name: &str) -> Option<Place> {
+        match name {
+            "serve" => Some(Place::Local),
+            _ => name
+                .strip_prefix("serve:")
+                .map(|n| Place::Remote(n.to_owned())),
+        }
+    }
+}
+
+/// What `doctor` learnt of a server of the config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerCheck {
+    /// Its name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    /// `opencode 1.18.33, 7 agents, root /srv/work`, or the one line that says what failed.
+    pub outcome: Result<String, String>,
+}
+
+/// Checks a server: reachable, the password accepted, its version and agents. Blocking.
+pub fn check_server(server: &bridge_config::Server, timeout: std::time::Duration) -> ServerCheck {
+    use opencode_client::http::{BasicAuth, HttpClient};
+    let outcome = (|| {
+        let password = server.password(|k| std::env::var(k).ok())?;
+        let auth = password.map(|p| BasicAuth::new(server.username.clone(), p));
+        let http = HttpClient::new(&server.url, auth, timeout, 8 * 1024 * 1024)
+            .map_err(|e| e.to_string())?;
+        let health = http.get_json("/global/health").map_err(|e| e.to_string())?;
+        let version = health
+            .body
+            .get("version")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("unknown")
+            .to_owned();
+        let agents = http.get_json("/agent").map_err(|e| e.to_string())?;
+        let n = agents.body.as_array().map_or(0, Vec::len);
+        Ok(format!(
+            "opencode {version}, {n} agents, root {}",
+            server.root.display()
+        ))
+    })();
+    ServerCheck {
+        name: server.name.clone(),
+        url: server.url.clone(),
+        outcome,
+    }
+}
+
+/// The directory a remote server works in for a local `cwd` under `local_root`: the same path
+/// below the server's `remote_root`. `None` when `cwd` is not under the local root.
+pub(crate) fn map_dir(cwd: &Path, local_root: &Path, remote_root: &Path) -> Option<PathBuf> {
+    let rel = cwd.strip_prefix(local_root).ok()?;
+    Some(if rel.as_os_str().is_empty() {
+        remote_root.to_path_buf()
+    } else {
+        remote_root.join(rel)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engines_and_places_read_and_show() {
+        assert_eq!(Engine::parse(""), Ok(Engine::Run));
+        assert_eq!(Engine::parse(" Serve "), Ok(Engine::Serve));
+        assert!(
+            Engine::parse("server")
+                .unwrap_err()
+                .contains("run or serve")
+        );
+        assert_eq!(Place::of_engine_name("serve"), Some(Place::Local));
+        assert_eq!(
+            Place::of_engine_name(&Place::Remote("devbox".into()).engine_name()),
+            Some(Place::Remote("devbox".into()))
+        );
+        assert_eq!(Place::of_engine_name("run"), None);
+    }
+
+    #[test]
+    fn a_cwd_maps_below_the_servers_root() {
+        let (l, r) = (Path::new("/home/u/work"), Path::new("/srv/work"));
+        assert_eq!(
+            map_dir(Path::new("/home/u/work"), l, r),
+            Some(r.to_path_buf())
+        );
+        assert_eq!(
+            map_dir(Path::new("/home/u/work/a/b"), l, r),
+            Some(PathBuf::from("/srv/work/a/b"))
+        );
+        assert_eq!(map_dir(Path::new("/home/u/other"), l, r), None);
+    }
+}

@@ -1,0 +1,179 @@
+//! The bridge's warm local servers: one `opencode serve` per kind of run (its project, whether
+//! it may write there, its environment and config overlay), because the kernel fence and
+//! opencode's config are per process. Started on the first task that needs it, shared by the
+//! tasks that follow, restarted when it died, stopped once idle for the idle time and when the
+//! supervisor ends (dropping a [`opencode_client::backend::ServeProcess`] stops and reaps it).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use opencode_client::backend::ServeProcess;
+use opencode_client::http::HttpClient;
+
+/// One warm server.
+#[derive(Debug)]
+pub(crate) struct Warm {
+    process: Mutex<Option<ServeProcess>>,
+    http: HttpClient,
+    confinement: String,
+    pid: u32,
+    users: AtomicUsize,
+    idle_since: Mutex<Instant>,
+}
+
+impl Warm {
+    fn alive(&self) -> bool {
+        self.process
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|p| !p.has_exited())
+    }
+
+    fn stop(&self) {
+        let p = self
+            .process
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(p);
+    }
+}
+
+/// A task's use of a warm server; the server counts as idle once every lease is dropped.
+#[derive(Debug)]
+pub(crate) struct Lease(Arc<Warm>);
+
+impl Lease {
+    pub(crate) fn http(&self) -> &HttpClient {
+        &self.0.http
+    }
+
+    pub(crate) fn confinement(&self) -> &str {
+        &self.0.confinement
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.pid
+    }
+
+    /// Whether the server is still running.
+    pub(crate) fn alive(&self) -> bool {
+        self.0.alive()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.0.users.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The warm servers, by key.
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    servers: tokio::sync::Mutex<HashMap<String, Arc<Warm>>>,
+    reaper: std::sync::OnceLock<()>,
+}
+
+impl Pool {
+    /// The server for `key`, started with `start` (on the blocking pool) when there is none or
+    /// it died. Starts are serialised: two first tasks share one start.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        key: String,
+        idle: Duration,
+        start: impl FnOnce() -> Result<ServeProcess, String> + Send + 'static,
+    ) -> Result<Lease, String> {
+        self.start_reaper(idle);
+        let mut servers = self.servers.lock().await;
+        if let Some(w) = servers.get(&key) {
+            if w.alive() {
+                w.users.fetch_add(1, Ordering::SeqCst);
+                return Ok(Lease(Arc::clone(w)));
+            }
+            // Died (or was stopped): its leases see it gone; a new one takes its place.
+            servers.remove(&key);
+        }
+        let process = tokio::task::spawn_blocking(start)
+            .await
+            .map_err(|e| format!("the server start was interrupted: {e}"))??;
+        let warm = Arc::new(Warm {
+            http: process.http().clone(),
+            confinement: process.confinement().to_owned(),
+            pid: process.pid(),
+            process: Mutex::new(Some(process)),
+            users: AtomicUsize::new(1),
+            idle_since: Mutex::new(Instant::now()),
+        });
+        servers.insert(key, Arc::clone(&warm));
+        Ok(Lease(warm))
+    }
+
+    /// Stops servers idle for longer than `idle`, every few seconds, for as long as the pool
+    /// lives.
+    fn start_reaper(self: &Arc<Self>, idle: Duration) {
+        if self.reaper.set(()).is_err() {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let every = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(pool) = weak.upgrade() else { return };
+                let idle_ones: Vec<Arc<Warm>> = {
+                    let mut servers = pool.servers.lock().await;
+                    let keys: Vec<String> = servers
+                        .iter()
+                        .filter(|(_, w)| {
+                            w.users.load(Ordering::SeqCst) == 0
+                                && (w
+                                    .idle_since
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .elapsed()
+                                    >= idle
+                                    || !w.alive())
+                        })
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    keys.iter().filter_map(|k| servers.remove(k)).collect()
+                };
+                if !idle_ones.is_empty() {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for w in idle_ones {
+                            w.stop();
+                        }
+                    })
+                    .await;
+                }
+            }
+        });
+    }
+
+    /// Stops every server (the supervisor is ending).
+    pub(crate) async fn stop_all(&self) {
+        let all: Vec<Arc<Warm>> = self.servers.lock().await.drain().map(|(_, w)| w).collect();
+        if all.is_empty() {
+            return;
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            for w in all {
+                w.stop();
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for w in self.servers.get_mut().values() {
+            w.stop();
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! One attempt of a task on a server ([`crate::runner::serve`]): the server (a warm local one
+//! from the pool, or a remote one of the config file), the session, its rules, the prompt, the
+//! event stream folded like a run's stdout, permission answers, a stop, the deadline, and the
+//! end of the turn. Nothing of a served task is a process of ours, so nothing is signalled: a
+//! stop is the session's abort.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opencode_client::backend::{ChildEnv, ServeProcess, ServeStart};
+use opencode_client::http::{BasicAuth, HttpClient};
+use opencode_client::sse::EventStream;
+use tokio::sync::watch;
+
+use super::child::{AttemptCtx, AttemptEnd, world_for};
+use super::output::{finish_stdout, fold_stdout};
+use super::record::Save;
+use super::{StopReason, persist};
+use crate::capture::{HeadTail, LineSplitter};
+use crate::classify::ExitInfo;
+use crate::command::{LaunchContext, build_launch};
+use crate::events::RunSummary;
+use crate::runner::backend;
+use crate::runner::serve::events::{Action, Follow};
+use crate::runner::serve::pool::Lease;
+use crate::runner::serve::{Place, map_dir, session};
+use crate::task::TaskState;
+
+/// How long a local server may take to listen.
+const SERVER_STARTUP: Duration = Duration::from_secs(60);
+
+/// A stream silent this long means the server is gone (it sends a heartbeat every 10 s).
+const STREAM_IDLE: Duration = Duration::from_secs(35);
+
+/// Longest event line folded (as for a run's stdout).
+const MAX_LINE: usize = 8 * 1024 * 1024;
+
+/// The server a served attempt talks to.
+struct Server {
+    http: HttpClient,
+    /// The task's directory as the server sees it.
+    dir: PathBuf,
+    /// How the server is confined (or why the bridge cannot say).
+    confinement: String,
+    /// Who it is, for messages: `the local opencode serve` or `server devbox (http://…)`.
+    who: String,
+    /// A local server's lease (dropped when the attempt ends).
+    lease: Option<Lease>,
+}
+
+impl Server {
+    fn alive(&self) -> bool {
+        self.lease.as_ref().is_none_or(Lease::alive)
+    }
+}
+
+/// Runs one attempt of a served task to its end.
+pub(super) async fn run_served_attempt(
+    ctx: &AttemptCtx<'_>,
+    attempt: u32,
+    place: &Place,
+    stop_rx: &mut watch::Receiver<Option<StopReason>>,
+) -> AttemptEnd {
+    let shared = ctx.shared;
+    let id = ctx.id;
+    let spec = ctx.spec;
+    let server = match server_for(ctx, place).await {
+        Ok(s) => s,
+        Err(e) if *place == Place::Local => return AttemptEnd::NoLocalServer(e),
+        Err(e) => return AttemptEnd::ServerFailed(e),
+    };
+    let runner = shared.with(id, |r| r.runner).unwrap_or_default();
+    let cfg = &shared.config;
+    shared.with(id, |r| {
+        r.rec.sandbox = Some(server.confinement.clone());
+        r.rec.engine = Some(place.engine_name());
+        r.state = TaskState::Running;
+        r.attempts = attempt;
+        r.attempt_started = Some(Instant::now());
+        r.last_event = None;
+        r.summary = RunSummary::new(cfg.output_cap);
+        r.durable_session = shared.writer.is_none();
+        r.stream = backend(r.runner).stream();
+        r.stderr = HeadTail::new(cfg.output_cap);
+        r.exit = None;
+        r.retry_at = None;
+        r.failure = None;
+        persist(shared, r, Save::Record);
+    });
+    let http = server.http.clone();
+    let dir = server.dir.clone();
+    let blocking = |f: Box<dyn FnOnce() -> Result<String, String> + Send>| async move {
+        tokio::task::spawn_blocking(f)
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+    };
+    let follow_up = spec.session.clone().filter(|s| !s.trim().is_empty());
+    let sid = match follow_up {
+        Some(s) => s.trim().to_owned(),
+        None => {
+            let (h, d, t) = (http.clone(), dir.clone(), spec.title.clone());
+            match blocking(Box::new(move || session::create(&h, &d, &t))).await {
+                Ok(s) => s,
+                Err(e) => return AttemptEnd::ServerFailed(format!("{}: {e}", server.who)),
+            }
+        }
+    };
+    if spec.read_only {
+        // The policy's default-deny, appended after whatever the session had: last rule wins.
+        let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
+        let set = blocking(Box::new(move || {
+            session::append_rules(&h, &d, &s, session::read_only_rules())?;
+            let now = session::rules(&h, &d, &s)?;
+            let ours = session::read_only_rules();
+            if now.len() < ours.len() || now[now.len() - ours.len()..] != ours[..] {
+                return Err("the session's rules do not end with the read-only rules".into());
+            }
+            Ok(String::new())
+        }))
+        .await;
+        if let Err(e) = set {
+            return AttemptEnd::ServerFailed(format!(
+                "{}: the read-only rules could not be set, so the task was not started: {e}",
+                server.who
+            ));
+        }
+    }
+    // Follow the events before sending the prompt, so none is missed.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<serde_json::Value, String>>(1024);
+    let (h, query) = (
+        http.clone(),
+        format!(
+            "/event?directory={}",
+            opencode_client::http::encode_component(&dir.to_string_lossy())
+        ),
+    );
+    let opened = tokio::task::spawn_blocking(move || EventStream::open(&h, &query, STREAM_IDLE))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+    let mut stream = match opened {
+        Ok(s) => s,
+        Err(e) => {
+            return AttemptEnd::ServerFailed(format!(
+                "{}: cannot follow its events: {e}",
+                server.who
+            ));
+        }
+    };
+    let closer = stream.closer().ok();
+    std::thread::Builder::new()
+        .name("serve-events".into())
+        .spawn(move || {
+            loop {
+                let next = stream.next_event();
+                let msg = match next {
+                    Ok(Some(v)) => Ok(v),
+                    Ok(None) => Err("the server ended its event stream".to_owned()),
+                    Err(e) => Err(e.to_string()),
+                };
+                let last = msg.is_err();
+                if tx.blocking_send(msg).is_err() || last {
+                    break;
+                }
+            }
+        })
+        .ok();
+    // The first frame (`server.connected`) says the subscription stands.
+    match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+        Ok(Some(Ok(_))) => {}
+        Ok(Some(Err(e))) => return AttemptEnd::ServerFailed(format!("{}: {e}", server.who)),
+        _ => {
+            return AttemptEnd::ServerFailed(format!(
+                "{}: its event stream said nothing for 10 s",
+                server.who
+            ));
+        }
+    }
+    let model = spec.model.clone().or_else(|| cfg.default_model.clone());
+    let (h, d, s, agent, text) = (
+        http.clone(),
+        dir.clone(),
+        sid.clone(),
+        spec.agent.clone(),
+        spec.prompt.clone(),
+    );
+    let sent = blocking(Box::new(move || {
+        session::prompt(&h, &d, &s, &agent, model.as_deref(), &text).map(|_| String::new())
+    }))
+    .await;
+    if let Err(e) = sent {
+        if let Some(c) = &closer {
+            c.close();
+        }
+        return AttemptEnd::ServerFailed(format!("{}: {e}", server.who));
+    }
+    let prompted = Instant::now();
+    let approve = spec.auto_approve && !spec.read_only;
+    let mut follow = Follow::new(&sid, approve);
+    let mut lines = LineSplitter::new(MAX_LINE);
+    let text = shared.with(id, |r| r.summary.text_buffer());
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 0;
+    let mut idle_polls = 0u32;
+    let deadline = ctx.deadline;
+    let end: AttemptEnd = loop {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(Ok(frame)) => match follow.on_event(&frame) {
+                    Some(Action::Line(line)) => {
+                        if let Some(text) = &text {
+                            let mut bytes = line.into_bytes();
+                            bytes.push(b'\n');
+                            fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
+                        }
+                    }
+                    Some(Action::Permission { id: request, reply, stderr }) => {
+                        if let Some(line) = stderr {
+                            shared.with(id, |r| {
+                                r.stderr.push(line.as_bytes());
+                                r.stderr.push(b"\n");
+                            });
+                        }
+                        let (h, d) = (http.clone(), dir.clone());
+                        tokio::task::spawn_blocking(move || session::reply(&h, &d, &request, reply));
+                    }
+                    Some(Action::Idle) => break exited(&follow),
+                    None => {}
+                },
+                Some(Err(e)) => {
+                    break lost(&server, &e).await;
+                }
+                None => break lost(&server, "the event stream ended").await,
+            },
+            _ = stop_rx.changed() => {
+                let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
+                break AttemptEnd::Stopped(reason);
+            }
+            _ = tokio::time::sleep_until(deadline) => break AttemptEnd::TimedOut,
+            _ = tick.tick() => {
+                ticks += 1;
+                shared.with(id, |r| {
+                    let session = r.summary.session_id().is_some() && !r.persisted_session;
+                    let output = ticks.is_multiple_of(10) && r.summary.events() != r.persisted_events;
+                    if session || output {
+                        r.persisted_session = r.summary.session_id().is_some();
+                        r.persisted_events = r.summary.events();
+                        persist(shared, r, if output { Save::WithOutput } else { Save::Record });
+                    }
+                });
+                let overflows = shared.with(id, |r| r.summary.overflows()).unwrap_or(0);
+                if overflows >= cfg.overflow_limit.max(1) {
+                    break AttemptEnd::OverflowLoop(overflows);
+                }
+                if !server.alive() {
+                    break lost(&server, "the server exited").await;
+                }
+                // A turn whose end the stream did not show (a missed frame): the session is
+                // idle on the server for two polls in a row, well after the prompt.
+                if ticks.is_multiple_of(4) && prompted.elapsed() > Duration::from_secs(3) {
+                    let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
+                    let busy = tokio::task::spawn_blocking(move || session::busy(&h, &d, &s)).await;
+                    match busy {
+                        Ok(Ok(false)) => idle_polls += 1,
+                        _ => idle_polls = 0,
+                    }
+                    if idle_polls >= 2 {
+                        // Let frames already on their way be folded first.
+                        while let Ok(Ok(frame)) = rx.try_recv() {
+                            if let Some(Action::Line(line)) = follow.on_event(&frame)
+                                && let Some(text) = &text
+                            {
+                                let mut bytes = line.into_bytes();
+                                bytes.push(b'\n');
+                                fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
+                            }
+                        }
+                        break exited(&follow);
+                    }
+                }
+            }
+        }
+    };
+    // A turn still going is aborted, except a remote task at the bridge's shutdown: that one
+    // keeps running on its server, and a restarted bridge follows it again.
+    let keep_running = matches!(end, AttemptEnd::Stopped(StopReason::Shutdown))
+        && matches!(place, Place::Remote(_));
+    let turn_open = matches!(
+        end,
+        AttemptEnd::Stopped(_) | AttemptEnd::TimedOut | AttemptEnd::OverflowLoop(_)
+    );
+    if turn_open && !keep_running {
+        let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = session::abort(&h, &d, &s);
+            // Until the session is idle again (bounded): a cancelled task leaves no busy
+            // session behind.
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until && session::busy(&h, &d, &s).unwrap_or(false) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+        .await;
+    }
+    if let Some(c) = &closer {
+        c.close();
+    }
+    finish_stdout(shared, id, &mut lines);
+    drop(server);
+    end
+}
+
+/// The attempt ended with the turn: `run`'s exit code for it (1 after any session error).
+fn exited(follow: &Follow) -> AttemptEnd {
+    AttemptEnd::Exited(ExitInfo {
+        code: Some(if follow.errors() > 0 { 1 } else { 0 }),
+        signal: None,
+    })
+}
+
+/// The server went away mid-task.
+async fn lost(server: &Server, why: &str) -> AttemptEnd {
+    let why = if !server.alive() {
+        "the server exited".to_owned()
+    } else {
+        why.to_owned()
+    };
+    AttemptEnd::ServerFailed(format!("{}: {why} while the task ran", server.who))
+}
+
+/// The server of a served attempt: the warm local one for this kind of run, or the remote one.
+async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, String> {
+    let cfg = &ctx.shared.config;
+    match place {
+        Place::Remote(name) => {
+            let s = cfg
+                .servers
+                .iter()
+                .find(|s| &s.name == name)
+                .ok_or_else(|| format!("no server named {name:?} in the bridge's config file"))?;
+            let who = format!("server {name} ({})", s.url);
+            let password = s
+                .password(|k| std::env::var(k).ok())
+                .map_err(|e| e.to_string())?;
+            let auth = password.map(|p| BasicAuth::new(s.username.clone(), p));
+            let http = HttpClient::new(&s.url, auth, cfg.api_timeout, 32 * 1024 * 1024)
+                .map_err(|e| format!("{who}: {e}"))?;
+            let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
+            let dir = map_dir(ctx.cwd, &root, &s.root).ok_or_else(|| {
+                format!(
+                    "{} is not under the bridge's root {}, so it has no place on {who}",
+                    ctx.cwd.display(),
+                    root.display()
+                )
+            })?;
+            Ok(Server {
+                http,
+                dir,
+                confinement: format!("not confined by this bridge (runs on {who})"),
+                who,
+                lease: None,
+            })
+        }
+        Place::Local => {
+            let launch_ctx = LaunchContext {
+                cwd: ctx.cwd,
+                program: ctx.bin,
+                caps: ctx.caps,
+                default_model: cfg.default_model.as_deref(),
+                base_env: &cfg.env,
+                prompt_file_threshold: usize::MAX,
+                prompt_file_path: PathBuf::new(),
+            };
+            // The environment a run of this task would get (its config overlay included).
+            let launch = build_launch(ctx.spec, ctx.cwd, &launch_ctx)?;
+            let world = world_for(ctx, crate::Runner::Opencode, &launch, Path::new("/"));
+            let project = world.project.clone();
+            let mut set: Vec<(String, String)> = launch
+                .env_set
+                .iter()
+                .filter(|(k, _)| k != "PWD")
+                .cloned()
+                .collect();
+            set.sort();
+            let key = format!(
+                "{}\u{0}{}\u{0}{:?}\u{0}{:?}",
+                project.display(),
+                world.editing,
+                set,
+                launch.env_remove
+            );
+            set.push(("PWD".into(), project.to_string_lossy().into_owned()));
+            let env = ChildEnv {
+                set,
+                remove: launch.env_remove.clone(),
+            };
+            let (program, sandbox) = (ctx.bin.to_path_buf(), cfg.sandbox);
+            let (api_timeout, cwd) = (cfg.api_timeout, project.clone());
+            let start = move || {
+                let start = ServeStart {
+                    program: &program,
+                    shown: &program,
+                    cwd: &cwd,
+                    env: &env,
+                    startup: SERVER_STARTUP,
+                    cancel: None,
+                    purpose: "the bridge's local opencode serve",
+                    api_timeout,
+                    max_reply_bytes: 32 * 1024 * 1024,
+                };
+                ServeProcess::start(&start, |tmp| {
+                    let mut world = world;
+                    world.tmp = tmp.to_path_buf();
+                    bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), sandbox)
+                        .map_err(|detail| opencode_client::ClientError::TempServer { detail })
+                })
+                .map_err(|e| e.to_string())
+            };
+            let lease = Arc::clone(&ctx.shared.serve_pool)
+                .acquire(key, cfg.serve_idle, start)
+                .await
+                .map_err(|e| format!("the local opencode serve could not start: {e}"))?;
+            Ok(Server {
+                http: lease.http().clone(),
+                dir: ctx.cwd.to_path_buf(),
+                confinement: lease.confinement().to_owned(),
+                who: format!("the local opencode serve (pid {})", lease.pid()),
+                lease: Some(lease),
+            })
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The serve engine with the real `opencode serve` 1.18.33 and our fake LLM: tasks as sessions
+//! on the bridge's warm local server. Answers, edits in the task's directory, a read-only agent
+//! made by its model to write (write tool, shell, an allowlisted shell command) writing nothing,
+//! follow-ups, cancel leaving no busy session, the time limit, a provider error's kind.
+
+use crate::common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use bridge_policy::roster::{AgentInfo, AgentSource, config_overlay};
+use bridge_testkit::fake_llm::OK_TEXT;
+use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
+use common::*;
+use run_supervisor::{
+    CancelOutcome, Engine, FailureKind, Supervisor, SupervisorConfig, TaskSpec, TaskState,
+};
+use serde_json::json;
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn supervisor(oc: &Path, sb: &OpencodeSandbox) -> Supervisor {
+    Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.to_path_buf()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        max_parallel: 4,
+        kill_grace: Duration::from_secs(3),
+        retry_delay: Duration::from_millis(100),
+        quiet_after: Duration::from_secs(600),
+        engine: Engine::Serve,
+        ..SupervisorConfig::default()
+    })
+}
+
+fn spec(cwd: &Path, model: &str, prompt: &str) -> TaskSpec {
+    let mut s = TaskSpec::new(prompt, cwd, "worker", format!("SERVE/worker: {model}"));
+    s.model = Some(format!("fk/{model}"));
+    s
+}
+
+fn call(tool: &str, args: serde_json::Value) -> String {
+    format!("CALL {tool} {args}\n")
+}
+
+async fn done(sup: &Supervisor, id: u64) -> run_supervisor::TaskSnapshot {
+    finish(sup, id, LIMIT).await
+}
+
+#[tokio::test]
+async fn live_serve_runs_answers_edits_follow_ups_and_keeps_read_only_agents_read_only() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    bridge_testkit::git_repo(&proj, &[("README.md", "# app\n")]);
+    let sub = proj.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let sup = supervisor(&oc, &sb);
+
+    // An answer and an edit in a subdirectory, at once.
+    let ok = sup
+        .start(spec(&sub, "ok", "Say hello, then stop."))
+        .unwrap();
+    let edit = sup
+        .start(spec(&sub, "toolwrite", "Write the file."))
+        .unwrap();
+    for id in [ok, edit] {
+        let s = done(&sup, id).await;
+        assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+        assert_eq!(s.engine, "serve");
+        assert!(s.session_id.as_deref().unwrap().starts_with("ses_"));
+        assert!(s.tokens.input + s.tokens.output > 0, "tokens counted");
+        assert!(
+            s.sandbox.as_deref().unwrap_or("").starts_with("confined"),
+            "{:?}",
+            s.sandbox
+        );
+        assert_eq!(sup.result(id, None, None).unwrap().final_text, OK_TEXT);
+    }
+    let wrote = sup.result(edit, None, None).unwrap();
+    assert_eq!(wrote.tool_calls[0].tool, "write");
+    assert_eq!(
+        std::fs::read_to_string(sub.join("hello.txt")).unwrap(),
+        "hi from fake\n",
+        "the editing agent wrote in the task's cwd"
+    );
+    assert!(
+        llm.chat_requests("ok")
+            .iter()
+            .any(|r| r.body.contains("Say hello, then stop.")),
+        "the prompt reached the model"
+    );
+
+    // A follow-up in the first task's session.
+    let first = sup.status(ok).unwrap().session_id.unwrap();
+    let mut again = spec(&sub, "ok", "And once more.");
+    again.session = Some(first.clone());
+    let again = sup.start(again).unwrap();
+    let s = done(&sup, again).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    assert_eq!(s.session_id.as_deref(), Some(first.as_str()));
+
+    // A read-only agent whose own config allowlists a shell command; its model tries the
+    // write tool, a shell write and the allowlisted command redirected into a file.
+    let oracle = AgentInfo::from_config(
+        "oracle",
+        &json!({"mode": "primary", "permission": {"edit": "deny", "bash": {"git status*": "allow", "*": "deny"}}}),
+        AgentSource::ConfigContent,
+    );
+    let mut ro = spec(
+        &proj,
+        "script",
+        &[
+            call(
+                "write",
+                json!({"filePath": proj.join("ro-write.txt"), "content": "x"}),
+            ),
+            call(
+                "bash",
+                json!({"command": format!("echo x > {}", proj.join("ro-shell.txt").display()), "description": "w"}),
+            ),
+            call(
+                "bash",
+                json!({"command": format!("git status > {}", proj.join("ro-allowed.txt").display()), "description": "w"}),
+            ),
+        ]
+        .concat(),
+    );
+    ro.agent = "oracle".into();
+    ro.read_only = true;
+    ro.config_overlay = config_overlay(&oracle);
+    ro.env.push((
+        "OPENCODE_CONFIG_CONTENT".into(),
+        json!({"agent": {"oracle": {"mode": "primary", "permission": {"edit": "deny", "bash": {"git status*": "allow", "*": "deny"}}}}}).to_string(),
+    ));
+    let ro = sup.start(ro).unwrap();
+    let s = done(&sup, ro).await;
+    assert_eq!(s.engine, "serve");
+    for f in ["ro-write.txt", "ro-shell.txt", "ro-allowed.txt"] {
+        assert!(
+            !proj.join(f).exists(),
+            "the read-only agent wrote {f}: {s:?}"
+        );
+    }
+    let out = sup.result(ro, None, None).unwrap();
+    assert!(
+        out.tool_calls.len() >= 3,
+        "the model did try: {:?}",
+        out.tool_calls
+    );
+    assert!(
+        out.tool_calls.iter().all(|c| c.status == "error"),
+        "every write was refused: {:?}",
+        out.tool_calls
+    );
+
+    // A provider error keeps its kind on a server.
+    let auth = sup.start(spec(&sub, "e401", "Hello?")).unwrap();
+    let s = done(&sup, auth).await;
+    assert_eq!(s.state, TaskState::Failed, "{s:?}");
+    assert_eq!(s.failure.as_ref().unwrap().kind, FailureKind::Auth, "{s:?}");
+}
+
+#[tokio::test]
+async fn live_serve_cancel_and_time_limit_leave_no_busy_session() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    llm.set_slow_secs(120);
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    let sup = supervisor(&oc, &sb);
+
+    let slow = sup.start(spec(&proj, "slow", "Take your time.")).unwrap();
+    wait_until(&sup, slow, LIMIT, |s| {
+        s.session_id.is_some() && s.state == TaskState::Running
+    })
+    .await;
+    assert!(matches!(sup.cancel(slow).await, CancelOutcome::Cancelled));
+    let session = sup.status(slow).unwrap().session_id.unwrap();
+    // The session is free again: a follow-up in it answers at once.
+    let mut next = spec(&proj, "ok", "Still there?");
+    next.session = Some(session.clone());
+    let next = sup.start(next).unwrap();
+    let s = done(&sup, next).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    assert_eq!(sup.result(next, None, None).unwrap().final_text, OK_TEXT);
+
+    let mut timed = spec(&proj, "slow", "Take longer.");
+    timed.timeout = Some(Duration::from_secs(4));
+    let timed = sup.start(timed).unwrap();
+    let s = done(&sup, timed).await;
+    assert_eq!(s.state, TaskState::TimedOut, "{s:?}");
+    let session = s.session_id.unwrap();
+    let mut after = spec(&proj, "ok", "Done?");
+    after.session = Some(session);
+    let after = sup.start(after).unwrap();
+    assert_eq!(done(&sup, after).await.state, TaskState::Succeeded);
+    sup.shutdown().await;
+}
