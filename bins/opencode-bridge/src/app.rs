@@ -477,7 +477,12 @@ impl App {
             ..args
         };
         let env = SystemEnv;
-        let roster = self.roster(&in_root).await;
+        // A task placed on a remote server runs that server's agents.
+        let remote = self.remote_server(args.server.as_deref())?;
+        let roster = match &remote {
+            Some(server) => self.remote_roster(server, &cwd).await?,
+            None => self.roster(&in_root).await,
+        };
         let mut request = DelegationRequest::new(args.tier, &args.prompt, &cwd);
         request.agent = args.agent.as_deref();
         request.mechanical = args.mechanical;
@@ -538,7 +543,12 @@ impl App {
         spec.auto_approve = agent.access == Access::Editing;
         spec.model = args.model.clone();
         spec.timeout = args.timeout_minutes.map(|m| Duration::from_secs(m * 60));
-        let (overlay, unchecked) = self.run_overlay(&cwd, &roster, &delegation).await?;
+        let (overlay, unchecked) = match &remote {
+            // A remote server's configuration is its own: a read-only agent there is held by
+            // the default-deny rules appended to its session (and its asks rejected).
+            Some(_) => (None, String::new()),
+            None => self.run_overlay(&cwd, &roster, &delegation).await?,
+        };
         spec.config_overlay = overlay;
         // The whole id (the caller may have given a unique prefix).
         spec.session = session.as_ref().map(|s| s.id.clone());
@@ -578,6 +588,46 @@ impl App {
         }) + &unchecked
             + &self.isolated_start(id);
         Ok((id, started))
+    }
+
+    /// The server of the config file a start names (`None`: the bridge's own engine, also for
+    /// `local`); an unknown name is refused by the supervisor with the names it knows.
+    fn remote_server(&self, name: Option<&str>) -> Result<Option<bridge_config::Server>, String> {
+        let Some(name) = name
+            .map(str::trim)
+            .filter(|n| !n.is_empty() && *n != "local")
+        else {
+            return Ok(None);
+        };
+        match &self.settings.file {
+            Err(e) => Err(e.clone()),
+            Ok(file) => Ok(file.server(name).cloned()),
+        }
+    }
+
+    /// The roster of a remote server for `cwd`: its own `GET /agent` there.
+    async fn remote_roster(
+        &self,
+        server: &bridge_config::Server,
+        cwd: &Path,
+    ) -> Result<bridge_policy::Roster, String> {
+        let (s, root, dir) = (
+            server.clone(),
+            self.settings.root.clone(),
+            cwd.to_path_buf(),
+        );
+        let timeout = self.supervisor.config().api_timeout;
+        let agents = tokio::task::spawn_blocking(move || {
+            run_supervisor::server_agents(&s, &root, &dir, timeout)
+        })
+        .await
+        .map_err(|e| format!("internal error while asking a server for its agents: {e}"))??;
+        Ok(bridge_policy::Roster::from_opencode(
+            &agents,
+            &bridge_policy::Roster::default(),
+            Vec::new(),
+            &format!("GET /agent on server {} ({})", server.name, server.url),
+        ))
     }
 
     /// The run's config overlay: the policy's, and for a read-only agent the one opencode was

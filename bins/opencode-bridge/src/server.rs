@@ -456,6 +456,19 @@ pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let bridge = Bridge::new(app.clone());
     app.prewarm_roster();
+    {
+        // Tasks an earlier bridge left running on remote servers are followed again.
+        let sup = app.supervisor().clone();
+        tokio::spawn(async move {
+            let adopted = sup.follow_remote_tasks().await;
+            if !adopted.is_empty() {
+                tracing::info!(
+                    ?adopted,
+                    "following remote tasks of an earlier bridge again"
+                );
+            }
+        });
+    }
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let (transport, writer) = crate::stdio_guard::start();

@@ -16,6 +16,7 @@ mod live_claude_runner;
 mod live_fence;
 mod live_isolation;
 mod live_read_only;
+mod live_remote;
 mod live_roster;
 mod live_untrusted;
 mod load;

@@ -15,7 +15,7 @@ pub mod http;
 pub mod sandbox;
 
 pub use fake_llm::{FakeLlm, RecordedRequest};
-pub use sandbox::{OpencodeSandbox, RunOutput, real_claude, real_opencode};
+pub use sandbox::{OpencodeSandbox, RunOutput, SandboxServe, real_claude, real_opencode};
 
 /// Runs `git -C dir <args>` with a fixed test identity (author and committer `t`), output
 /// discarded, for tests that build a small repository.

@@ -437,3 +437,69 @@ mod tests {
         assert!(!llm.chat_requests("ok").is_empty());
     }
 }
+
+/// A real `opencode serve` of a sandbox on 127.0.0.1 (a random port) with a password: what a
+/// remote host's server stands for in tests. Killed (its process group) when dropped.
+#[derive(Debug)]
+pub struct SandboxServe {
+    child: std::process::Child,
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+}
+
+impl SandboxServe {
+    /// Starts `program serve` in the sandbox's project directory with `password`; waits (at
+    /// most 60 s) until it listens.
+    pub fn start(sb: &OpencodeSandbox, program: &Path, password: &str) -> io::Result<SandboxServe> {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        let mut cmd = sb.command(program, ["serve", "--hostname", "127.0.0.1", "--port", "0"]);
+        cmd.env("OPENCODE_SERVER_PASSWORD", password)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .process_group(0);
+        let mut child = cmd.spawn()?;
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(at) = line.find("http://") {
+                    let _ = tx.send(line[at..].trim().to_owned());
+                }
+            }
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(url) => Ok(SandboxServe { child, url }),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(io::Error::other(
+                    "opencode serve did not listen within 60 s",
+                ))
+            }
+        }
+    }
+
+    /// Its pid (the leader of its process group).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills it and everything it started, now.
+    pub fn kill(&mut self) {
+        // A negative pid names the process group the child leads.
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SandboxServe {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -245,6 +245,9 @@ pub(crate) enum Owner {
     Alive(i32),
     /// Its bridge is gone, its run still runs.
     Orphan(ProcId),
+    /// Its bridge is gone, and it runs as a session on a remote server: a bridge with that
+    /// server in its config follows it again ([`crate::Supervisor::follow_remote_tasks`]).
+    Resumable,
     /// Its bridge is gone and so is its run: the outcome is unknown.
     Lost,
 }
@@ -257,6 +260,9 @@ pub(crate) fn judge(t: &TaskRecord) -> Owner {
     let owner = ProcId::from(t.owner);
     if owner.is_alive() {
         return Owner::Alive(owner.pid);
+    }
+    if t.session_id.is_some() && t.engine.as_deref().is_some_and(|e| e.starts_with("serve:")) {
+        return Owner::Resumable;
     }
     match t.run.map(ProcId::from).filter(ProcId::is_alive) {
         Some(run) => Owner::Orphan(run),

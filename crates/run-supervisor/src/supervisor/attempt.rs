@@ -123,7 +123,15 @@ pub(super) async fn run_task(
     }
     // Look at the git tree before and after: an editing agent's changes are listed, a read-only
     // agent's are a policy violation (the audit).
-    let before = {
+    // A task on a remote server changes that server's tree, not this one: its changes come
+    // from its tool calls.
+    let remote = spec
+        .server
+        .as_deref()
+        .is_some_and(|s| s.trim() != "local" && !s.trim().is_empty());
+    let before = if remote {
+        None
+    } else {
         let dir = cwd.clone();
         tokio::task::spawn_blocking(move || GitSnapshot::take(&dir))
             .await
@@ -133,7 +141,7 @@ pub(super) async fn run_task(
     let read_only = spec.read_only;
     // A read-only run also must not touch what git status does not show: `.git/`, ignored
     // paths, a tree outside git.
-    let footprint = if read_only {
+    let footprint = if read_only && !remote {
         let dir = cwd.clone();
         let cfg = &shared.config;
         let var = |k: &str| {
@@ -156,6 +164,25 @@ pub(super) async fn run_task(
     let expected = audited::Expected::of(&spec);
     let dir = cwd.clone();
     let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
+    if shared.with(id, |r| r.detached).unwrap_or(false) {
+        // Left running on a remote server at shutdown: recorded as it is, not finished.
+        let written = shared
+            .with(id, |r| {
+                let version = shared.version();
+                shared.writer.as_ref().map(|w| {
+                    w.write_acked(
+                        r.record(TaskState::Running, version.as_deref()),
+                        Some(r.output()),
+                    )
+                })
+            })
+            .flatten();
+        if let Some(ack) = written {
+            let _ = ack.await;
+        }
+        shared.with(id, |r| r.done.send_replace(true));
+        return;
+    }
     let mut tree = None;
     let mut disk = None;
     if read_only {
@@ -278,6 +305,13 @@ async fn run_task_inner(
                     TaskState::Failed,
                     Some(Failure::with_advice(FailureKind::Server, msg, &advice)),
                 );
+            }
+            AttemptEnd::Stopped(StopReason::Shutdown)
+                if matches!(place, Some(crate::runner::serve::Place::Remote(_))) =>
+            {
+                // The session goes on on its server; the next bridge follows it again.
+                shared.with(id, |r| r.detached = true);
+                return (TaskState::Running, None);
             }
             AttemptEnd::Stopped(reason) => {
                 return stopped(reason);

@@ -300,6 +300,81 @@ impl Supervisor {
         Ok(id)
     }
 
+    /// Adopts the registry's tasks that run as sessions on a remote server and whose bridge is
+    /// gone ([`Owner::Resumable`]): each is followed again from its record and its server (its
+    /// output read back from the session's messages once the turn ends), as if it had never
+    /// been left. A task whose server is no longer in the config file is recorded lost. Returns
+    /// the ids adopted. Call it once the runtime runs (the bridge does when it starts serving).
+    pub async fn follow_remote_tasks(&self) -> Vec<TaskId> {
+        let Some(reg) = self.shared.registry.clone() else {
+            return Vec::new();
+        };
+        let found: Vec<TaskRecord> = tokio::task::spawn_blocking(move || {
+            reg.ids()
+                .into_iter()
+                .filter_map(|id| reg.read_task(id))
+                .filter(|t| judge(t) == Owner::Resumable)
+                .collect()
+        })
+        .await
+        .unwrap_or_default();
+        let mut adopted = Vec::new();
+        for mut t in found {
+            let place = t.engine.as_deref().and_then(Place::of_engine_name);
+            let known = matches!(&place, Some(Place::Remote(name)) if self.shared.config.servers.iter().any(|s| &s.name == name));
+            if !known {
+                settle_lost(&mut t, registry::now_ms());
+                if let Some(reg) = &self.shared.registry {
+                    reg.write_task(&t);
+                }
+                continue;
+            }
+            let Some(Place::Remote(server)) = place else {
+                continue;
+            };
+            let id = t.id;
+            let mut spec = TaskSpec::new("", &t.cwd, &t.agent, &t.title);
+            spec.read_only = t.read_only;
+            spec.auto_approve = !t.read_only;
+            spec.model = t.model.clone();
+            spec.session = t.session_id.clone();
+            spec.label = t.label.clone();
+            spec.server = Some(server);
+            let (stop_tx, stop_rx) = watch::channel(None);
+            {
+                let mut inner = self.shared.lock();
+                if inner.tasks.contains_key(&id) || inner.shutting_down {
+                    continue;
+                }
+                t.owner = self.shared.me.into();
+                let mut r = Record::new(
+                    t.clone(),
+                    Runner::Opencode,
+                    self.shared.config.output_cap,
+                    stop_tx,
+                    true,
+                );
+                r.resume = true;
+                r.state = TaskState::Running;
+                inner.tasks.insert(id, r);
+                if let Some(r) = inner.tasks.get(&id) {
+                    persist(&self.shared, r, Save::Record);
+                }
+            }
+            let shared = Arc::clone(&self.shared);
+            tokio::spawn(attempt::run_task(
+                shared,
+                id,
+                spec,
+                t.cwd.clone(),
+                PathBuf::new(),
+                stop_rx,
+            ));
+            adopted.push(id);
+        }
+        adopted
+    }
+
     /// Where a task runs: `None` for a run of its runner, else the server (the one it names,
     /// or the local warm one when the serve engine is configured for opencode tasks).
     fn place_of(
@@ -481,7 +556,9 @@ impl Supervisor {
             return CancelOutcome::NotFound;
         };
         let run = match judge(&t) {
-            Owner::Finished | Owner::Lost => return CancelOutcome::AlreadyFinished(t.state()),
+            Owner::Finished | Owner::Lost | Owner::Resumable => {
+                return CancelOutcome::AlreadyFinished(t.state());
+            }
             Owner::Alive(pid) => return CancelOutcome::OtherBridge { pid },
             Owner::Orphan(run) => run,
         };

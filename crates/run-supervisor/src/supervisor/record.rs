@@ -59,6 +59,12 @@ pub(super) struct Record {
     pub(super) durable_session: bool,
     /// The finished record and its output are in the registry (it may leave memory).
     pub(super) saved: bool,
+    /// A remote served task adopted from a bridge that is gone: its next attempt follows the
+    /// session it already has instead of sending the prompt again.
+    pub(super) resume: bool,
+    /// A remote served task left running on its server at this bridge's shutdown: it is not
+    /// finished, and the next bridge follows it again.
+    pub(super) detached: bool,
 }
 
 impl Record {
@@ -95,6 +101,8 @@ impl Record {
             persisted_session: false,
             durable_session,
             saved: false,
+            resume: false,
+            detached: false,
         }
     }
 
@@ -108,7 +116,12 @@ impl Record {
         t.finished_ms = self
             .finished
             .map(|f| t.accepted_ms + f.saturating_duration_since(self.accepted).as_millis() as u64);
-        t.session_id = self.summary.session_id().clone();
+        // A served task knows its session before its first event (the server said it).
+        t.session_id = self
+            .summary
+            .session_id()
+            .clone()
+            .or_else(|| self.rec.session_id.clone());
         t.run = self.root.filter(|_| !state.is_finished()).map(Into::into);
         t.failure = self.failure.as_ref().map(Into::into);
         t.lost = false;
@@ -239,7 +252,7 @@ pub(super) fn stored_snapshot(t: &TaskRecord, owner: Owner) -> TaskSnapshot {
     match owner {
         Owner::Orphan(run) => (s.pid, s.orphaned) = (Some(run.pid), true),
         Owner::Alive(bridge) => (s.pid, s.other_bridge) = (t.run.map(|r| r.pid), Some(bridge)),
-        Owner::Finished | Owner::Lost => {}
+        Owner::Finished | Owner::Lost | Owner::Resumable => {}
     }
     s
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use opencode_client::backend::{ChildEnv, ServeProcess, ServeStart};
-use opencode_client::http::{BasicAuth, HttpClient};
+use opencode_client::http::HttpClient;
 use opencode_client::sse::EventStream;
 use tokio::sync::watch;
 
@@ -95,6 +95,10 @@ pub(super) async fn run_served_attempt(
             .await
             .unwrap_or_else(|e| Err(e.to_string()))
     };
+    // A task adopted from a bridge that is gone follows the session it has.
+    let resume = shared
+        .with(id, |r| std::mem::take(&mut r.resume))
+        .unwrap_or(false);
     let follow_up = spec.session.clone().filter(|s| !s.trim().is_empty());
     let sid = match follow_up {
         Some(s) => s.trim().to_owned(),
@@ -106,7 +110,12 @@ pub(super) async fn run_served_attempt(
             }
         }
     };
-    if spec.read_only {
+    // Recorded at once: a bridge restarted from here on finds the session.
+    shared.with(id, |r| {
+        r.rec.session_id = Some(sid.clone());
+        persist(shared, r, Save::Record);
+    });
+    if spec.read_only && !resume {
         // The policy's default-deny, appended after whatever the session had: last rule wins.
         let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
         let set = blocking(Box::new(move || {
@@ -186,18 +195,29 @@ pub(super) async fn run_served_attempt(
         spec.prompt.clone(),
     );
     let sent = blocking(Box::new(move || {
+        if resume {
+            // Sent by the bridge that adopted out; is the turn still going?
+            return session::busy(&h, &d, &s).map(|b| if b { "busy" } else { "" }.to_owned());
+        }
         session::prompt(&h, &d, &s, &agent, model.as_deref(), &text).map(|_| String::new())
     }))
     .await;
-    if let Err(e) = sent {
-        if let Some(c) = &closer {
-            c.close();
+    let still_busy = match sent {
+        Ok(b) => b == "busy",
+        Err(e) => {
+            if let Some(c) = &closer {
+                c.close();
+            }
+            return AttemptEnd::ServerFailed(format!("{}: {e}", server.who));
         }
-        return AttemptEnd::ServerFailed(format!("{}: {e}", server.who));
-    }
+    };
     let prompted = Instant::now();
     let approve = spec.auto_approve && !spec.read_only;
-    let mut follow = Follow::new(&sid, approve);
+    let mut follow = if resume {
+        Follow::resumed(&sid, approve, still_busy)
+    } else {
+        Follow::new(&sid, approve)
+    };
     let mut lines = LineSplitter::new(MAX_LINE);
     let text = shared.with(id, |r| r.summary.text_buffer());
     let mut tick = tokio::time::interval(Duration::from_millis(500));
@@ -206,9 +226,14 @@ pub(super) async fn run_served_attempt(
     let mut idle_polls = 0u32;
     let deadline = ctx.deadline;
     let end: AttemptEnd = loop {
+        if resume && !still_busy {
+            break exited(&follow);
+        }
         tokio::select! {
             ev = rx.recv() => match ev {
                 Some(Ok(frame)) => match follow.on_event(&frame) {
+                    // A resumed turn is read whole from its messages at its end.
+                    Some(Action::Line(_)) if resume => {}
                     Some(Action::Line(line)) => {
                         if let Some(text) = &text {
                             let mut bytes = line.into_bytes();
@@ -270,6 +295,7 @@ pub(super) async fn run_served_attempt(
                         // Let frames already on their way be folded first.
                         while let Ok(Ok(frame)) = rx.try_recv() {
                             if let Some(Action::Line(line)) = follow.on_event(&frame)
+                                && !resume
                                 && let Some(text) = &text
                             {
                                 let mut bytes = line.into_bytes();
@@ -307,6 +333,30 @@ pub(super) async fn run_served_attempt(
     if let Some(c) = &closer {
         c.close();
     }
+    let end = match end {
+        AttemptEnd::Exited(_) if resume => {
+            // The turn as the server kept it: every assistant message since the task began.
+            let since = shared.with(id, |r| r.rec.accepted_ms).unwrap_or(0);
+            let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
+            let read = tokio::task::spawn_blocking(move || session::messages(&h, &d, &s)).await;
+            match read {
+                Ok(Ok(messages)) => {
+                    let replayed = follow.replay(&messages, since.saturating_sub(2_000));
+                    if let Some(text) = &text {
+                        for line in replayed {
+                            let mut bytes = line.into_bytes();
+                            bytes.push(b'\n');
+                            fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
+                        }
+                    }
+                    exited(&follow)
+                }
+                Ok(Err(e)) => AttemptEnd::ServerFailed(format!("{}: {e}", server.who)),
+                Err(e) => AttemptEnd::ServerFailed(e.to_string()),
+            }
+        }
+        other => other,
+    };
     finish_stdout(shared, id, &mut lines);
     drop(server);
     end
@@ -341,12 +391,7 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                 .find(|s| &s.name == name)
                 .ok_or_else(|| format!("no server named {name:?} in the bridge's config file"))?;
             let who = format!("server {name} ({})", s.url);
-            let password = s
-                .password(|k| std::env::var(k).ok())
-                .map_err(|e| e.to_string())?;
-            let auth = password.map(|p| BasicAuth::new(s.username.clone(), p));
-            let http = HttpClient::new(&s.url, auth, cfg.api_timeout, 32 * 1024 * 1024)
-                .map_err(|e| format!("{who}: {e}"))?;
+            let http = crate::runner::serve::client_for(s, cfg.api_timeout)?;
             let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
             let dir = map_dir(ctx.cwd, &root, &s.root).ok_or_else(|| {
                 format!(

@@ -48,6 +48,47 @@ impl Follow {
         }
     }
 
+    /// Follows a session whose prompt was sent by an earlier bridge: `busy` is what the server
+    /// says of it now.
+    pub(crate) fn resumed(session: &str, approve: bool, busy: bool) -> Follow {
+        Follow {
+            busy,
+            ..Follow::new(session, approve)
+        }
+    }
+
+    /// The `run` lines of what the session's assistant messages created at or after
+    /// `since_ms` hold (`GET /session/{id}/message`), for a turn whose events went by
+    /// unseen; their errors count as the stream's would.
+    pub(crate) fn replay(&mut self, messages: &Value, since_ms: u64) -> Vec<String> {
+        let mut lines = Vec::new();
+        for m in messages.as_array().into_iter().flatten() {
+            let info = m.get("info").unwrap_or(&Value::Null);
+            let created = info
+                .pointer("/time/created")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            if info.get("role").and_then(Value::as_str) != Some("assistant") || created < since_ms {
+                continue;
+            }
+            for part in m
+                .get("parts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(ty) = run_type(part) {
+                    lines.push(self.line(ty, "part", part));
+                }
+            }
+            if let Some(error) = info.get("error").filter(|e| !e.is_null()) {
+                self.errors += 1;
+                lines.push(self.line("error", "error", error));
+            }
+        }
+        lines
+    }
+
     /// `session.error` events seen for the session (`run` exits 1 after any).
     pub(crate) fn errors(&self) -> usize {
         self.errors
@@ -69,19 +110,7 @@ impl Follow {
                 if sid(part)?.as_str() != self.session {
                     return None;
                 }
-                let ty = match part.get("type")?.as_str()? {
-                    "tool" => {
-                        let status = part.pointer("/state/status").and_then(Value::as_str);
-                        matches!(status, Some("completed" | "error")).then_some("tool_use")?
-                    }
-                    "step-start" => "step_start",
-                    "step-finish" => "step_finish",
-                    "text" => {
-                        part.pointer("/time/end").filter(|v| !v.is_null())?;
-                        "text"
-                    }
-                    _ => return None,
-                };
+                let ty = run_type(part)?;
                 Some(Action::Line(self.line(ty, "part", part)))
             }
             "session.error" => {
@@ -156,6 +185,23 @@ impl Follow {
     }
 }
 
+/// The `run` line type of a finished part (`None`: `run` prints nothing for it).
+fn run_type(part: &Value) -> Option<&'static str> {
+    match part.get("type")?.as_str()? {
+        "tool" => {
+            let status = part.pointer("/state/status").and_then(Value::as_str);
+            matches!(status, Some("completed" | "error")).then_some("tool_use")
+        }
+        "step-start" => Some("step_start"),
+        "step-finish" => Some("step_finish"),
+        "text" => part
+            .pointer("/time/end")
+            .filter(|v| !v.is_null())
+            .map(|_| "text"),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +265,34 @@ mod tests {
             f.on_event(&ev("session.idle", json!({"sessionID": "ses_a"}))),
             Some(Action::Idle)
         );
+    }
+
+    #[test]
+    fn a_turn_is_replayed_from_its_messages() {
+        let mut f = Follow::resumed("ses_a", false, false);
+        let messages = json!([
+            {"info": {"role": "assistant", "time": {"created": 5}}, "parts": [
+                {"sessionID": "ses_a", "type": "text", "text": "old", "time": {"start": 1, "end": 2}}]},
+            {"info": {"role": "user", "time": {"created": 10}}, "parts": [
+                {"sessionID": "ses_a", "type": "text", "text": "ask", "time": {"start": 1, "end": 2}}]},
+            {"info": {"role": "assistant", "time": {"created": 11}, "error": {"name": "APIError"}}, "parts": [
+                {"sessionID": "ses_a", "type": "step-start"},
+                {"sessionID": "ses_a", "type": "tool", "state": {"status": "completed"}},
+                {"sessionID": "ses_a", "type": "text", "text": "new", "time": {"start": 1, "end": 2}}]}
+        ]);
+        let lines = f.replay(&messages, 10);
+        let types: Vec<String> = lines
+            .iter()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(types, ["step_start", "tool_use", "text", "error"]);
+        assert!(lines[2].contains("\"new\""));
+        assert_eq!(f.errors(), 1);
     }
 
     #[test]

@@ -89,22 +89,83 @@ pub struct ServerCheck {
     pub outcome: Result<String, String>,
 }
 
+/// A client for a server of the config file (its password read from its variable).
+pub(crate) fn client_for(
+    server: &bridge_config::Server,
+    timeout: std::time::Duration,
+) -> Result<opencode_client::http::HttpClient, String> {
+    use opencode_client::http::{BasicAuth, HttpClient};
+    let password = server.password(|k| std::env::var(k).ok())?;
+    let auth = password.map(|p| BasicAuth::new(server.username.clone(), p));
+    HttpClient::new(&server.url, auth, timeout, 32 * 1024 * 1024)
+        .map_err(|e| format!("server {} ({}): {e}", server.name, server.url))
+}
+
+/// One line for a failed call to a server of the config file: a refused password names the
+/// variable it came from (not `OPENCODE_SERVER_PASSWORD`, which is the local server's).
+pub(crate) fn call_error(
+    server: &bridge_config::Server,
+    e: opencode_client::ClientError,
+) -> String {
+    match e {
+        opencode_client::ClientError::Unauthorized { .. } => format!(
+            "server {} ({}) refused the password (401): check {} (user {}) against the server's OPENCODE_SERVER_PASSWORD",
+            server.name,
+            server.url,
+            server
+                .password_env
+                .as_deref()
+                .unwrap_or("password_env, which the config file does not set,"),
+            server.username
+        ),
+        other => format!("server {} ({}): {other}", server.name, server.url),
+    }
+}
+
+/// The agents a server resolves for the task directory `cwd` (under `local_root`, mapped to
+/// the server's root): its `GET /agent`, the roster of tasks placed there. Blocking.
+pub fn server_agents(
+    server: &bridge_config::Server,
+    local_root: &Path,
+    cwd: &Path,
+    timeout: std::time::Duration,
+) -> Result<serde_json::Value, String> {
+    let http = client_for(server, timeout)?;
+    let dir = map_dir(cwd, local_root, &server.root).ok_or_else(|| {
+        format!(
+            "{} is not under the bridge's root {}",
+            cwd.display(),
+            local_root.display()
+        )
+    })?;
+    let path = format!(
+        "/agent?directory={}",
+        opencode_client::http::encode_component(&dir.to_string_lossy())
+    );
+    let reply = http.get_json(&path).map_err(|e| call_error(server, e))?;
+    if !reply.body.is_array() {
+        return Err(format!(
+            "server {} ({}): GET /agent did not answer a list",
+            server.name, server.url
+        ));
+    }
+    Ok(reply.body)
+}
+
 /// Checks a server: reachable, the password accepted, its version and agents. Blocking.
 pub fn check_server(server: &bridge_config::Server, timeout: std::time::Duration) -> ServerCheck {
-    use opencode_client::http::{BasicAuth, HttpClient};
     let outcome = (|| {
-        let password = server.password(|k| std::env::var(k).ok())?;
-        let auth = password.map(|p| BasicAuth::new(server.username.clone(), p));
-        let http = HttpClient::new(&server.url, auth, timeout, 8 * 1024 * 1024)
-            .map_err(|e| e.to_string())?;
-        let health = http.get_json("/global/health").map_err(|e| e.to_string())?;
+        let http = client_for(server, timeout)?;
+        let health = http
+            .get_json("/global/health")
+            .map_err(|e| call_error(server, e))?;
         let version = health
             .body
             .get("version")
             .and_then(serde_json::Value::as_str)
             .unwrap_or("unknown")
             .to_owned();
-        let agents = http.get_json("/agent").map_err(|e| e.to_string())?;
+        let agents = http.get_json("/agent").map_err(|e| call_error(server, e))?;
         let n = agents.body.as_array().map_or(0, Vec::len);
         Ok(format!(
             "opencode {version}, {n} agents, root {}",

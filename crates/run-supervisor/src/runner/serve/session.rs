@@ -137,6 +137,18 @@ pub(crate) fn prompt(
         .map_err(|e| format!("cannot send the prompt: {e}"))
 }
 
+/// The session's messages (`[{info, parts}]`, oldest first).
+pub(crate) fn messages(http: &HttpClient, dir: &Path, session: &str) -> Result<Value, String> {
+    let path = format!(
+        "/session/{}/message?{}",
+        encode_component(session),
+        dir_query(dir)
+    );
+    http.get_json(&path)
+        .map(|r| r.body)
+        .map_err(|e| format!("cannot read the session's messages: {e}"))
+}
+
 /// Answers a permission request.
 pub(crate) fn reply(http: &HttpClient, dir: &Path, request: &str, answer: &str) {
     let path = format!(
