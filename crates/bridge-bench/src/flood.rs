@@ -20,7 +20,7 @@ use crate::{Bridge, Row};
 /// CPU seconds of a process (`/proc/<pid>/stat`): its own user and system time, and the user
 /// and system time of its reaped children.
 #[derive(Debug, Clone, Copy)]
-struct Cpu {
+pub(crate) struct Cpu {
     user: f64,
     sys: f64,
     child_user: f64,
@@ -28,7 +28,7 @@ struct Cpu {
 }
 
 impl Cpu {
-    fn of(pid: i32) -> Result<Cpu, String> {
+    pub(crate) fn of(pid: i32) -> Result<Cpu, String> {
         let st = procfs::process::Process::new(pid)
             .and_then(|p| p.stat())
             .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
@@ -41,7 +41,7 @@ impl Cpu {
         })
     }
 
-    fn since(self, before: Cpu) -> Cpu {
+    pub(crate) fn since(self, before: Cpu) -> Cpu {
         Cpu {
             user: self.user - before.user,
             sys: self.sys - before.sys,
@@ -50,7 +50,7 @@ impl Cpu {
         }
     }
 
-    fn own(self) -> f64 {
+    pub(crate) fn own(self) -> f64 {
         self.user + self.sys
     }
 

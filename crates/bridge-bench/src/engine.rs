@@ -1,0 +1,130 @@
+//! 6. The engines side by side: `opencode_start` (with `wait_s`, so the call returns the
+//! result) of a trivial task to its final result, on `run` (an `opencode run` process per task)
+//! and on `serve` (a session on the bridge's warm local `opencode serve`), with the real opencode
+//! and the fake LLM answering at once. The first task of each engine is shown apart (it starts
+//! the server, reads the roster); the median is of the ones after it. The bridge's own share is
+//! its CPU time per task (utime + stime of the bridge process).
+
+use std::path::Path;
+use std::time::Instant;
+
+use bridge_testkit::{FakeLlm, OpencodeSandbox};
+use serde_json::json;
+
+use crate::flood::Cpu;
+use crate::{Bridge, Row, median};
+
+/// Figures of one engine: the first task's wall time, the later ones', the bridge's CPU per
+/// later task.
+struct Timed {
+    first: f64,
+    later: Vec<f64>,
+    bridge_cpu: f64,
+}
+
+fn time_engine(
+    bin: &Path,
+    sb: &OpencodeSandbox,
+    oc: &Path,
+    engine: &str,
+    runs: usize,
+) -> Result<Timed, String> {
+    let mut env: Vec<(String, String)> = sb
+        .env()
+        .into_iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "PWD" | "XDG_STATE_HOME"))
+        .collect();
+    env.push(("OPENCODE_BIN".into(), oc.display().to_string()));
+    env.push((
+        "OPENCODE_BRIDGE_ROOT".into(),
+        sb.project_dir().display().to_string(),
+    ));
+    env.push(("OPENCODE_BRIDGE_ENGINE".into(), engine.into()));
+    env.push(("OPENCODE_BRIDGE_MODEL".into(), "fk/ok".into()));
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let mut b = Bridge::start(bin, &env)?;
+    let pid = b.pid();
+    let cwd = sb.project_dir().display().to_string();
+    let mut one = |b: &mut Bridge, n: usize| -> Result<f64, String> {
+        let t = Instant::now();
+        let text = b.call(
+            "opencode_start",
+            json!({"tier": "easy", "prompt": format!("Say hello ({engine} {n})."), "cwd": cwd, "wait_s": 55}),
+        )?;
+        let took = t.elapsed().as_secs_f64();
+        if !text.contains("succeeded") {
+            let head: String = text.lines().take(3).collect::<Vec<_>>().join(" / ");
+            return Err(format!(
+                "{engine}: the task did not succeed at once: {head}"
+            ));
+        }
+        Ok(took)
+    };
+    let first = one(&mut b, 0)?;
+    let before = Cpu::of(pid)?;
+    let mut later = Vec::new();
+    for n in 1..=runs {
+        later.push(one(&mut b, n)?);
+    }
+    let bridge_cpu = Cpu::of(pid)?.since(before).own() / runs as f64;
+    Ok(Timed {
+        first,
+        later,
+        bridge_cpu,
+    })
+}
+
+pub(crate) fn engines(bin: &Path, runs: usize) -> Result<Vec<Row>, String> {
+    let Some(oc) = bridge_testkit::real_opencode() else {
+        println!("engines: skipped (set OPENCODE_BRIDGE_TEST_OPENCODE to compare run and serve)");
+        return Ok(vec![Row::info(
+            "trivial task on run vs serve",
+            "skipped: OPENCODE_BRIDGE_TEST_OPENCODE not set".into(),
+        )]);
+    };
+    let llm = FakeLlm::start().map_err(|e| format!("fake LLM: {e}"))?;
+    let sb = OpencodeSandbox::new(&llm.base_url()).map_err(|e| format!("sandbox: {e}"))?;
+    let run = time_engine(bin, &sb, &oc, "run", runs)?;
+    let serve = time_engine(bin, &sb, &oc, "serve", runs)?;
+    let (r, s) = (median(&run.later), median(&serve.later));
+    for (name, t) in [("run", &run), ("serve", &serve)] {
+        println!(
+            "engine {name}: first task {:.2} s; then median {:.3} s over {} (min {:.3}, max {:.3}); bridge CPU {:.1} ms per task ({:.1} % of the median)",
+            t.first,
+            median(&t.later),
+            t.later.len(),
+            t.later.iter().cloned().fold(f64::MAX, f64::min),
+            t.later.iter().cloned().fold(0.0, f64::max),
+            t.bridge_cpu * 1000.0,
+            100.0 * t.bridge_cpu / median(&t.later).max(1e-9)
+        );
+    }
+    println!(
+        "engines: serve is {:.1}x faster than run for a trivial task",
+        r / s.max(1e-9)
+    );
+    Ok(vec![
+        Row::info(
+            "trivial task, start to result: run (median)",
+            format!("{r:.3} s"),
+        ),
+        Row::info(
+            "trivial task, start to result: serve (median)",
+            format!("{s:.3} s"),
+        ),
+        Row::ge(
+            "serve vs run speed-up (trivial task)",
+            10.0,
+            r / s.max(1e-9),
+            "x",
+        ),
+        Row::info(
+            "bridge CPU per trivial task: run / serve",
+            format!(
+                "{:.1} ms / {:.1} ms",
+                run.bridge_cpu * 1000.0,
+                serve.bridge_cpu * 1000.0
+            ),
+        ),
+    ])
+}
