@@ -1,5 +1,5 @@
-//! 6. The engines side by side: `opencode_start` (with `wait_s`, so the call returns the
-//! result) of a trivial task to its final result, on `run` (an `opencode run` process per task)
+//! The engines side by side (part 6): `opencode_start` (with `wait_s`, so the call returns
+//! the result) of a trivial task to its final result, on `run` (an `opencode run` process per task)
 //! and on `serve` (a session on the bridge's warm local `opencode serve`), with the real opencode
 //! and the fake LLM answering at once. The first task of each engine is shown apart (it starts
 //! the server, reads the roster); the median is of the ones after it. The bridge's own share is
@@ -45,7 +45,7 @@ fn time_engine(
     let mut b = Bridge::start(bin, &env)?;
     let pid = b.pid();
     let cwd = sb.project_dir().display().to_string();
-    let mut one = |b: &mut Bridge, n: usize| -> Result<f64, String> {
+    let one = |b: &mut Bridge, n: usize| -> Result<f64, String> {
         let t = Instant::now();
         let text = b.call(
             "opencode_start",
