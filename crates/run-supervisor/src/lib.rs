@@ -36,15 +36,17 @@ pub mod audit;
 pub mod capture;
 pub mod changes;
 pub mod classify;
-pub mod claude;
 pub mod command;
-pub mod events;
 pub mod footprint;
 pub mod git;
 pub mod proctable;
 pub mod quota;
 pub mod registry;
 mod runner;
+/// Claude Code as a runner (`claude -p`): its launch, stream, classification and checks.
+pub use runner::claude::code as claude;
+/// opencode's `run --format json` events and the summary every runner's output is folded into.
+pub use runner::opencode::events;
 mod spec;
 mod supervisor;
 mod task;
@@ -58,10 +60,10 @@ pub use bridge_proc::ProcId;
 pub use capture::{Cut, cut_text};
 pub use changes::{ChangeSource, ChangedFiles, FileChange};
 pub use classify::{ExitInfo, Failure, FailureKind};
-pub use claude::Runner;
 pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
 pub use proctable::{OpencodeProcess, ProcessKind};
+pub use runner::Runner;
 pub use runner::serve::{ServerCheck, check_server, server_agents};
 pub use spec::{Engine, SupervisorConfig, TaskSpec};
 pub use supervisor::{FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Supervisor};
@@ -81,6 +83,19 @@ pub enum StartError {
         /// Unfinished tasks.
         running: usize,
         /// The limit.
+        limit: usize,
+    },
+    /// The server the task names already runs as many of this bridge's tasks as its
+    /// `max_parallel` allows.
+    #[error(
+        "server {server} already runs {running} of this bridge's tasks (its max_parallel is {limit} in the config file): wait for one to finish, cancel one, or run on another server"
+    )]
+    ServerBusy {
+        /// The server's name.
+        server: String,
+        /// This bridge's unfinished tasks on it.
+        running: usize,
+        /// Its `max_parallel`.
         limit: usize,
     },
     /// The working directory resolves outside the allowed root.

@@ -1,9 +1,10 @@
 //! Quota windows: after a run is refused for quota or a usage limit with a known reset time,
 //! later starts that would use the same account are refused at once until that time.
 //!
-//! The window is kept per *account key*: `claude` for Claude Code runs, the provider (the part
-//! of the model before `/`) for opencode runs. The reset time comes from Claude Code's usage
-//! limit report (see [`crate::claude::classify`]) or, for opencode runs, from the response
+//! The window is kept per *account key*, which each runner names (`Backend::account_key`):
+//! `claude` for Claude Code runs, the provider (the part of the model before `/`) for opencode
+//! runs. The reset time comes from Claude Code's usage
+//! limit report (the Claude runner's classification) or, for opencode runs, from the response
 //! headers of the provider's error (`retry-after`, `retry-after-ms`,
 //! `anthropic-ratelimit-unified-reset`, `anthropic-ratelimit-*-reset`, `x-ratelimit-reset-*`).
 
@@ -11,23 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::claude::Runner;
-
 /// A refusal whose reset is closer than this opens no window: it is a retry hint.
 pub const MIN_WINDOW: Duration = Duration::from_secs(60);
-
-/// The account a task's runs draw on: `claude`, or the opencode provider of its model
-/// (`opencode` when it names none).
-pub fn account_key(runner: Runner, model: Option<&str>) -> String {
-    match runner {
-        Runner::Claude => "claude".to_owned(),
-        Runner::Opencode => model
-            .and_then(|m| m.split_once('/'))
-            .map(|(p, _)| p.trim().to_owned())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "opencode".to_owned()),
-    }
-}
 
 /// Durations like `6m0s`, `1.5s`, `20ms`, `2h` (OpenAI's `x-ratelimit-reset-*`).
 fn parse_go_duration(s: &str) -> Option<Duration> {
@@ -111,16 +97,6 @@ pub fn reset_from_headers(headers: &Value, now: SystemTime) -> Option<SystemTime
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn keys_follow_the_runner_and_provider() {
-        assert_eq!(account_key(Runner::Claude, Some("sonnet")), "claude");
-        assert_eq!(
-            account_key(Runner::Opencode, Some("openai/gpt-5")),
-            "openai"
-        );
-        assert_eq!(account_key(Runner::Opencode, None), "opencode");
-    }
 
     #[test]
     fn reset_headers_are_read() {

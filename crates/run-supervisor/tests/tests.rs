@@ -13,3 +13,4 @@ mod live_opencode;
 mod live_serve;
 mod process_tree;
 mod read_only_writes;
+mod serve_placement;

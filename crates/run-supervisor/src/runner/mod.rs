@@ -17,11 +17,67 @@ use crate::events::{ReadLine, RunSummary};
 use crate::proctable::OpencodeProcess;
 use crate::spec::{SupervisorConfig, TaskSpec};
 
-pub use crate::claude::Runner;
-
-mod claude;
-mod opencode;
+pub(crate) mod claude;
+pub(crate) mod opencode;
 pub(crate) mod serve;
+
+use claude::code::is_claude_alias;
+
+/// Which program runs a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Runner {
+    /// `opencode run --format json`.
+    #[default]
+    Opencode,
+    /// `claude -p --output-format stream-json`.
+    Claude,
+}
+
+impl Runner {
+    /// The runner for a model string (`None`: no model at all → opencode's default model).
+    ///
+    /// ```
+    /// use run_supervisor::Runner;
+    /// assert_eq!(Runner::for_model(Some("openai/gpt-5")), Runner::Opencode);
+    /// assert_eq!(Runner::for_model(Some("anthropic/claude-sonnet-4-5")), Runner::Opencode);
+    /// assert_eq!(Runner::for_model(Some("sonnet")), Runner::Claude);
+    /// assert_eq!(Runner::for_model(Some("claude-haiku-4-5")), Runner::Claude);
+    /// assert_eq!(Runner::for_model(Some("claude/opus")), Runner::Claude);
+    /// assert_eq!(Runner::for_model(None), Runner::Opencode);
+    /// ```
+    pub fn for_model(model: Option<&str>) -> Runner {
+        let Some(m) = model.map(str::trim).filter(|m| !m.is_empty()) else {
+            return Runner::Opencode;
+        };
+        let lower = m.to_ascii_lowercase();
+        if lower.starts_with("claude/") {
+            return Runner::Claude;
+        }
+        if lower.contains('/') {
+            return Runner::Opencode;
+        }
+        let base = m.split('#').next().unwrap_or("");
+        if base.starts_with("claude-") || base.starts_with("Claude-") || is_claude_alias(base) {
+            Runner::Claude
+        } else {
+            Runner::Opencode
+        }
+    }
+
+    /// `opencode` or `claude`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runner::Opencode => "opencode",
+            Runner::Claude => "claude",
+        }
+    }
+}
+
+impl std::fmt::Display for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The backend of a runner.
 pub(crate) fn backend(runner: Runner) -> &'static dyn Backend {
@@ -59,8 +115,10 @@ impl Prepared<'_> {
 /// What does not change about a runner.
 #[derive(Debug)]
 pub(crate) struct Traits {
-    /// Which runner.
-    pub runner: Runner,
+    /// What the kernel fence knows the program as ([`bridge_fence::RunKind`]).
+    pub fence: bridge_fence::RunKind,
+    /// Its tasks can run as sessions on an opencode server (the serve engine).
+    pub serves: bool,
     /// The binary's capabilities are probed (once per supervisor) before the first launch;
     /// false when its flags are fixed.
     pub probes_capabilities: bool,
@@ -100,9 +158,7 @@ pub(crate) trait Backend: Sync {
 
     /// The account whose quota a task with `model` uses (a refusal for quota blocks later
     /// starts on the same account).
-    fn account_key(&self, model: Option<&str>) -> String {
-        crate::quota::account_key(self.traits().runner, model)
-    }
+    fn account_key(&self, model: Option<&str>) -> String;
 
     /// The process-table entry of a running task of ours when [`crate::proctable::scan`] does
     /// not list it. `program` is the configured opencode binary, `table` what the scan found.

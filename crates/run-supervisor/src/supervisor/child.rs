@@ -331,10 +331,7 @@ pub(super) fn world_for(
     let mut extra_read = project.read;
     extra_read.extend(launch.prompt_file.as_ref().map(|(p, _)| p.clone()));
     bridge_fence::RunWorld {
-        kind: match runner {
-            crate::Runner::Opencode => bridge_fence::RunKind::Opencode,
-            crate::Runner::Claude => bridge_fence::RunKind::Claude,
-        },
+        kind: backend(runner).traits().fence,
         program: launch.program.clone(),
         project: project.top,
         editing: !ctx.spec.read_only,

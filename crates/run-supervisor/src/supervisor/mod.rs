@@ -18,10 +18,10 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OnceCell, watch};
 
 use crate::StartError;
-use crate::claude::Runner;
 use crate::command::{self, Capabilities};
 use crate::proctable::{self, OpencodeProcess};
 use crate::registry::{self, Owner, Registry, TaskRecord, judge, settle_lost};
+use crate::runner::Runner;
 use crate::runner::serve::Place;
 use crate::runner::{OwnRun, backend};
 use crate::spec::{SupervisorConfig, TaskSpec};
@@ -267,6 +267,29 @@ impl Supervisor {
                     limit: cfg.max_parallel,
                 });
             }
+            if let Some(Place::Remote(name)) = &place
+                && let Some(limit) = cfg
+                    .servers
+                    .iter()
+                    .find(|s| &s.name == name)
+                    .and_then(|s| s.max_parallel)
+            {
+                let engine = Place::Remote(name.clone()).engine_name();
+                let on_it = inner
+                    .tasks
+                    .values()
+                    .filter(|r| {
+                        !r.state.is_finished() && r.rec.engine.as_deref() == Some(engine.as_str())
+                    })
+                    .count();
+                if on_it >= limit as usize {
+                    return Err(StartError::ServerBusy {
+                        server: name.clone(),
+                        running: on_it,
+                        limit: limit as usize,
+                    });
+                }
+            }
             forget_finished(&mut inner, MAX_FINISHED_TASKS - 1);
             let id = match &self.shared.registry {
                 Some(reg) => reg
@@ -349,7 +372,7 @@ impl Supervisor {
                 t.owner = self.shared.me.into();
                 let mut r = Record::new(
                     t.clone(),
-                    Runner::Opencode,
+                    Runner::for_model(t.model.as_deref()),
                     self.shared.config.output_cap,
                     stop_tx,
                     true,
@@ -403,7 +426,7 @@ impl Supervisor {
                         }
                     )));
                 }
-                if runner != Runner::Opencode {
+                if !backend(runner).traits().serves {
                     return Err(StartError::InvalidSpec(format!(
                         "server {name:?} runs opencode, and this task's model is a Claude model: give an opencode model, or no server"
                     )));
@@ -418,7 +441,7 @@ impl Supervisor {
             None => {}
         }
         Ok(
-            (runner == Runner::Opencode && cfg.engine == crate::Engine::Serve)
+            (backend(runner).traits().serves && cfg.engine == crate::Engine::Serve)
                 .then_some(Place::Local),
         )
     }

@@ -420,7 +420,8 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
             };
             // The environment a run of this task would get (its config overlay included).
             let launch = build_launch(ctx.spec, ctx.cwd, &launch_ctx)?;
-            let world = world_for(ctx, crate::Runner::Opencode, &launch, Path::new("/"));
+            let runner = ctx.shared.with(ctx.id, |r| r.runner).unwrap_or_default();
+            let world = world_for(ctx, runner, &launch, Path::new("/"));
             let project = world.project.clone();
             let mut set: Vec<(String, String)> = launch
                 .env_set

@@ -24,17 +24,8 @@ use crate::argv::Argv;
 use crate::classify::{ExitInfo, Failure, FailureKind, classify_error, stderr_tail};
 use crate::command::{DROPPED_ENV, Launch};
 use crate::events::{ErrorEvent, RunSummary, TokenUsage, ToolCall};
+pub use crate::runner::Runner;
 use crate::spec::TaskSpec;
-
-/// Which program runs a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Runner {
-    /// `opencode run --format json`.
-    #[default]
-    Opencode,
-    /// `claude -p --output-format stream-json`.
-    Claude,
-}
 
 /// Bare model names that mean Claude Code's own aliases. The one list: [`is_claude_alias`]
 /// (used by [`Runner::for_model`] and by the binary's argument check) and the binary's schema
@@ -74,52 +65,6 @@ pub const CLAUDE_DROPPED_ENV: &[&str] = &[
     "CLAUDE_CODE_SSE_PORT",
     "CLAUDE_CODE_SESSION_ID",
 ];
-
-impl Runner {
-    /// The runner for a model string (`None`: no model at all → opencode's default model).
-    ///
-    /// ```
-    /// use run_supervisor::Runner;
-    /// assert_eq!(Runner::for_model(Some("openai/gpt-5")), Runner::Opencode);
-    /// assert_eq!(Runner::for_model(Some("anthropic/claude-sonnet-4-5")), Runner::Opencode);
-    /// assert_eq!(Runner::for_model(Some("sonnet")), Runner::Claude);
-    /// assert_eq!(Runner::for_model(Some("claude-haiku-4-5")), Runner::Claude);
-    /// assert_eq!(Runner::for_model(Some("claude/opus")), Runner::Claude);
-    /// assert_eq!(Runner::for_model(None), Runner::Opencode);
-    /// ```
-    pub fn for_model(model: Option<&str>) -> Runner {
-        let Some(m) = model.map(str::trim).filter(|m| !m.is_empty()) else {
-            return Runner::Opencode;
-        };
-        let lower = m.to_ascii_lowercase();
-        if lower.starts_with("claude/") {
-            return Runner::Claude;
-        }
-        if lower.contains('/') {
-            return Runner::Opencode;
-        }
-        let base = m.split('#').next().unwrap_or("");
-        if base.starts_with("claude-") || base.starts_with("Claude-") || is_claude_alias(base) {
-            Runner::Claude
-        } else {
-            Runner::Opencode
-        }
-    }
-
-    /// `opencode` or `claude`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Runner::Opencode => "opencode",
-            Runner::Claude => "claude",
-        }
-    }
-}
-
-impl std::fmt::Display for Runner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The model and effort passed to `claude`: `claude/` is dropped, `#<effort>` becomes
 /// `--effort <effort>`.

@@ -5,16 +5,23 @@ use std::time::{Duration, SystemTime};
 
 use super::{Backend, OwnRun, Prepared, Stream, Traits, push_common};
 use crate::classify::{ExitInfo, Failure};
-use crate::claude::{self as cc, ClaudeStream};
+pub mod code;
+
 use crate::command::{Launch, LaunchContext};
 use crate::events::RunSummary;
 use crate::proctable::OpencodeProcess;
 use crate::spec::{SupervisorConfig, TaskSpec};
+use code::{self as cc, ClaudeStream};
 
 #[derive(Debug)]
 pub(crate) struct Claude;
 
 impl Backend for Claude {
+    /// Every Claude Code run draws on the one Claude account.
+    fn account_key(&self, _model: Option<&str>) -> String {
+        "claude".to_owned()
+    }
+
     fn binary(&self, cfg: &SupervisorConfig) -> Result<PathBuf, String> {
         cc::resolve_claude(cfg.claude_bin.as_deref())
     }
@@ -42,7 +49,8 @@ impl Backend for Claude {
         // Claude Code's flags are fixed (nothing to detect), it has no store of sessions we
         // read, and it uses no opencode.
         &Traits {
-            runner: crate::Runner::Claude,
+            fence: bridge_fence::RunKind::Claude,
+            serves: false,
             probes_capabilities: false,
             learns_session_from_store: false,
             reports_opencode_version: false,

@@ -1,15 +1,19 @@
 //! The `opencode run --format json` runner.
 
+pub mod classify;
+pub mod events;
+
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::{Backend, OwnRun, Prepared, Stream, Traits, push_common};
-use crate::classify::{ExitInfo, Failure, classify};
+use crate::classify::{ExitInfo, Failure};
 use crate::command::{self, Launch, LaunchContext};
 use crate::events::{ReadLine, RunSummary};
 use crate::proctable::{self, OpencodeProcess};
 use crate::quota;
 use crate::spec::{SupervisorConfig, TaskSpec};
+use classify::classify;
 
 #[derive(Debug)]
 pub(crate) struct Opencode;
@@ -33,11 +37,21 @@ impl Backend for Opencode {
 
     fn traits(&self) -> &'static Traits {
         &Traits {
-            runner: crate::Runner::Opencode,
+            fence: bridge_fence::RunKind::Opencode,
+            serves: true,
             probes_capabilities: true,
             learns_session_from_store: true,
             reports_opencode_version: true,
         }
+    }
+
+    /// The provider of the model (the part before `/`), `opencode` when it names none.
+    fn account_key(&self, model: Option<&str>) -> String {
+        model
+            .and_then(|m| m.split_once('/'))
+            .map(|(p, _)| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "opencode".to_owned())
     }
 
     fn own_process(
@@ -78,5 +92,17 @@ impl Stream for Events {
             .last()
             .and_then(|e| e.raw.get("data").and_then(|d| d.get("responseHeaders")))
             .and_then(|h| quota::reset_from_headers(h, SystemTime::now()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_account_is_the_models_provider() {
+        assert_eq!(Opencode.account_key(Some("openai/gpt-5")), "openai");
+        assert_eq!(Opencode.account_key(None), "opencode");
+        assert_eq!(Opencode.account_key(Some("/x")), "opencode");
     }
 }
