@@ -161,6 +161,9 @@ pub struct SupervisorConfig {
     /// Reads what an opencode run's session used, for the post-run audit ([`crate::audit`]).
     /// `None` (the default): runs are not audited (their result says so).
     pub session_reader: Option<std::sync::Arc<dyn crate::audit::SessionReader>>,
+    /// [`env::CLAUDE_SESSION`]: the Claude Code session this bridge serves, recorded with each
+    /// task it accepts ([`crate::registry::unsettled`]). `None` outside Claude Code.
+    pub client_session: Option<String>,
 }
 
 impl Default for SupervisorConfig {
@@ -187,6 +190,7 @@ impl Default for SupervisorConfig {
             state_dir: None,
             prune_after: Duration::from_secs(env::PRUNE_DAYS.default_number() * 24 * 3600),
             session_reader: None,
+            client_session: None,
         }
     }
 }
@@ -239,6 +243,7 @@ impl SupervisorConfig {
         if let Some(n) = num(env::PRUNE_DAYS.name) {
             c.prune_after = Duration::from_secs(n.min(36_500) * 24 * 3600);
         }
+        c.client_session = get(env::CLAUDE_SESSION.name).filter(|s| !s.trim().is_empty());
         let nonempty = |k: &str| get(k).filter(|s| !s.trim().is_empty()).map(PathBuf::from);
         c.state_dir = nonempty(env::STATE_DIR.name)
             .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))

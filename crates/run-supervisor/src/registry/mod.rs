@@ -32,7 +32,9 @@ use crate::events::{TokenUsage, ToolCall};
 use crate::task::TaskState;
 use bridge_proc::ProcId;
 
+mod client;
 mod writer;
+pub use client::{Unsettled, unsettled};
 pub(crate) use writer::{WRITER_THREAD, Writer};
 
 /// Milliseconds since the Unix epoch.
@@ -192,6 +194,15 @@ pub(crate) struct TaskRecord {
     /// attempt and in files written before the fence existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// The Claude Code session that delegated the task: `CLAUDE_CODE_SESSION_ID` of the bridge
+    /// that accepted it (Claude Code sets it for the stdio servers it starts). Absent when the
+    /// bridge was not started by Claude Code, and in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_session: Option<String>,
+    /// When the finished task's result was first handed to the caller (`opencode_result`, a
+    /// sync start's answer, an MCP task's result); absent while nobody has read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_read_ms: Option<u64>,
     pub updated_ms: u64,
 }
 
@@ -223,6 +234,8 @@ impl TaskRecord {
             tool_calls: 0,
             opencode_version: None,
             sandbox: None,
+            client_session: None,
+            result_read_ms: None,
             updated_ms: now_ms(),
         }
     }
@@ -541,10 +554,10 @@ impl Registry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    pub(super) fn task(
+    pub(crate) fn task(
         reg: &Registry,
         id: u64,
         state: TaskState,
@@ -575,6 +588,8 @@ mod tests {
             tool_calls: 0,
             opencode_version: None,
             sandbox: None,
+            client_session: None,
+            result_read_ms: None,
             updated_ms: now_ms(),
         }
     }
