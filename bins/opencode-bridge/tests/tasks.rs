@@ -3,33 +3,9 @@
 
 use crate::common;
 
-use common::{Server, World, fake_opencode, redact};
+use common::{Server, World, fake_opencode, group_alive, redact, wait_for_pid};
 use serde_json::json;
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn wait_for_pid(path: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(pid) = read_pid(path) {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn group_alive(pgid: i32) -> bool {
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
-}
 
 fn start_env(world: &World) -> Vec<(&'static str, String)> {
     vec![

@@ -19,6 +19,7 @@ mod live_read_only;
 mod live_roster;
 mod live_untrusted;
 mod load;
+mod plugin;
 mod protocol;
 mod tasks;
 mod untrusted;

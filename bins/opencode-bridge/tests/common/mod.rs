@@ -101,12 +101,22 @@ impl Server {
     }
 
     pub fn start_in(world: &World, extra_env: &[(&str, String)], cwd: &Path) -> Server {
+        Server::start_via(world, extra_env, cwd, Command::new(binary()))
+    }
+
+    /// A server started by `program` (the bridge itself, or a launcher that runs it), with the
+    /// world's environment plus `extra_env`, in `cwd`.
+    pub fn start_via(
+        world: &World,
+        extra_env: &[(&str, String)],
+        cwd: &Path,
+        mut cmd: Command,
+    ) -> Server {
         let stderr_path = world.path(&format!(
             "stderr-{}.log",
             Instant::now().elapsed().as_nanos()
         ));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let mut cmd = Command::new(binary());
         cmd.env_clear().envs(world.env());
         if runs_a_fake(extra_env) {
             cmd.env("OPENCODE_BRIDGE_SANDBOX", "off");
@@ -442,4 +452,30 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The pid a fake wrote to `path`, once it is there.
+pub fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Waits (up to 20 s) for a fake to write its pid to `path`.
+pub fn wait_for_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = read_pid(path) {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether any process of group `pgid` is alive.
+pub fn group_alive(pgid: i32) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
 }
