@@ -341,20 +341,40 @@ fn live_npm_packages_and_the_plugin_install_and_delegate_without_rust() {
         format!("opencode-bridge {version}\n")
     );
 
-    // The plugin from this checkout, with the real Claude Code.
+    // The README's line for the server alone, then the plugin from this checkout, with the
+    // real Claude Code; both servers connect. (The server alone goes again before the turns.)
+    user.claude(&[
+        "mcp",
+        "add",
+        "--scope",
+        "user",
+        "opencode-bridge",
+        "--",
+        "npx",
+        "-y",
+        "opencode-bridge",
+    ]);
     let checkout = repo().canonicalize().unwrap();
     user.claude(&["plugin", "marketplace", "add", checkout.to_str().unwrap()]);
     user.claude(&["plugin", "install", "opencode-bridge@opencode-bridge"]);
     let listed = user.claude(&["mcp", "list"]);
     let listed = String::from_utf8_lossy(&listed.stdout);
-    let line = listed
-        .lines()
-        .find(|l| l.starts_with("plugin:opencode-bridge:opencode-bridge:"))
-        .unwrap_or_else(|| panic!("the plugin's server is not listed:\n{listed}"));
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} is not listed:\n{listed}"))
+            .to_owned()
+    };
+    let plugin = line("plugin:opencode-bridge:opencode-bridge:");
     assert!(
-        line.contains(&format!("npx -y opencode-bridge@{version}")) && line.contains("Connected"),
-        "{line}"
+        plugin.contains(&format!("npx -y opencode-bridge@{version}"))
+            && plugin.contains("Connected"),
+        "{plugin}"
     );
+    let alone = line("opencode-bridge:");
+    assert!(alone.contains("Connected"), "{alone}");
+    user.claude(&["mcp", "remove", "--scope", "user", "opencode-bridge"]);
 
     // A turn that delegates, follows the task and reads its result: the real opencode's answer
     // comes back, and the Stop hook, run at the turn's end, has nothing to say.
