@@ -355,7 +355,16 @@ fn live_npm_packages_and_the_plugin_install_and_delegate_without_rust() {
         "opencode-bridge",
     ]);
     let checkout = repo().canonicalize().unwrap();
-    user.claude(&["plugin", "marketplace", "add", checkout.to_str().unwrap()]);
+    let checkout = checkout.to_str().unwrap();
+    // Claude Code's own check of the marketplace and the plugin, warnings as errors.
+    user.claude(&["plugin", "validate", "--strict", checkout]);
+    user.claude(&[
+        "plugin",
+        "validate",
+        "--strict",
+        &format!("{checkout}/plugin"),
+    ]);
+    user.claude(&["plugin", "marketplace", "add", checkout]);
     user.claude(&["plugin", "install", "opencode-bridge@opencode-bridge"]);
     let listed = user.claude(&["mcp", "list"]);
     let listed = String::from_utf8_lossy(&listed.stdout);

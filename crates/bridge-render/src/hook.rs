@@ -15,7 +15,7 @@ pub fn stop_reason(tasks: &[Unsettled]) -> String {
     for t in tasks {
         let what = if t.running {
             format!(
-                "still runs: wait for it with opencode_wait ids=[\"{}\"], or stop it with opencode_cancel id={} if it is no longer needed",
+                "still runs: wait for it with opencode_wait ids=[\"{}\"] (when it runs as a background task, its result comes back by itself after your turn), or stop it with opencode_cancel id={} if it is no longer needed",
                 t.id, t.id
             )
         } else {
