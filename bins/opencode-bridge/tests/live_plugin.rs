@@ -10,7 +10,8 @@
 
 use crate::plugin::{node_or_skip, repo};
 
-use bridge_testkit::fake_anthropic::{FakeAnthropic, Step, call, poll, text};
+use crate::common::show;
+use bridge_testkit::fake_anthropic::{FakeAnthropic, Step, call, status_until_finished, text};
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::sandbox::real_verdaccio;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, real_claude, real_opencode};
@@ -37,14 +38,6 @@ impl Drop for LocalRegistry {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn http_status(port: u16, path: &str) -> Option<String> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
@@ -57,7 +50,7 @@ fn http_status(port: u16, path: &str) -> Option<String> {
 impl LocalRegistry {
     fn start(verdaccio: &Path, path_env: &str) -> LocalRegistry {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = bridge_testkit::http::closed_port();
         let config = dir.path().join("config.yaml");
         std::fs::write(
             &config,
@@ -120,15 +113,6 @@ impl LocalRegistry {
             show(&out)
         );
     }
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// Node's directory and the system's, and nothing of Rust: checked, not assumed.
@@ -387,19 +371,12 @@ fn live_npm_packages_and_the_plugin_install_and_delegate_without_rust() {
 
     // A turn that delegates, follows the task and reads its result: the real opencode's answer
     // comes back, and the Stop hook, run at the turn's end, has nothing to say.
-    let done = |r: &str| r.contains("succeeded") || r.contains("failed") || r.contains("timed_out");
     let script: Vec<Step> = vec![
         call(
             "opencode_start",
             json!({"tier": "easy", "prompt": "Say hello to the reviewers"}),
         ),
-        poll(
-            "opencode_status",
-            |_| json!({"id": "1"}),
-            done,
-            Duration::from_secs(1),
-            150,
-        ),
+        status_until_finished("1"),
         call("opencode_result", json!({"id": "1"})),
         text("finished"),
     ];

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{Server, World, group_alive, wait_for_pid};
+use common::{Server, World, assert_stopped_with_its_run, start_sleeping_task};
 use serde_json::{Value, json};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -208,31 +208,15 @@ fn sigint_to_the_launcher_stops_the_bridge_and_its_runs() {
     cmd.arg(launcher());
     let mut server = Server::start_via(&world, &env, &world.root(), cmd);
     server.initialize();
-    let (text, is_error) = server.call_text(
-        2,
-        "opencode_start",
-        json!({"tier": "easy", "prompt": "Summarise the README in five lines"}),
-    );
-    assert!(!is_error, "{text}");
-    let pgid = wait_for_pid(&world.path("pids.group"));
+    let pgid = start_sleeping_task(&mut server, &world, "easy", "Summarise the README");
     let bridge = bridge_pid_under(server.child.id() as i32);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(server.child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let status = server
-        .wait_exit(Duration::from_secs(20))
-        .expect("the launcher exits on SIGINT");
-    assert!(status.success(), "{status:?}\n{}", server.stderr());
-    assert!(
-        !group_alive(pgid),
-        "the run's process group {pgid} survived"
-    );
-    assert!(
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(bridge), None).is_err(),
-        "the bridge (pid {bridge}) survived"
-    );
+    // The launcher exits 0 with the bridge, and the bridge and its run are gone.
+    assert_stopped_with_its_run(&mut server, "SIGINT to the launcher", pgid, &[bridge]);
 }
 
 /// The launcher's one child: the bridge.

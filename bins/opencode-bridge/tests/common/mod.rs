@@ -479,3 +479,38 @@ pub fn wait_for_pid(path: &Path) -> i32 {
 pub fn group_alive(pgid: i32) -> bool {
     nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
 }
+
+/// After `why` (stdin closed, a signal): `server` exits cleanly within 20 s, and the run it had
+/// started (process group `pgid`) and `others` (pids) are gone.
+pub fn assert_stopped_with_its_run(server: &mut Server, why: &str, pgid: i32, others: &[i32]) {
+    let status = server
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("the server did not exit after {why}"));
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(!group_alive(pgid), "process group {pgid} survived {why}");
+    for &pid in others {
+        assert!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(),
+            "pid {pid} survived {why}"
+        );
+    }
+}
+
+/// Starts a task whose fake opencode ([`fake_opencode`]) sleeps, and returns its run's process
+/// group once the fake wrote it.
+pub fn start_sleeping_task(server: &mut Server, world: &World, tier: &str, prompt: &str) -> i32 {
+    let (text, is_error) =
+        server.call_text(2, "opencode_start", json!({"tier": tier, "prompt": prompt}));
+    assert!(!is_error, "{text}");
+    wait_for_pid(&world.path("pids.group"))
+}
+
+/// A command's status and output, for an assertion's message.
+pub fn show(out: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
