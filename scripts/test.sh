@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs the pinned real binaries the live tests use
-# (opencode from npm, Claude Code from npm) into a cache outside the checkout, then runs formatting,
+# (opencode from npm, Claude Code from npm, verdaccio from npm) into a cache outside the checkout, then runs formatting,
 # lints and every test. CI (.ci/run) calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OPENCODE_VERSION=1.18.33
 CLAUDE_CODE_VERSION=2.1.328
+# A throwaway local npm registry the packaging test publishes the npm packages to (no uplinks).
+VERDACCIO_VERSION=6.8.0
 cache="${OPENCODE_BRIDGE_TEST_CACHE:-$HOME/.cache/opencode-bridge-test}"
 mkdir -p "$cache"
 
@@ -19,6 +21,7 @@ install_npm() { # dir package@version binary-path
 }
 install_npm "$cache/oc" "opencode-ai@$OPENCODE_VERSION" node_modules/opencode-linux-x64/bin/opencode
 install_npm "$cache/cc" "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" node_modules/.bin/claude
+install_npm "$cache/verdaccio" "verdaccio@$VERDACCIO_VERSION" node_modules/.bin/verdaccio
 
 # The Python MCP SDK, an independent client for tests/protocol.rs (tests/python/): a venv in the
 # cache, pinned like the npm packages.
@@ -33,6 +36,7 @@ fi
 
 export OPENCODE_BRIDGE_TEST_OPENCODE="$cache/oc/node_modules/opencode-linux-x64/bin/opencode"
 export OPENCODE_BRIDGE_TEST_CLAUDE="$cache/cc/node_modules/.bin/claude"
+export OPENCODE_BRIDGE_TEST_VERDACCIO="$cache/verdaccio/node_modules/.bin/verdaccio"
 export OPENCODE_BRIDGE_TEST_CACHE="$cache"
 "$OPENCODE_BRIDGE_TEST_OPENCODE" --version >/dev/null
 "$OPENCODE_BRIDGE_TEST_CLAUDE" --version >/dev/null

@@ -313,6 +313,7 @@ impl App {
                     .supervisor
                     .result(id, head, tail)
                     .ok_or_else(|| render::tasks::unknown_task(id))?;
+                self.supervisor.mark_read(id);
                 let note = self.lost_note(&out.snapshot).await;
                 let (isolated, view) = self.isolated_change(id, &out.snapshot, head, tail);
                 let overlap = self.overlap_note(&out).await;
@@ -834,6 +835,7 @@ impl App {
         if report.satisfied
             && let Some(out) = self.supervisor.result(id, None, None)
         {
+            self.supervisor.mark_read(id);
             return format!(
                 "task {id} finished within wait_s={wait_s}:\n{}{}",
                 render::tasks::result(&out),

@@ -88,12 +88,26 @@ pub enum Command {
         /// The file to scan; `-` or nothing reads stdin.
         file: Option<String>,
     },
+    /// Claude Code hooks (the plugin's hooks/hooks.json runs them; input: the hook's JSON on stdin).
+    Hook {
+        #[command(subcommand)]
+        hook: Hook,
+    },
+}
+
+/// The hooks `opencode-bridge hook` runs.
+#[derive(Debug, Subcommand)]
+pub enum Hook {
+    /// Stop hook: when tasks delegated in this Claude Code session still run or finished with a
+    /// result never read, tells Claude which (once per turn); silent otherwise. Reads the task
+    /// registry only.
+    Stop,
 }
 
 /// Runs a subcommand; returns the process exit code.
 pub async fn run(app: &App, command: Command) -> i32 {
     let (tool, args) = match command {
-        Command::Serve => unreachable!("handled by main"),
+        Command::Serve | Command::Hook { .. } => unreachable!("handled by main"),
         Command::CheckSecrets { file } => return crate::check_secrets::run(file.as_deref()),
         Command::Doctor => {
             let (text, ok) = doctor(app).await;

@@ -23,6 +23,7 @@ mod audit_reader;
 mod check_secrets;
 mod cli;
 mod config;
+mod hook;
 mod mcp_prompts;
 mod mcp_resources;
 mod mcp_tasks;
@@ -70,6 +71,10 @@ fn main() -> anyhow::Result<()> {
             runtime.shutdown_timeout(std::time::Duration::from_millis(200));
             outcome
         }
+        // A hook reads the registry and nothing else: no App (which would open and sweep it).
+        Some(cli::Command::Hook {
+            hook: cli::Hook::Stop,
+        }) => std::process::exit(hook::stop()),
         Some(command) => {
             let app = app::App::new(config::Settings::from_env(), false);
             let code = runtime.block_on(async {

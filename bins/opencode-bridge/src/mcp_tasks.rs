@@ -58,6 +58,7 @@ pub fn get(app: &App, task_id: &str) -> Result<GetTaskResult, McpError> {
         s if s.is_finished() => {
             let text = match app.supervisor().result(id, None, None) {
                 Some(out) => {
+                    app.supervisor().mark_read(id);
                     render::tasks::result(&out) + &app.isolated_change(id, &snap, None, None).0
                 }
                 None => render::tasks::status(&snap),

@@ -3,7 +3,10 @@
 //! Anthropic endpoint, which scripts the tool calls and records the results Claude Code sends
 //! back. Assertions are on what the fake endpoint received.
 
-use bridge_testkit::fake_anthropic::{FakeAnthropic, Seen, Step, call, call_with, poll, text};
+use crate::common::show;
+use bridge_testkit::fake_anthropic::{
+    FakeAnthropic, Seen, Step, call, call_with, poll, status_until_finished, text,
+};
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, real_claude, real_opencode};
 use serde_json::json;
@@ -72,15 +75,6 @@ impl ClaudeWorld {
             .args(["--output-format", "json", "--max-turns", "100"]);
         cmd.output().unwrap()
     }
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn claude_or_skip() -> Option<PathBuf> {
@@ -208,20 +202,13 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
     env.push(("RUST_LOG", "opencode_bridge=debug".into()));
     world.register(&env);
 
-    let done = |r: &str| r.contains("succeeded") || r.contains("failed") || r.contains("timed_out");
     let script: Vec<Step> = vec![
         call("opencode_policy", json!({})),
         call(
             "opencode_start",
             json!({"tier": "easy", "prompt": "Say hello to the reviewers\nKeep it short.", "lane": "docs"}),
         ),
-        poll(
-            "opencode_status",
-            |_| json!({"id": "1"}),
-            done,
-            Duration::from_secs(1),
-            150,
-        ),
+        status_until_finished("1"),
         call("opencode_result", json!({"id": "1"})),
         call("opencode_sessions", json!({"limit": 10})),
         call_with(
@@ -297,6 +284,7 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
         starts[0]
     );
     let statuses = one("opencode_status");
+    let done = |r: &str| r.contains("succeeded") || r.contains("failed") || r.contains("timed_out");
     let first_done = statuses
         .iter()
         .find(|s| s.starts_with("task 1") && done(s))

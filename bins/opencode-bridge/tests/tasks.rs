@@ -3,33 +3,12 @@
 
 use crate::common;
 
-use common::{Server, World, fake_opencode, redact};
+use common::{
+    Server, World, assert_stopped_with_its_run, fake_opencode, group_alive, redact,
+    start_sleeping_task, wait_for_pid,
+};
 use serde_json::json;
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
-fn wait_for_pid(path: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(pid) = read_pid(path) {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn group_alive(pgid: i32) -> bool {
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
-}
 
 fn start_env(world: &World) -> Vec<(&'static str, String)> {
     vec![
@@ -74,18 +53,7 @@ fn stdin_eof_stops_a_running_task_and_its_process_group() {
     assert!(list.contains("1 delegated task(s); 1 unfinished"), "{list}");
 
     server.close_stdin();
-    let status = server
-        .wait_exit(Duration::from_secs(20))
-        .expect("the server exits after stdin closes");
-    assert!(status.success(), "{status:?}\n{}", server.stderr());
-    assert!(
-        !group_alive(pgid),
-        "process group {pgid} survived the server"
-    );
-    assert!(
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), None).is_err(),
-        "grandchild {child} survived"
-    );
+    assert_stopped_with_its_run(&mut server, "stdin closed", pgid, &[child]);
 }
 
 #[test]
@@ -93,13 +61,12 @@ fn cancel_stops_the_task_then_reports_it_ended() {
     let world = World::new();
     let mut server = Server::start(&world, &start_env(&world));
     server.initialize();
-    let (text, is_error) = server.call_text(
-        2,
-        "opencode_start",
-        json!({"tier": "medium", "prompt": "Write unit tests for the date parser"}),
+    let pgid = start_sleeping_task(
+        &mut server,
+        &world,
+        "medium",
+        "Write unit tests for the date parser",
     );
-    assert!(!is_error, "{text}");
-    let pgid = wait_for_pid(&world.path("pids.group"));
     // Cancel once the run's session is known (the fake prints it with its first event, a moment
     // after writing its pids), so the texts below do not depend on that race.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -225,19 +192,14 @@ fn signal_stops_the_running_task(signal: nix::sys::signal::Signal) -> (World, St
     let world = World::new();
     let mut server = Server::start(&world, &start_env(&world));
     server.initialize();
-    let (text, is_error) = server.call_text(
-        2,
-        "opencode_start",
-        json!({"tier": "easy", "prompt": "Summarise the README in five lines"}),
+    let pgid = start_sleeping_task(
+        &mut server,
+        &world,
+        "easy",
+        "Summarise the README in five lines",
     );
-    assert!(!is_error, "{text}");
-    let pgid = wait_for_pid(&world.path("pids.group"));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(server.child.id() as i32), signal).unwrap();
-    let status = server
-        .wait_exit(Duration::from_secs(20))
-        .unwrap_or_else(|| panic!("the server exits on {signal}"));
-    assert!(status.success(), "{status:?}\n{}", server.stderr());
-    assert!(!group_alive(pgid), "process group {pgid} survived {signal}");
+    assert_stopped_with_its_run(&mut server, signal.as_str(), pgid, &[]);
     let stderr = server.stderr();
     (world, stderr)
 }

@@ -241,6 +241,13 @@ pub const CLAUDE_BIN: EnvVar = EnvVar::new(
     "`claude` on PATH",
     "the Claude Code binary (a path, or a name looked up on PATH), for tasks whose model is a Claude model (sonnet, opus, haiku, claude-...)",
 );
+/// `CLAUDE_CODE_SESSION_ID`: set by Claude Code (2.1.328) for the stdio servers and hooks it
+/// starts.
+pub const CLAUDE_SESSION: EnvVar = EnvVar::new(
+    "CLAUDE_CODE_SESSION_ID",
+    "set by Claude Code",
+    "the Claude Code session that started the bridge: recorded with each task, so `opencode-bridge hook stop` tells that session about its own tasks",
+);
 /// `OPENCODE_DB`.
 pub const OPENCODE_DB: EnvVar = EnvVar::new(
     "OPENCODE_DB",
@@ -305,6 +312,7 @@ pub const ALL: &[EnvVar] = &[
     SERVER_PASSWORD,
     OPENCODE_BIN,
     CLAUDE_BIN,
+    CLAUDE_SESSION,
     OPENCODE_DB,
     OPENCODE_CONFIG,
     OPENCODE_CONFIG_DIR,

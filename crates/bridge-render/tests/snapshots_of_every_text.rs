@@ -558,3 +558,24 @@ fn root_check_texts() {
     ];
     insta::assert_snapshot!("root_check", texts.join("\n"));
 }
+
+#[test]
+fn stop_hook_reason_names_running_and_unread_tasks() {
+    use run_supervisor::registry::Unsettled;
+    let t = |id, state, running| Unsettled {
+        id,
+        agent: "worker".into(),
+        title: format!("DOCS/worker: part {id}"),
+        state,
+        running,
+    };
+    insta::assert_snapshot!(bridge_render::hook::stop_reason(&[
+        t(3, TaskState::Running, true),
+        t(4, TaskState::Succeeded, false),
+        t(5, TaskState::Failed, false),
+        t(6, TaskState::TimedOut, false),
+    ]));
+    insta::assert_snapshot!(bridge_render::hook::bad_input(
+        "expected value at line 1 column 1"
+    ));
+}

@@ -107,6 +107,19 @@ pub fn poll(
     })
 }
 
+/// A step that polls the bridge's `opencode_status` of task `id` once a second (at most 150
+/// times) until the task has ended (succeeded, failed or timed out).
+pub fn status_until_finished(id: &str) -> Step {
+    let id = id.to_string();
+    poll(
+        "opencode_status",
+        move |_| json!({ "id": id }),
+        |r| r.contains("succeeded") || r.contains("failed") || r.contains("timed_out"),
+        Duration::from_secs(1),
+        150,
+    )
+}
+
 /// A final text answer.
 pub fn text(text: &str) -> Step {
     let text = text.to_string();

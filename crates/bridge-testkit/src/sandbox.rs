@@ -4,6 +4,8 @@
 //!   / `OPENCODE_BRIDGE_TEST_CLAUDE`. Missing: under `CI=true` they panic (a live test must not
 //!   silently skip in CI); otherwise they return `None` and [`require_opencode!`] /
 //!   [`require_claude!`] print a note and return from the test.
+//! - [`real_verdaccio`]: the same for `verdaccio` (`OPENCODE_BRIDGE_TEST_VERDACCIO`), a local npm
+//!   registry the npm packages are published to in a test.
 //! - [`OpencodeSandbox`]: a temp dir with its own `XDG_DATA_HOME`, `XDG_CONFIG_HOME`,
 //!   `XDG_STATE_HOME` and `HOME`, a project dir, and a global opencode config whose provider `fk`
 //!   (`@ai-sdk/openai-compatible`) points at a fake LLM and declares every scenario model.
@@ -23,6 +25,8 @@ use std::time::{Duration, Instant};
 pub const OPENCODE_ENV: &str = "OPENCODE_BRIDGE_TEST_OPENCODE";
 /// Env var naming the real Claude Code binary.
 pub const CLAUDE_ENV: &str = "OPENCODE_BRIDGE_TEST_CLAUDE";
+/// Env var naming the `verdaccio` 6.8.0 launcher (a throwaway npm registry for the packaging test).
+pub const VERDACCIO_ENV: &str = "OPENCODE_BRIDGE_TEST_VERDACCIO";
 /// Env var naming the shared test cache dir (its `xdg-cache` is every sandbox's XDG_CACHE_HOME).
 pub const CACHE_ENV: &str = "OPENCODE_BRIDGE_TEST_CACHE";
 
@@ -72,6 +76,14 @@ pub fn real_opencode() -> Option<PathBuf> {
 /// Under `CI=true` when the variable is unset or names no file.
 pub fn real_claude() -> Option<PathBuf> {
     real_binary(CLAUDE_ENV, "Claude Code")
+}
+
+/// The `verdaccio` launcher (`OPENCODE_BRIDGE_TEST_VERDACCIO`), or `None` outside CI when unset.
+///
+/// # Panics
+/// Under `CI=true` when the variable is unset or names no file.
+pub fn real_verdaccio() -> Option<PathBuf> {
+    real_binary(VERDACCIO_ENV, "verdaccio (npm registry)")
 }
 
 /// The shared test cache dir (`OPENCODE_BRIDGE_TEST_CACHE`), when set.

@@ -174,6 +174,9 @@ pub struct SupervisorConfig {
     pub serve_idle: Duration,
     /// [`env::API_TIMEOUT_MS`]: the limit of each call to a server.
     pub api_timeout: Duration,
+    /// [`env::CLAUDE_SESSION`]: the Claude Code session this bridge serves, recorded with each
+    /// task it accepts ([`crate::registry::unsettled`]). `None` outside Claude Code.
+    pub client_session: Option<String>,
 }
 
 impl Default for SupervisorConfig {
@@ -204,6 +207,7 @@ impl Default for SupervisorConfig {
             servers: Vec::new(),
             serve_idle: Duration::from_secs(env::SERVE_IDLE_MIN.default_number() * 60),
             api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
+            client_session: None,
         }
     }
 }
@@ -266,6 +270,7 @@ impl SupervisorConfig {
         if let Some(n) = num(env::API_TIMEOUT_MS.name).filter(|&n| n > 0) {
             c.api_timeout = Duration::from_millis(n);
         }
+        c.client_session = get(env::CLAUDE_SESSION.name).filter(|s| !s.trim().is_empty());
         let nonempty = |k: &str| get(k).filter(|s| !s.trim().is_empty()).map(PathBuf::from);
         c.state_dir = nonempty(env::STATE_DIR.name)
             .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))

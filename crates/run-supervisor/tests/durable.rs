@@ -501,3 +501,34 @@ async fn outside_git_the_write_tool_calls_name_the_files() {
     assert_eq!(changed.files[0].path, "notes.md");
     assert_eq!(changed.files[0].added, None);
 }
+
+/// The Stop hook's view (`registry::unsettled`): a task is recorded with the Claude Code session
+/// of its bridge, stays unsettled while it runs and after it ends until its result is marked
+/// read, and only for that session; a cancelled task is settled.
+#[tokio::test]
+async fn a_client_sessions_tasks_are_unsettled_until_their_result_is_read() {
+    use run_supervisor::registry::unsettled;
+    let w = World::new();
+    let sup = Supervisor::new(SupervisorConfig {
+        client_session: Some("claude-A".into()),
+        ..sup_config(&w)
+    });
+    let ids = |who: &str| {
+        unsettled(w.state.path(), who)
+            .into_iter()
+            .map(|u| (u.id, u.running))
+            .collect::<Vec<_>>()
+    };
+    let hang = sup.start(w.spec("hang")).unwrap();
+    let ok = sup.start(w.spec("ok")).unwrap();
+    finish(&sup, ok, LIMIT).await;
+    // Nothing has read the finished result yet; the other task still runs.
+    assert_eq!(ids("claude-A"), [(hang, true), (ok, false)]);
+    assert_eq!(ids("claude-B"), []);
+    sup.mark_read(ok);
+    // Marking a running task does nothing: only a finished result can be read.
+    sup.mark_read(hang);
+    assert_eq!(sup.cancel(hang).await, CancelOutcome::Cancelled);
+    drop(sup);
+    assert_eq!(ids("claude-A"), []);
+}

@@ -101,12 +101,22 @@ impl Server {
     }
 
     pub fn start_in(world: &World, extra_env: &[(&str, String)], cwd: &Path) -> Server {
+        Server::start_via(world, extra_env, cwd, Command::new(binary()))
+    }
+
+    /// A server started by `program` (the bridge itself, or a launcher that runs it), with the
+    /// world's environment plus `extra_env`, in `cwd`.
+    pub fn start_via(
+        world: &World,
+        extra_env: &[(&str, String)],
+        cwd: &Path,
+        mut cmd: Command,
+    ) -> Server {
         let stderr_path = world.path(&format!(
             "stderr-{}.log",
             Instant::now().elapsed().as_nanos()
         ));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let mut cmd = Command::new(binary());
         cmd.env_clear().envs(world.env());
         if runs_a_fake(extra_env) {
             cmd.env("OPENCODE_BRIDGE_SANDBOX", "off");
@@ -442,4 +452,65 @@ pub fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The pid a fake wrote to `path`, once it is there.
+pub fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Waits (up to 20 s) for a fake to write its pid to `path`.
+pub fn wait_for_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = read_pid(path) {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether any process of group `pgid` is alive.
+pub fn group_alive(pgid: i32) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
+}
+
+/// After `why` (stdin closed, a signal): `server` exits cleanly within 20 s, and the run it had
+/// started (process group `pgid`) and `others` (pids) are gone.
+pub fn assert_stopped_with_its_run(server: &mut Server, why: &str, pgid: i32, others: &[i32]) {
+    let status = server
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("the server did not exit after {why}"));
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(!group_alive(pgid), "process group {pgid} survived {why}");
+    for &pid in others {
+        assert!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(),
+            "pid {pid} survived {why}"
+        );
+    }
+}
+
+/// Starts a task whose fake opencode ([`fake_opencode`]) sleeps, and returns its run's process
+/// group once the fake wrote it.
+pub fn start_sleeping_task(server: &mut Server, world: &World, tier: &str, prompt: &str) -> i32 {
+    let (text, is_error) =
+        server.call_text(2, "opencode_start", json!({"tier": tier, "prompt": prompt}));
+    assert!(!is_error, "{text}");
+    wait_for_pid(&world.path("pids.group"))
+}
+
+/// A command's status and output, for an assertion's message.
+pub fn show(out: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }

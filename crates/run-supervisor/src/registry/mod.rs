@@ -32,7 +32,9 @@ use crate::events::{TokenUsage, ToolCall};
 use crate::task::TaskState;
 use bridge_proc::ProcId;
 
+mod client;
 mod writer;
+pub use client::{Unsettled, unsettled};
 pub(crate) use writer::{WRITER_THREAD, Writer};
 
 /// Milliseconds since the Unix epoch.
@@ -195,6 +197,15 @@ pub(crate) struct TaskRecord {
     /// `serve` or `serve:<server>` for a task run as a session on a server; absent for `run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// The Claude Code session that delegated the task: `CLAUDE_CODE_SESSION_ID` of the bridge
+    /// that accepted it (Claude Code sets it for the stdio servers it starts). Absent when the
+    /// bridge was not started by Claude Code, and in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_session: Option<String>,
+    /// When the finished task's result was first handed to the caller (`opencode_result`, a
+    /// sync start's answer, an MCP task's result); absent while nobody has read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_read_ms: Option<u64>,
     pub updated_ms: u64,
 }
 
@@ -227,6 +238,8 @@ impl TaskRecord {
             opencode_version: None,
             sandbox: None,
             engine: None,
+            client_session: None,
+            result_read_ms: None,
             updated_ms: now_ms(),
         }
     }
@@ -551,10 +564,10 @@ impl Registry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    pub(super) fn task(
+    pub(crate) fn task(
         reg: &Registry,
         id: u64,
         state: TaskState,
@@ -586,6 +599,8 @@ mod tests {
             opencode_version: None,
             sandbox: None,
             engine: None,
+            client_session: None,
+            result_read_ms: None,
             updated_ms: now_ms(),
         }
     }

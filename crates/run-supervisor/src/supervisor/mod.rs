@@ -309,6 +309,7 @@ impl Supervisor {
             rec.label = spec.label.clone().filter(|l| !l.trim().is_empty());
             rec.continues = spec.session.clone().filter(|s| !s.trim().is_empty());
             rec.engine = place.as_ref().map(Place::engine_name);
+            rec.client_session = cfg.client_session.clone();
             let durable_session = self.shared.writer.is_none();
             let r = Record::new(rec, runner, cfg.output_cap, stop_tx, durable_session);
             inner.tasks.insert(id, r);
@@ -542,6 +543,35 @@ impl Supervisor {
             .and_then(|reg| reg.read_output(id))
             .unwrap_or_default();
         Some(output_view(snap, &o, head, tail))
+    }
+
+    /// Records that the caller was handed the result of a finished task of this bridge, so the
+    /// Stop hook ([`crate::registry::unsettled`]) stops naming it. The tool layer calls it where
+    /// a result reaches the caller (`opencode_result`, a sync start's answer, an MCP task's
+    /// result), not where the bridge reads one for itself. A task of another bridge is left alone.
+    pub fn mark_read(&self, id: TaskId) {
+        {
+            let mut inner = self.shared.lock();
+            if let Some(r) = inner.tasks.get_mut(&id) {
+                if r.state.is_finished() && r.rec.result_read_ms.is_none() {
+                    r.rec.result_read_ms = Some(registry::now_ms());
+                    persist(&self.shared, r, Save::Record);
+                }
+                return;
+            }
+        }
+        // A task of this bridge that has left memory is read from (and written back to) disk.
+        let (Some(reg), Some(writer)) = (&self.shared.registry, &self.shared.writer) else {
+            return;
+        };
+        if let Some(mut t) = reg.read_task(id)
+            && ProcId::from(t.owner) == self.shared.me
+            && t.state().is_finished()
+            && t.result_read_ms.is_none()
+        {
+            t.result_read_ms = Some(registry::now_ms());
+            writer.write(t, None);
+        }
     }
 
     /// Cancels a running or retrying task and waits until its processes are gone (at most
