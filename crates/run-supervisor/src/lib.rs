@@ -48,6 +48,7 @@ mod runner;
 mod spec;
 mod supervisor;
 mod task;
+pub mod usage;
 pub mod utc;
 pub mod worktree;
 
