@@ -90,6 +90,7 @@ pub enum FailureKindView {
     Spawn,
     OutdatedRunner,
     Exit,
+    Budget,
 }
 
 impl From<FailureKind> for FailureKindView {
@@ -109,6 +110,7 @@ impl From<FailureKind> for FailureKindView {
             FailureKind::Spawn => FailureKindView::Spawn,
             FailureKind::OutdatedRunner => FailureKindView::OutdatedRunner,
             FailureKind::Exit => FailureKindView::Exit,
+            FailureKind::Budget => FailureKindView::Budget,
         }
     }
 }

@@ -43,6 +43,9 @@ pub struct TaskSpec {
     /// Run in the caller's checkout ([`Isolation::None`], the default) or in a detached git
     /// worktree of its own whose change is applied on request (see [`crate::worktree`]).
     pub isolation: Isolation,
+    /// Stop the run once it has cost this many USD (its usage so far, estimated where
+    /// opencode records 0); it fails with kind `budget`.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl TaskSpec {
@@ -69,6 +72,7 @@ impl TaskSpec {
             label: None,
             denied: crate::audit::Denied::default(),
             isolation: Isolation::None,
+            max_cost_usd: None,
         }
     }
 }
@@ -161,6 +165,14 @@ pub struct SupervisorConfig {
     /// Reads what an opencode run's session used, for the post-run audit ([`crate::audit`]).
     /// `None` (the default): runs are not audited (their result says so).
     pub session_reader: Option<std::sync::Arc<dyn crate::audit::SessionReader>>,
+    /// Prices and the compare model: what a task's usage costs, estimated where opencode
+    /// recorded 0, and its Claude-equivalent ([`crate::usage`]).
+    pub pricing: crate::usage::Pricing,
+    /// USD per UTC day / month for all tasks (`OPENCODE_BRIDGE_BUDGET_DAY_USD`,
+    /// `_MONTH_USD`, or the config file's `[budget]`): a start is refused once spent.
+    pub budgets: crate::usage::budget::Budgets,
+    /// The config file's per-project budgets.
+    pub project_budgets: Vec<crate::usage::budget::ProjectBudget>,
 }
 
 impl Default for SupervisorConfig {
@@ -187,6 +199,9 @@ impl Default for SupervisorConfig {
             state_dir: None,
             prune_after: Duration::from_secs(env::PRUNE_DAYS.default_number() * 24 * 3600),
             session_reader: None,
+            pricing: crate::usage::Pricing::default(),
+            budgets: crate::usage::budget::Budgets::default(),
+            project_budgets: Vec::new(),
         }
     }
 }
@@ -243,6 +258,14 @@ impl SupervisorConfig {
         c.state_dir = nonempty(env::STATE_DIR.name)
             .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))
             .or_else(|| nonempty("HOME").map(|h| h.join(".local/state/opencode-bridge")));
+        c.pricing = crate::usage::Pricing::from_lookup(&get, &[]);
+        // A budget that does not parse refuses every start (its error says why) rather than
+        // being no budget: see `usage::budget::parse_usd`.
+        let usd = |k: &str| get(k).map(|v| crate::usage::budget::parse_usd(&v).unwrap_or(0.0));
+        c.budgets = crate::usage::budget::Budgets {
+            day_usd: usd(env::BUDGET_DAY_USD.name),
+            month_usd: usd(env::BUDGET_MONTH_USD.name),
+        };
         c
     }
 }

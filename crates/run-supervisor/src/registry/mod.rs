@@ -145,7 +145,8 @@ impl From<StoredTokens> for TokenUsage {
 /// `version` field are version 1 (written before the field existed) and read the same way: the
 /// fields of version 2 are those of version 1 plus `version`. A newer version is read as far as
 /// its known fields go (unknown fields are ignored), so an older bridge still lists the task.
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Version 3 adds `usage` and `attempt_usage` to `task.json` (absent: not known).
+pub(crate) const FORMAT_VERSION: u32 = 3;
 
 fn version_1() -> u32 {
     1
@@ -192,6 +193,13 @@ pub(crate) struct TaskRecord {
     /// attempt and in files written before the fence existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// What the task used and cost, its attempts added up ([`crate::usage::Usage`]); absent
+    /// before version 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::Usage>,
+    /// Each attempt's usage, first to last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempt_usage: Vec<crate::usage::Usage>,
     pub updated_ms: u64,
 }
 
@@ -223,6 +231,8 @@ impl TaskRecord {
             tool_calls: 0,
             opencode_version: None,
             sandbox: None,
+            usage: None,
+            attempt_usage: Vec::new(),
             updated_ms: now_ms(),
         }
     }
@@ -575,6 +585,8 @@ mod tests {
             tool_calls: 0,
             opencode_version: None,
             sandbox: None,
+            usage: None,
+            attempt_usage: Vec::new(),
             updated_ms: now_ms(),
         }
     }

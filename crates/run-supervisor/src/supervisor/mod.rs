@@ -247,6 +247,11 @@ impl Supervisor {
                     until: crate::utc::format(until),
                 });
             }
+            if let crate::usage::budget::Verdict::Refuse(s) =
+                self.budget_check_locked(&inner, Some(&cwd), crate::registry::now_ms())
+            {
+                return Err(over_budget(&s));
+            }
             let running = inner
                 .tasks
                 .values()
@@ -277,7 +282,14 @@ impl Supervisor {
             rec.label = spec.label.clone().filter(|l| !l.trim().is_empty());
             rec.continues = spec.session.clone().filter(|s| !s.trim().is_empty());
             let durable_session = self.shared.writer.is_none();
-            let r = Record::new(rec, runner, cfg.output_cap, stop_tx, durable_session);
+            let r = Record::new(
+                rec,
+                runner,
+                cfg.output_cap,
+                stop_tx,
+                durable_session,
+                cfg.pricing.clone(),
+            );
             inner.tasks.insert(id, r);
             if let Some(r) = inner.tasks.get(&id) {
                 persist(&self.shared, r, Save::Record);
@@ -288,6 +300,45 @@ impl Supervisor {
         let shared = Arc::clone(&self.shared);
         tokio::spawn(attempt::run_task(shared, id, spec, cwd, bin, stop_rx));
         Ok(id)
+    }
+
+    /// Whether a task in `cwd` may start now by the budgets ([`crate::usage::budget`]): the
+    /// ledger's spend in each window plus what running tasks have used so far.
+    pub fn budget_check(&self, cwd: Option<&Path>) -> crate::usage::budget::Verdict {
+        let inner = self.shared.lock();
+        self.budget_check_locked(&inner, cwd, crate::registry::now_ms())
+    }
+
+    fn budget_check_locked(
+        &self,
+        inner: &Inner,
+        cwd: Option<&Path>,
+        now_ms: u64,
+    ) -> crate::usage::budget::Verdict {
+        let cfg = &self.shared.config;
+        if cfg.budgets.is_empty() && cfg.project_budgets.is_empty() {
+            return crate::usage::budget::Verdict::Allow(Vec::new());
+        }
+        let rows = self
+            .state_dir()
+            .and_then(|d| crate::usage::ledger::read(d).ok())
+            .unwrap_or_default()
+            .rows;
+        // A task that finished but is not in the ledger yet is still counted as running.
+        let running: Vec<(std::path::PathBuf, f64)> = inner
+            .tasks
+            .values()
+            .filter(|r| !r.done.borrow().to_owned())
+            .map(|r| (r.rec.cwd.clone(), r.task_usage().budget_cost()))
+            .collect();
+        crate::usage::budget::check(
+            &rows,
+            &cfg.budgets,
+            &cfg.project_budgets,
+            cwd,
+            &running,
+            now_ms,
+        )
     }
 
     /// The state of a task.
@@ -674,6 +725,21 @@ impl Supervisor {
             }
         }
         table
+    }
+}
+
+/// The refusal of a start by a spent budget.
+fn over_budget(s: &crate::usage::budget::Standing) -> StartError {
+    let what = match &s.project {
+        Some(p) => format!("{} (project {})", s.window.as_str(), p.display()),
+        None => s.window.as_str().to_owned(),
+    };
+    StartError::OverBudget {
+        what,
+        window_upper: s.window.as_str().to_ascii_uppercase(),
+        spent: s.spent,
+        budget: s.budget,
+        resets: crate::utc::format(crate::registry::from_ms(s.resets_ms)),
     }
 }
 

@@ -12,6 +12,19 @@ use super::ledger::Row;
 /// The share of a budget at which a start is warned.
 pub const WARN_AT: f64 = 0.8;
 
+/// A budget as written (`5`, `5.50`, `$5`): a finite amount of 0 or more USD; the error says
+/// what was wrong.
+pub fn parse_usd(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let n = t.strip_prefix('$').unwrap_or(t).trim();
+    match n.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "the budget {t:?} is not an amount of USD: write a number such as 5 or 2.50"
+        )),
+    }
+}
+
 /// Budgets in USD (`None`: no limit).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Budgets {

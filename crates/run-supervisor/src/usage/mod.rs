@@ -31,7 +31,7 @@ use crate::events::TokenUsage;
 
 /// The model a task's usage is compared with when `OPENCODE_BRIDGE_COMPARE_MODEL` is not set:
 /// the current Sonnet.
-pub const DEFAULT_COMPARE_MODEL: &str = "anthropic/claude-sonnet-4-5";
+pub const DEFAULT_COMPARE_MODEL: &str = bridge_env::COMPARE_MODEL.default;
 
 /// The bundled price snapshot (models.dev format plus a `_snapshot` entry: date, source).
 pub const BUNDLED_PRICES: &str = include_str!("../../data/prices.json");
@@ -198,6 +198,52 @@ impl Prices {
     /// True when no model has a price.
     pub fn is_empty(&self) -> bool {
         self.by_model.is_empty()
+    }
+}
+
+/// The prices a supervisor uses and the model tasks are compared with.
+#[derive(Debug, Clone)]
+pub struct Pricing {
+    /// Prices by model.
+    pub prices: std::sync::Arc<Prices>,
+    /// `OPENCODE_BRIDGE_COMPARE_MODEL` (default [`DEFAULT_COMPARE_MODEL`]).
+    pub compare_model: String,
+}
+
+impl Default for Pricing {
+    fn default() -> Self {
+        Pricing {
+            prices: std::sync::Arc::new(Prices::bundled()),
+            compare_model: DEFAULT_COMPARE_MODEL.to_owned(),
+        }
+    }
+}
+
+impl Pricing {
+    /// From the environment `get` reads: opencode's models cache (else the snapshot), the
+    /// compare model; `overrides` are the config file's prices.
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        overrides: &[(String, Price)],
+    ) -> Pricing {
+        let cache = Prices::opencode_cache_dir(&get);
+        Pricing {
+            prices: std::sync::Arc::new(Prices::load(cache.as_deref(), overrides)),
+            compare_model: get(bridge_env::COMPARE_MODEL.name)
+                .map(|m| m.trim().to_owned())
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| DEFAULT_COMPARE_MODEL.to_owned()),
+        }
+    }
+
+    /// The compare model's price (`None`: it has none).
+    pub fn compare_price(&self) -> Option<Price> {
+        self.prices.get(&self.compare_model)
+    }
+
+    /// `tokens` and the reported `cost` of a run of `model` (see [`Usage::priced`]).
+    pub fn usage(&self, tokens: TokenUsage, cost: f64, model: Option<&str>) -> Usage {
+        Usage::priced(tokens, cost, model, &self.prices, self.compare_price())
     }
 }
 
