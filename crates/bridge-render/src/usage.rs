@@ -52,6 +52,37 @@ pub fn usage_line(u: Option<&Usage>, model: Option<&str>, compare_model: &str) -
     }
 }
 
+/// A start refused because the config file or a budget variable is not usable.
+pub fn config_refusal(why: &str) -> String {
+    format!(
+        "refused: {why}. No task starts until it is fixed, so that a budget it sets is never skipped"
+    )
+}
+
+/// The ledger could not be read.
+pub fn ledger_unreadable(state_dir: &std::path::Path, why: &str) -> String {
+    format!(
+        "the usage ledger under {} cannot be read ({why}); check the state directory's permissions (OPENCODE_BRIDGE_STATE_DIR)",
+        state_dir.display()
+    )
+}
+
+/// `usage --html FILE` could not write the file.
+pub fn html_unwritable(file: &std::path::Path, why: &str) -> String {
+    format!(
+        "cannot write the usage page to {} ({why}); give a writable path",
+        file.display()
+    )
+}
+
+/// `usage --html FILE` wrote the page.
+pub fn html_written(file: &std::path::Path) -> String {
+    format!(
+        "wrote {} (open it in a browser: a chart of cost and savings per day)",
+        file.display()
+    )
+}
+
 fn scope(s: &Standing) -> String {
     match &s.project {
         Some(p) => format!("{} budget of project {}", s.window.as_str(), p.display()),

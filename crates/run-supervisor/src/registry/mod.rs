@@ -36,7 +36,7 @@ mod writer;
 pub(crate) use writer::{WRITER_THREAD, Writer};
 
 /// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     to_ms(SystemTime::now())
 }
 

@@ -309,6 +309,51 @@ impl Supervisor {
         self.budget_check_locked(&inner, cwd, crate::registry::now_ms())
     }
 
+    /// Where every budget that applies to a task in `cwd` stands now, and what was spent today
+    /// (UTC) in all: what `opencode_policy`, the instructions and `doctor` show.
+    pub fn budget_report(&self, cwd: Option<&Path>) -> (Vec<crate::usage::budget::Standing>, f64) {
+        let now = crate::registry::now_ms();
+        let rows = self
+            .state_dir()
+            .and_then(|d| crate::usage::ledger::read(d).ok())
+            .unwrap_or_default()
+            .rows;
+        let running = self.running_spend(&self.shared.lock());
+        let cfg = &self.shared.config;
+        let standings = crate::usage::budget::standings(
+            &rows,
+            &cfg.budgets,
+            &cfg.project_budgets,
+            cwd,
+            &running,
+            now,
+        );
+        let today = crate::usage::budget::standings(
+            &rows,
+            &crate::usage::budget::Budgets {
+                day_usd: Some(f64::INFINITY),
+                month_usd: None,
+            },
+            &[],
+            None,
+            &running,
+            now,
+        )
+        .first()
+        .map_or(0.0, |s| s.spent);
+        (standings, today)
+    }
+
+    /// What the tasks that are not in the ledger yet have used so far, by working directory.
+    fn running_spend(&self, inner: &Inner) -> Vec<(std::path::PathBuf, f64)> {
+        inner
+            .tasks
+            .values()
+            .filter(|r| !*r.done.borrow())
+            .map(|r| (r.rec.cwd.clone(), r.task_usage().budget_cost()))
+            .collect()
+    }
+
     fn budget_check_locked(
         &self,
         inner: &Inner,
@@ -325,12 +370,7 @@ impl Supervisor {
             .unwrap_or_default()
             .rows;
         // A task that finished but is not in the ledger yet is still counted as running.
-        let running: Vec<(std::path::PathBuf, f64)> = inner
-            .tasks
-            .values()
-            .filter(|r| !r.done.borrow().to_owned())
-            .map(|r| (r.rec.cwd.clone(), r.task_usage().budget_cost()))
-            .collect();
+        let running = self.running_spend(inner);
         crate::usage::budget::check(
             &rows,
             &cfg.budgets,

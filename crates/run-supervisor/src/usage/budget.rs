@@ -137,12 +137,9 @@ pub fn standings(
                 .iter()
                 .filter(|r| r.at_ms >= start && r.at_ms < end && inside(&r.project))
                 .map(|r| r.usage.budget_cost())
-                .sum::<f64>()
-                + running
-                    .iter()
-                    .filter(|(d, _)| inside(d))
-                    .map(|(_, c)| c)
-                    .sum::<f64>();
+                .chain(running.iter().filter(|(d, _)| inside(d)).map(|(_, c)| *c))
+                // Not `sum`: the sum of no f64 is -0.0, which would show as `$-0.0000`.
+                .fold(0.0, |a, b| a + b);
             out.push(Standing {
                 window,
                 project: project.map(Path::to_path_buf),
