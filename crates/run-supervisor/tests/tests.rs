@@ -10,5 +10,6 @@ mod live_audit;
 mod live_fence;
 mod live_long_output;
 mod live_opencode;
+mod live_usage;
 mod process_tree;
 mod read_only_writes;
