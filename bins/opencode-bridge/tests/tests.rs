@@ -22,3 +22,4 @@ mod load;
 mod protocol;
 mod tasks;
 mod untrusted;
+mod usage_page;
