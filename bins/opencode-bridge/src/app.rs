@@ -255,6 +255,11 @@ impl App {
         )
     }
 
+    /// Why the config file or a budget variable is not usable (every start is refused then).
+    pub fn usage_config_error(&self) -> Option<&str> {
+        self.usage_config_error.as_deref()
+    }
+
     /// The line that ends a finished task's result: cost, Claude-equivalent, saved.
     pub fn usage_line(&self, s: &run_supervisor::TaskSnapshot) -> String {
         if !s.state.is_finished() {
@@ -267,27 +272,38 @@ impl App {
         )
     }
 
+    /// The usage ledger (empty without a state directory).
+    pub fn usage_ledger(&self) -> Result<run_supervisor::usage::ledger::Ledger, String> {
+        match self.supervisor.state_dir() {
+            None => Ok(Default::default()),
+            Some(dir) => run_supervisor::usage::ledger::read(dir)
+                .map_err(|e| render::usage::ledger_unreadable(dir, &e.to_string())),
+        }
+    }
+
     /// The ledger's summary since `since_ms` (`None`: all of it).
     pub fn usage_summary(
         &self,
         since_ms: Option<u64>,
     ) -> Result<run_supervisor::usage::ledger::Summary, String> {
-        let Some(dir) = self.supervisor.state_dir() else {
-            return Ok(run_supervisor::usage::ledger::summarize(
-                &Default::default(),
-                since_ms,
-            ));
-        };
-        let ledger = run_supervisor::usage::ledger::read(dir)
-            .map_err(|e| render::usage::ledger_unreadable(dir, &e.to_string()))?;
+        let ledger = self.usage_ledger()?;
         Ok(run_supervisor::usage::ledger::summarize(&ledger, since_ms))
     }
 
-    /// `opencode_usage`.
+    /// `opencode_usage`: the ledger is read once, without copying its strings, for the summary
+    /// and the budgets.
     async fn usage(&self, since_ms: Option<u64>, since_text: &str) -> Result<Reply, String> {
-        let summary = self.usage_summary(since_ms)?;
+        use run_supervisor::usage::ledger;
+        let text = match self.supervisor.state_dir() {
+            None => Vec::new(),
+            Some(dir) => ledger::read_text(dir)
+                .map_err(|e| render::usage::ledger_unreadable(dir, &e.to_string()))?,
+        };
+        let (rows, unreadable) = ledger::parse_text(&text);
+        let rows: Vec<_> = rows.iter().map(ledger::TextRow::view).collect();
+        let summary = ledger::summarize_rows(rows.iter().copied(), unreadable, since_ms);
         let compare = &self.supervisor.config().pricing.compare_model;
-        let (standings, today) = self.supervisor.budget_report(None);
+        let (standings, today) = self.supervisor.budget_report_of(&rows, None);
         let view = structured::UsageView::new(&summary, compare, &standings, today);
         Ok(Reply {
             text: render::usage::usage_report(&summary, since_text, compare)

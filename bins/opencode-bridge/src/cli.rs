@@ -339,17 +339,23 @@ pub async fn doctor(app: &App) -> (String, bool) {
         }
     }
     let (standings, today) = app.supervisor().budget_report(None);
-    line(
-        if standings.iter().any(|s| s.exhausted()) {
-            "warn"
-        } else {
-            "ok"
-        },
-        "budgets",
-        render::usage::budget_lines(&standings, today)
-            .trim_end()
-            .to_owned(),
-    );
+    match app.usage_config_error() {
+        Some(e) => {
+            ok = false;
+            line("FAIL", "budgets", render::usage::config_refusal(e));
+        }
+        None => line(
+            if standings.iter().any(|s| s.exhausted()) {
+                "warn"
+            } else {
+                "ok"
+            },
+            "budgets",
+            render::usage::budget_lines(&standings, today)
+                .trim_end()
+                .to_owned(),
+        ),
+    }
     for (status, detail) in doctor_worktrees(app) {
         line(status, "worktrees", detail);
     }

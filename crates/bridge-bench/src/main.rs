@@ -5,7 +5,7 @@
 //! ```sh
 //! cargo run --release -p bridge-bench              # full run
 //! cargo run --release -p bridge-bench -- --quick   # fewer repetitions, 10 MB floods (CI)
-//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood, latency, scan or secrets
+//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood, latency, scan, secrets or usage
 //! ```
 //!
 //! The bridge binary is `OPENCODE_BRIDGE_BENCH_BIN` when set; otherwise `cargo build --release -p
@@ -28,12 +28,14 @@
 //!   while 6 fake runs each stream 300 MB of events (30 MB with `--quick`);
 //! - process scan: `run_supervisor::proctable::scan()` with about 300 processes on the machine:
 //!   wall time and the scanning thread's CPU time, again with three idle `opencode serve` alive
-//!   when `OPENCODE_BRIDGE_TEST_OPENCODE` is set.
+//!   when `OPENCODE_BRIDGE_TEST_OPENCODE` is set;
+//! - `opencode_usage` over a ledger of 10,000 rows (`usage.rs`).
 
 mod flood;
 mod latency;
 mod scan;
 mod secrets;
+mod usage;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -50,7 +52,7 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
-    // `--only <part>` runs one part: cold, store, flood, latency, scan or secrets.
+    // `--only <part>` runs one part: cold, store, flood, latency, scan, secrets or usage.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -61,13 +63,14 @@ fn main() {
     println!("bridge-bench ({})", if quick { "quick" } else { "full" });
     println!("machine: {}", machine());
 
-    let bridge = if part("cold") || part("store") || part("flood") || part("latency") {
-        let b = bridge_binary();
-        println!("bridge binary: {}", b.display());
-        b
-    } else {
-        PathBuf::new()
-    };
+    let bridge =
+        if part("cold") || part("store") || part("flood") || part("latency") || part("usage") {
+            let b = bridge_binary();
+            println!("bridge binary: {}", b.display());
+            b
+        } else {
+            PathBuf::new()
+        };
     let mut rows: Vec<Row> = Vec::new();
 
     // 1. Cold start.
@@ -139,6 +142,14 @@ fn main() {
         match secrets::secret_guard(if quick { 20 } else { 200 }) {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => rows.push(Row::failed("secret guard", &e)),
+        }
+    }
+
+    // 6. opencode_usage over a year's ledger (issue 24).
+    if part("usage") {
+        match usage::usage(&bridge, if quick { 20 } else { 100 }) {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => rows.push(Row::failed("opencode_usage", &e)),
         }
     }
 

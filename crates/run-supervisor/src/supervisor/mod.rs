@@ -312,16 +312,33 @@ impl Supervisor {
     /// Where every budget that applies to a task in `cwd` stands now, and what was spent today
     /// (UTC) in all: what `opencode_policy`, the instructions and `doctor` show.
     pub fn budget_report(&self, cwd: Option<&Path>) -> (Vec<crate::usage::budget::Standing>, f64) {
-        let now = crate::registry::now_ms();
-        let rows = self
-            .state_dir()
-            .and_then(|d| crate::usage::ledger::read(d).ok())
+        let text = self.ledger_text();
+        let (rows, _) = crate::usage::ledger::parse_text(&text);
+        let rows: Vec<_> = rows
+            .iter()
+            .map(crate::usage::ledger::TextRow::view)
+            .collect();
+        self.budget_report_of(&rows, cwd)
+    }
+
+    /// The ledger's text (empty without a state directory or ledger).
+    fn ledger_text(&self) -> crate::usage::ledger::Text {
+        self.state_dir()
+            .and_then(|d| crate::usage::ledger::read_text(d).ok())
             .unwrap_or_default()
-            .rows;
+    }
+
+    /// [`budget_report`](Self::budget_report) over ledger rows the caller has read already.
+    pub fn budget_report_of(
+        &self,
+        rows: &[crate::usage::ledger::RowRef<'_>],
+        cwd: Option<&Path>,
+    ) -> (Vec<crate::usage::budget::Standing>, f64) {
+        let now = crate::registry::now_ms();
         let running = self.running_spend(&self.shared.lock());
         let cfg = &self.shared.config;
         let standings = crate::usage::budget::standings(
-            &rows,
+            rows,
             &cfg.budgets,
             &cfg.project_budgets,
             cwd,
@@ -329,7 +346,7 @@ impl Supervisor {
             now,
         );
         let today = crate::usage::budget::standings(
-            &rows,
+            rows,
             &crate::usage::budget::Budgets {
                 day_usd: Some(f64::INFINITY),
                 month_usd: None,
@@ -364,11 +381,12 @@ impl Supervisor {
         if cfg.budgets.is_empty() && cfg.project_budgets.is_empty() {
             return crate::usage::budget::Verdict::Allow(Vec::new());
         }
-        let rows = self
-            .state_dir()
-            .and_then(|d| crate::usage::ledger::read(d).ok())
-            .unwrap_or_default()
-            .rows;
+        let text = self.ledger_text();
+        let (rows, _) = crate::usage::ledger::parse_text(&text);
+        let rows: Vec<_> = rows
+            .iter()
+            .map(crate::usage::ledger::TextRow::view)
+            .collect();
         // A task that finished but is not in the ledger yet is still counted as running.
         let running = self.running_spend(inner);
         crate::usage::budget::check(

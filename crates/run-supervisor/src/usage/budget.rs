@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::ledger::Row;
+use super::ledger::RowRef;
 
 /// The share of a budget at which a start is warned.
 pub const WARN_AT: f64 = 0.8;
@@ -111,7 +111,7 @@ pub enum Verdict {
 /// then those of the projects `cwd` is in. `running` is what running tasks (with their
 /// project) have used so far.
 pub fn standings(
-    rows: &[Row],
+    rows: &[RowRef<'_>],
     global: &Budgets,
     projects: &[ProjectBudget],
     cwd: Option<&Path>,
@@ -135,7 +135,7 @@ pub fn standings(
             let Some(budget) = budget else { continue };
             let spent: f64 = rows
                 .iter()
-                .filter(|r| r.at_ms >= start && r.at_ms < end && inside(&r.project))
+                .filter(|r| r.at_ms >= start && r.at_ms < end && inside(r.project))
                 .map(|r| r.usage.budget_cost())
                 .chain(running.iter().filter(|(d, _)| inside(d)).map(|(_, c)| *c))
                 // Not `sum`: the sum of no f64 is -0.0, which would show as `$-0.0000`.
@@ -154,7 +154,7 @@ pub fn standings(
 
 /// Whether a task in `cwd` may start at `now_ms` (see [`standings`]).
 pub fn check(
-    rows: &[Row],
+    rows: &[RowRef<'_>],
     global: &Budgets,
     projects: &[ProjectBudget],
     cwd: Option<&Path>,
@@ -176,6 +176,10 @@ mod tests {
     use super::*;
     use crate::usage::ledger::tests::row;
 
+    fn v(rows: &[crate::usage::ledger::Row]) -> Vec<RowRef<'_>> {
+        rows.iter().map(crate::usage::ledger::Row::view).collect()
+    }
+
     const DAY: u64 = 86_400_000;
 
     #[test]
@@ -188,7 +192,7 @@ mod tests {
             day_usd: Some(5.0),
             month_usd: Some(6.0),
         };
-        let Verdict::Refuse(s) = check(&rows, &b, &[], None, &[], now) else {
+        let Verdict::Refuse(s) = check(&v(&rows), &b, &[], None, &[], now) else {
             panic!("the day's budget is spent")
         };
         assert_eq!((s.window, s.spent, s.budget), (Window::Day, 5.0, 5.0));
@@ -196,12 +200,12 @@ mod tests {
         // An hour later it is February: both windows are new.
         let feb = now + 3_600_000;
         assert!(
-            matches!(check(&rows, &b, &[], None, &[], feb), Verdict::Allow(v) if v.iter().all(|s| s.spent == 0.0))
+            matches!(check(&v(&rows), &b, &[], None, &[], feb), Verdict::Allow(v) if v.iter().all(|s| s.spent == 0.0))
         );
         // The next day of January: the day is new, the month is not (5 of 6: a warning).
         let jan30 = now - DAY;
         let rows = [row(1, 1, jan30, 5.0)];
-        let Verdict::Warn(w) = check(&rows, &b, &[], None, &[], now) else {
+        let Verdict::Warn(w) = check(&v(&rows), &b, &[], None, &[], now) else {
             panic!("5 of 6 is past 80 %")
         };
         assert_eq!(w[0].window, Window::Month);
@@ -212,7 +216,7 @@ mod tests {
         );
         // Running tasks count too.
         assert!(matches!(
-            check(&rows, &b, &[], None, &[("/p".into(), 1.0)], now),
+            check(&v(&rows), &b, &[], None, &[("/p".into(), 1.0)], now),
             Verdict::Refuse(s) if s.window == Window::Month
         ));
     }
@@ -232,11 +236,11 @@ mod tests {
         }];
         let none = Budgets::default();
         assert!(matches!(
-            check(&rows, &none, &p, Some(Path::new("/p/sub")), &[], now),
+            check(&v(&rows), &none, &p, Some(Path::new("/p/sub")), &[], now),
             Verdict::Refuse(s) if s.spent == 1.0 && s.project.as_deref() == Some(Path::new("/p"))
         ));
         assert!(matches!(
-            check(&rows, &none, &p, Some(Path::new("/elsewhere")), &[], now),
+            check(&v(&rows), &none, &p, Some(Path::new("/elsewhere")), &[], now),
             Verdict::Allow(v) if v.is_empty()
         ));
     }
@@ -251,7 +255,7 @@ mod tests {
             month_usd: None,
         };
         assert!(matches!(
-            check(&[r], &b, &[], None, &[], 1),
+            check(&[r.view()], &b, &[], None, &[], 1),
             Verdict::Refuse(_)
         ));
     }

@@ -161,7 +161,7 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, r: &Row, new_task: bool) {
+    fn add(&mut self, r: &RowRef<'_>, new_task: bool) {
         self.tasks += usize::from(new_task);
         self.attempts += 1;
         let (a, b) = (&mut self.tokens, &r.usage.tokens);
@@ -214,41 +214,152 @@ pub struct Summary {
     pub unreadable_lines: usize,
 }
 
+/// One row as [`summarize_rows`] and the budgets read it: borrowed from a [`Row`] or from the
+/// ledger's text.
+#[derive(Debug, Clone, Copy)]
+pub struct RowRef<'a> {
+    /// [`Row::at_ms`].
+    pub at_ms: u64,
+    /// [`Row::task`].
+    pub task: u64,
+    /// [`Row::agent`].
+    pub agent: &'a str,
+    /// [`Row::model`].
+    pub model: Option<&'a str>,
+    /// [`Row::engine_name`].
+    pub engine: &'a str,
+    /// [`Row::lane`].
+    pub lane: &'a str,
+    /// [`Row::project`].
+    pub project: &'a Path,
+    /// [`Row::usage`].
+    pub usage: &'a Usage,
+}
+
+impl Row {
+    /// This row as a [`RowRef`].
+    pub fn view(&self) -> RowRef<'_> {
+        RowRef {
+            at_ms: self.at_ms,
+            task: self.task,
+            agent: &self.agent,
+            model: self.model.as_deref(),
+            engine: self.engine_name(),
+            lane: &self.lane,
+            project: &self.project,
+            usage: &self.usage,
+        }
+    }
+}
+
+/// A row read from the ledger's text without copying its strings (those without escapes).
+#[derive(Debug, Deserialize)]
+pub struct TextRow<'a> {
+    at_ms: u64,
+    task: u64,
+    #[serde(borrow)]
+    agent: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    model: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    runner: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    engine: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    lane: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    project: std::borrow::Cow<'a, str>,
+    usage: Usage,
+}
+
+impl TextRow<'_> {
+    /// This row as a [`RowRef`].
+    pub fn view(&self) -> RowRef<'_> {
+        RowRef {
+            at_ms: self.at_ms,
+            task: self.task,
+            agent: &self.agent,
+            model: self.model.as_deref(),
+            engine: self.engine.as_deref().unwrap_or(&self.runner),
+            lane: &self.lane,
+            project: Path::new(self.project.as_ref()),
+            usage: &self.usage,
+        }
+    }
+}
+
+/// The ledger's text, as read by [`read_text`].
+pub type Text = Vec<u8>;
+
+/// The ledger file's bytes (empty when there is none): what [`parse_text`] borrows from.
+pub fn read_text(state_dir: &Path) -> std::io::Result<Text> {
+    match std::fs::read(path(state_dir)) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The rows of ledger text, borrowing its strings, and how many lines could not be read: the
+/// fast path of `opencode_usage` (no copy of any string per row).
+pub fn parse_text(text: &[u8]) -> (Vec<TextRow<'_>>, usize) {
+    let (mut rows, mut bad) = (Vec::new(), 0);
+    for line in text.split(|b| *b == b'\n') {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<TextRow<'_>>(line) {
+            Ok(r) => rows.push(r),
+            Err(_) => bad += 1,
+        }
+    }
+    (rows, bad)
+}
+
 /// Sums the rows at or after `since_ms`.
 pub fn summarize(ledger: &Ledger, since_ms: Option<u64>) -> Summary {
+    summarize_rows(
+        ledger.rows.iter().map(Row::view),
+        ledger.unreadable,
+        since_ms,
+    )
+}
+
+/// Sums the rows at or after `since_ms`; `unreadable` is the count of lines that were not rows.
+pub fn summarize_rows<'a>(
+    rows: impl IntoIterator<Item = RowRef<'a>>,
+    unreadable: usize,
+    since_ms: Option<u64>,
+) -> Summary {
     type Map<'a> = BTreeMap<&'a str, (Totals, u64)>;
     let mut s = Summary {
         since_ms,
-        unreadable_lines: ledger.unreadable,
+        unreadable_lines: unreadable,
         ..Summary::default()
     };
-    let mut days: BTreeMap<String, (Totals, u64)> = BTreeMap::new();
+    // By day number (the date text is made once per day, not once per row).
+    let mut days: BTreeMap<u64, (Totals, u64)> = BTreeMap::new();
     let (mut agents, mut models, mut lanes, mut engines) =
         (Map::new(), Map::new(), Map::new(), Map::new());
     let mut last_task = u64::MAX;
     // A task's attempts are adjacent rows (written together): counting a task once per
     // group needs only the previous task id of that group.
-    let add = |e: &mut (Totals, u64), r: &Row| {
+    let add = |e: &mut (Totals, u64), r: &RowRef<'_>| {
         let new_task = e.1 != r.task.wrapping_add(1);
         e.0.add(r, new_task);
         e.1 = r.task.wrapping_add(1);
     };
-    for r in &ledger.rows {
+    for r in rows {
         if since_ms.is_some_and(|t| r.at_ms < t) {
             continue;
         }
-        s.totals.add(r, last_task != r.task);
+        s.totals.add(&r, last_task != r.task);
         last_task = r.task;
-        add(days.entry(r.day()).or_default(), r);
-        add(agents.entry(&r.agent).or_default(), r);
-        add(
-            models
-                .entry(r.model.as_deref().unwrap_or("default"))
-                .or_default(),
-            r,
-        );
-        add(lanes.entry(&r.lane).or_default(), r);
-        add(engines.entry(r.engine_name()).or_default(), r);
+        add(days.entry(r.at_ms / 86_400_000).or_default(), &r);
+        add(agents.entry(r.agent).or_default(), &r);
+        add(models.entry(r.model.unwrap_or("default")).or_default(), &r);
+        add(lanes.entry(r.lane).or_default(), &r);
+        add(engines.entry(r.engine).or_default(), &r);
     }
     let costliest = |m: Map<'_>| {
         let mut v: Vec<Group> = m
@@ -263,7 +374,10 @@ pub fn summarize(ledger: &Ledger, since_ms: Option<u64>) -> Summary {
     };
     s.by_day = days
         .into_iter()
-        .map(|(key, (totals, _))| Group { key, totals })
+        .map(|(day, (totals, _))| Group {
+            key: crate::utc::day(day * 86_400_000),
+            totals,
+        })
         .collect();
     s.by_agent = costliest(agents);
     s.by_model = costliest(models);
