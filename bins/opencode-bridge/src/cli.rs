@@ -152,15 +152,7 @@ pub async fn run(app: &App, command: Command) -> i32 {
             return usage(app, &args, json, html.as_deref()).await;
         }
     };
-    let args: Map<String, Value> = args
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let args = given(&args);
     let outcome = match tools::parse_call(tool, Some(&args)) {
         Ok(call) => app.call(call).await,
         Err(refused) => Err(refused.cli_text()),
@@ -177,17 +169,21 @@ pub async fn run(app: &App, command: Command) -> i32 {
     }
 }
 
-/// `usage`: the report (or its JSON), and the HTML page when asked.
-async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i32 {
-    let args: Map<String, Value> = args
-        .as_object()
+/// The arguments a subcommand was given: its JSON object without the flags left out (null).
+fn given(args: &Value) -> Map<String, Value> {
+    args.as_object()
         .map(|m| {
             m.iter()
                 .filter(|(_, v)| !v.is_null())
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// `usage`: the report (or its JSON), and the HTML page when asked.
+async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i32 {
+    let args = given(args);
     let call = match tools::parse_call("opencode_usage", Some(&args)) {
         Ok(c) => c,
         Err(refused) => {

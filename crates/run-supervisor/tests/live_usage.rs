@@ -7,10 +7,10 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use opencode_client::{Liveness, ScanContext, StoreSource};
+use opencode_client::StoreSource;
 use run_supervisor::usage::budget::Budgets;
 use run_supervisor::usage::{CostBasis, MessageUsage, Price, Prices, Pricing, Usage, ledger};
 use run_supervisor::{
@@ -36,15 +36,7 @@ fn spec(cwd: &Path, model: &str, prompt: &str) -> TaskSpec {
 
 fn store_costs(sb: &OpencodeSandbox, session: &str) -> Vec<opencode_client::usage::MessageCost> {
     let store = StoreSource::open(sb.db_path()).unwrap();
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let ctx = ScanContext {
-        deadline: Instant::now() + Duration::from_secs(30),
-        now_ms,
-        liveness: Liveness::default(),
-    };
+    let ctx = crate::common::store_scan_context();
     opencode_client::usage::session_costs(&store, session, 0, &ctx).unwrap()
 }
 

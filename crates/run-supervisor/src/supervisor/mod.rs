@@ -312,20 +312,21 @@ impl Supervisor {
     /// Where every budget that applies to a task in `cwd` stands now, and what was spent today
     /// (UTC) in all: what `opencode_policy`, the instructions and `doctor` show.
     pub fn budget_report(&self, cwd: Option<&Path>) -> (Vec<crate::usage::budget::Standing>, f64) {
-        let text = self.ledger_text();
+        self.with_ledger(|rows| self.budget_report_of(rows, cwd))
+    }
+
+    /// `f` of the ledger's rows (none without a state directory or ledger).
+    fn with_ledger<R>(&self, f: impl FnOnce(&[crate::usage::ledger::RowRef<'_>]) -> R) -> R {
+        let text = self
+            .state_dir()
+            .and_then(|d| crate::usage::ledger::read_text(d).ok())
+            .unwrap_or_default();
         let (rows, _) = crate::usage::ledger::parse_text(&text);
         let rows: Vec<_> = rows
             .iter()
             .map(crate::usage::ledger::TextRow::view)
             .collect();
-        self.budget_report_of(&rows, cwd)
-    }
-
-    /// The ledger's text (empty without a state directory or ledger).
-    fn ledger_text(&self) -> crate::usage::ledger::Text {
-        self.state_dir()
-            .and_then(|d| crate::usage::ledger::read_text(d).ok())
-            .unwrap_or_default()
+        f(&rows)
     }
 
     /// [`budget_report`](Self::budget_report) over ledger rows the caller has read already.
@@ -381,22 +382,18 @@ impl Supervisor {
         if cfg.budgets.is_empty() && cfg.project_budgets.is_empty() {
             return crate::usage::budget::Verdict::Allow(Vec::new());
         }
-        let text = self.ledger_text();
-        let (rows, _) = crate::usage::ledger::parse_text(&text);
-        let rows: Vec<_> = rows
-            .iter()
-            .map(crate::usage::ledger::TextRow::view)
-            .collect();
         // A task that finished but is not in the ledger yet is still counted as running.
         let running = self.running_spend(inner);
-        crate::usage::budget::check(
-            &rows,
-            &cfg.budgets,
-            &cfg.project_budgets,
-            cwd,
-            &running,
-            now_ms,
-        )
+        self.with_ledger(|rows| {
+            crate::usage::budget::verdict(crate::usage::budget::standings(
+                rows,
+                &cfg.budgets,
+                &cfg.project_budgets,
+                cwd,
+                &running,
+                now_ms,
+            ))
+        })
     }
 
     /// The state of a task.

@@ -152,16 +152,8 @@ pub fn standings(
     out
 }
 
-/// Whether a task in `cwd` may start at `now_ms` (see [`standings`]).
-pub fn check(
-    rows: &[RowRef<'_>],
-    global: &Budgets,
-    projects: &[ProjectBudget],
-    cwd: Option<&Path>,
-    running: &[(PathBuf, f64)],
-    now_ms: u64,
-) -> Verdict {
-    let all = standings(rows, global, projects, cwd, running, now_ms);
+/// Whether a task may start, given where its budgets stand ([`standings`]).
+pub fn verdict(all: Vec<Standing>) -> Verdict {
     if let Some(s) = all.iter().find(|s| s.exhausted()) {
         return Verdict::Refuse(s.clone());
     }
@@ -192,7 +184,7 @@ mod tests {
             day_usd: Some(5.0),
             month_usd: Some(6.0),
         };
-        let Verdict::Refuse(s) = check(&v(&rows), &b, &[], None, &[], now) else {
+        let Verdict::Refuse(s) = verdict(standings(&v(&rows), &b, &[], None, &[], now)) else {
             panic!("the day's budget is spent")
         };
         assert_eq!((s.window, s.spent, s.budget), (Window::Day, 5.0, 5.0));
@@ -200,12 +192,12 @@ mod tests {
         // An hour later it is February: both windows are new.
         let feb = now + 3_600_000;
         assert!(
-            matches!(check(&v(&rows), &b, &[], None, &[], feb), Verdict::Allow(v) if v.iter().all(|s| s.spent == 0.0))
+            matches!(verdict(standings(&v(&rows), &b, &[], None, &[], feb)), Verdict::Allow(v) if v.iter().all(|s| s.spent == 0.0))
         );
         // The next day of January: the day is new, the month is not (5 of 6: a warning).
         let jan30 = now - DAY;
         let rows = [row(1, 1, jan30, 5.0)];
-        let Verdict::Warn(w) = check(&v(&rows), &b, &[], None, &[], now) else {
+        let Verdict::Warn(w) = verdict(standings(&v(&rows), &b, &[], None, &[], now)) else {
             panic!("5 of 6 is past 80 %")
         };
         assert_eq!(w[0].window, Window::Month);
@@ -216,7 +208,7 @@ mod tests {
         );
         // Running tasks count too.
         assert!(matches!(
-            check(&v(&rows), &b, &[], None, &[("/p".into(), 1.0)], now),
+            verdict(standings(&v(&rows), &b, &[], None, &[("/p".into(), 1.0)], now)),
             Verdict::Refuse(s) if s.window == Window::Month
         ));
     }
@@ -236,11 +228,11 @@ mod tests {
         }];
         let none = Budgets::default();
         assert!(matches!(
-            check(&v(&rows), &none, &p, Some(Path::new("/p/sub")), &[], now),
+            verdict(standings(&v(&rows), &none, &p, Some(Path::new("/p/sub")), &[], now)),
             Verdict::Refuse(s) if s.spent == 1.0 && s.project.as_deref() == Some(Path::new("/p"))
         ));
         assert!(matches!(
-            check(&v(&rows), &none, &p, Some(Path::new("/elsewhere")), &[], now),
+            verdict(standings(&v(&rows), &none, &p, Some(Path::new("/elsewhere")), &[], now)),
             Verdict::Allow(v) if v.is_empty()
         ));
     }
@@ -255,7 +247,7 @@ mod tests {
             month_usd: None,
         };
         assert!(matches!(
-            check(&[r.view()], &b, &[], None, &[], 1),
+            verdict(standings(&[r.view()], &b, &[], None, &[], 1)),
             Verdict::Refuse(_)
         ));
     }
