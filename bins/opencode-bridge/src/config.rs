@@ -216,6 +216,52 @@ pub fn apply_usage_config(
 mod tests {
     use super::*;
 
+    #[test]
+    fn budgets_come_from_the_variables_over_the_config_file_and_bad_ones_refuse() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[budget]\nday_usd = 5\nmonth_usd = 40\n[prices.\"fk/cheap\"]\ninput = 1\noutput = 2\n",
+        )
+        .unwrap();
+        let env = |pairs: Vec<(&'static str, String)>| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        };
+        let config = || ("OPENCODE_BRIDGE_CONFIG", file.display().to_string());
+        let mut cfg = run_supervisor::SupervisorConfig::default();
+        apply_usage_config(
+            &mut cfg,
+            env(vec![
+                config(),
+                ("OPENCODE_BRIDGE_BUDGET_DAY_USD", "$2".into()),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(cfg.budgets.day_usd, Some(2.0), "the variable wins");
+        assert_eq!(cfg.budgets.month_usd, Some(40.0), "the file's month");
+        assert_eq!(
+            cfg.pricing.prices.get("fk/cheap").map(|p| p.output),
+            Some(2.0)
+        );
+        let err = apply_usage_config(
+            &mut cfg,
+            env(vec![
+                config(),
+                ("OPENCODE_BRIDGE_BUDGET_MONTH_USD", "lots".into()),
+            ]),
+        )
+        .unwrap_err();
+        assert!(err.contains("OPENCODE_BRIDGE_BUDGET_MONTH_USD"), "{err}");
+        assert!(err.contains("not an amount of USD"), "{err}");
+        std::fs::write(&file, "[budget]\nday_usd = -1\n").unwrap();
+        let err = apply_usage_config(&mut cfg, env(vec![config()])).unwrap_err();
+        assert!(
+            err.contains("config.toml") && err.contains("budget.day_usd"),
+            "{err}"
+        );
+    }
+
     /// The README documents every variable the bridge reads.
     #[test]
     fn structured_results_go_to_every_client_but_claude_code_by_default() {
