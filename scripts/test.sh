@@ -34,6 +34,14 @@ if ! "$cache/pymcp/bin/python" -c "import importlib.metadata as m, sys; sys.exit
     "mcp==$PY_MCP_VERSION" "jsonschema==$PY_JSONSCHEMA_VERSION" >&2
 fi
 
+# Headless Chromium (Debian's `chromium`) opens the `usage --html` page in a test and checks its
+# screenshot for the chart's bars.
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "test.sh: installing chromium (apt-get)" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get install -y --no-install-recommends chromium >&2
+  else sudo apt-get install -y --no-install-recommends chromium >&2; fi
+fi
+
 export OPENCODE_BRIDGE_TEST_OPENCODE="$cache/oc/node_modules/opencode-linux-x64/bin/opencode"
 export OPENCODE_BRIDGE_TEST_CLAUDE="$cache/cc/node_modules/.bin/claude"
 export OPENCODE_BRIDGE_TEST_VERDACCIO="$cache/verdaccio/node_modules/.bin/verdaccio"

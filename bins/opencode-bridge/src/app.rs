@@ -34,6 +34,8 @@ pub struct App {
     client: Result<ClientConfig, ClientError>,
     supervisor: Supervisor,
     roster: Arc<RosterSource>,
+    /// Why the config file or a budget variable is not usable: starts are refused with it.
+    usage_config_error: Option<String>,
 }
 
 impl fmt::Debug for App {
@@ -176,6 +178,8 @@ impl App {
         if let Ok(file) = &settings.file {
             cfg.servers = file.servers.clone();
         }
+        let usage_config_error =
+            crate::config::apply_usage_config(&mut cfg, |k| std::env::var(k).ok()).err();
         // A service is never asked about a directory outside the root (see [`within_root`]).
         let client = ClientConfig::from_env().map(|mut c| {
             c.probe_within = Some(settings.root.clone());
@@ -191,6 +195,7 @@ impl App {
             client,
             supervisor: Supervisor::new(cfg),
             roster,
+            usage_config_error,
         }
     }
 
@@ -245,7 +250,70 @@ impl App {
                 "opencode-bridge delegates easy and medium work to opencode agents, but its policy cannot be read: {e}. opencode_start refuses until this is fixed.\n"
             ),
         };
-        format!("{text}{}\n", self.settings.root_line())
+        let (standings, today) = self.supervisor.budget_report(None);
+        format!(
+            "{text}{}\n{}",
+            self.settings.root_line(),
+            render::usage::budget_lines(&standings, today)
+        )
+    }
+
+    /// Why the config file or a budget variable is not usable (every start is refused then).
+    pub fn usage_config_error(&self) -> Option<&str> {
+        self.usage_config_error.as_deref()
+    }
+
+    /// The line that ends a finished task's result: cost, Claude-equivalent, saved.
+    pub fn usage_line(&self, s: &run_supervisor::TaskSnapshot) -> String {
+        if !s.state.is_finished() {
+            return String::new();
+        }
+        render::usage::usage_line(
+            s.usage.as_ref(),
+            s.model.as_deref(),
+            &self.supervisor.config().pricing.compare_model,
+        )
+    }
+
+    /// The usage ledger (empty without a state directory).
+    pub fn usage_ledger(&self) -> Result<run_supervisor::usage::ledger::Ledger, String> {
+        match self.supervisor.state_dir() {
+            None => Ok(Default::default()),
+            Some(dir) => run_supervisor::usage::ledger::read(dir)
+                .map_err(|e| render::usage::ledger_unreadable(dir, &e.to_string())),
+        }
+    }
+
+    /// The ledger's summary since `since_ms` (`None`: all of it).
+    pub fn usage_summary(
+        &self,
+        since_ms: Option<u64>,
+    ) -> Result<run_supervisor::usage::ledger::Summary, String> {
+        let ledger = self.usage_ledger()?;
+        Ok(run_supervisor::usage::ledger::summarize(&ledger, since_ms))
+    }
+
+    /// `opencode_usage`: the ledger is read once, without copying its strings, for the summary
+    /// and the budgets.
+    async fn usage(&self, since_ms: Option<u64>, since_text: &str) -> Result<Reply, String> {
+        use run_supervisor::usage::ledger;
+        let text = match self.supervisor.state_dir() {
+            None => Vec::new(),
+            Some(dir) => ledger::read_text(dir)
+                .map_err(|e| render::usage::ledger_unreadable(dir, &e.to_string()))?,
+        };
+        let (rows, unreadable) = ledger::parse_text(&text);
+        let rows: Vec<_> = rows.iter().map(ledger::TextRow::view).collect();
+        let summary = ledger::summarize_rows(rows.iter().copied(), unreadable, since_ms);
+        let compare = &self.supervisor.config().pricing.compare_model;
+        let (standings, today) = self.supervisor.budget_report_of(&rows, None);
+        let view = structured::UsageView::new(&summary, compare, &standings, today);
+        Ok(Reply {
+            text: render::usage::usage_report(&summary, since_text, compare)
+                + &render::usage::budget_lines(&standings, today),
+            structured: Some(structured::to_value(&view)),
+            session: None,
+        })
     }
 
     /// Runs one validated call. No reply is longer than [`REPLY_CAP_CHARS`].
@@ -274,6 +342,10 @@ impl App {
             Call::SessionOutput(args) => self.session_output(args).await.map(Reply::text),
             Call::Rename { id, title } => self.rename(id, title).await.map(Reply::text),
             Call::Start(args) => self.start(args, &progress).await,
+            Call::Usage {
+                since_ms,
+                since_text,
+            } => self.usage(since_ms, &since_text).await,
             Call::Wait {
                 ids,
                 all,
@@ -319,8 +391,9 @@ impl App {
                 let overlap = self.overlap_note(&out).await;
                 let mut result_view = structured::ResultView::from(&out);
                 result_view.isolated = view;
+                let usage = self.usage_line(&out.snapshot);
                 Ok(Reply {
-                    text: render::tasks::result(&out) + &note + &isolated + &overlap,
+                    text: render::tasks::result(&out) + &note + &isolated + &overlap + &usage,
                     structured: Some(structured::to_value(&result_view)),
                     session: out
                         .snapshot
@@ -557,7 +630,13 @@ impl App {
         spec.denied = denied_permissions(agent);
         spec.isolation = args.isolation;
         spec.server = args.server.clone();
+        spec.max_cost_usd = args.max_cost_usd;
+        if let Some(e) = &self.usage_config_error {
+            return Err(render::usage::config_refusal(e));
+        }
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
+        let budget_warning =
+            render::usage::budget_warning(&self.supervisor.budget_check(Some(&cwd)));
         if progress.wanted() {
             self.report_start(id, progress).await;
         }
@@ -587,7 +666,8 @@ impl App {
             continues: session.as_ref().map(|s| s.id.as_str()),
             engine: &engine,
         }) + &unchecked
-            + &self.isolated_start(id);
+            + &self.isolated_start(id)
+            + &budget_warning;
         Ok((id, started))
     }
 
@@ -1010,8 +1090,11 @@ impl App {
             &view,
             (!warning.is_empty()).then(|| warning.trim_end().to_owned()),
         );
+        let (standings, today) = self.supervisor.budget_report(Some(dir));
         Ok(Reply {
-            text: warning + &render::policy(&view),
+            text: warning
+                + &render::policy(&view)
+                + &render::usage::budget_lines(&standings, today),
             structured: Some(structured::to_value(&data)),
             session: None,
         })

@@ -79,6 +79,22 @@ pub enum Command {
     },
     /// List running opencode processes (same text as opencode_processes).
     Processes,
+    /// What delegation cost and saved, from the usage ledger (same text as opencode_usage):
+    /// totals and rows by day (with a bar per day), agent, model, lane and engine.
+    Usage {
+        /// Only from this UTC date on (YYYY-MM-DD).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only the last N UTC days, today included.
+        #[arg(long)]
+        since_days: Option<u64>,
+        /// Print the data as JSON (opencode_usage's structured result) instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Also write a self-contained HTML page with a chart of cost and savings per day.
+        #[arg(long, value_name = "FILE")]
+        html: Option<std::path::PathBuf>,
+    },
     /// Check the installation: opencode, backend, store, server, roster, mode.
     Doctor,
     /// Scan a file (or stdin: `-` or nothing) with the secret guard: one `FILE:LINE: KIND` line
@@ -140,16 +156,17 @@ pub async fn run(app: &App, command: Command) -> i32 {
         ),
         Command::Policy { cwd, mode } => ("opencode_policy", json!({"cwd": cwd, "mode": mode})),
         Command::Processes => ("opencode_processes", json!({})),
+        Command::Usage {
+            since,
+            since_days,
+            json,
+            html,
+        } => {
+            let args = json!({"since": since, "since_days": since_days});
+            return usage(app, &args, json, html.as_deref()).await;
+        }
     };
-    let args: Map<String, Value> = args
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let args = given(&args);
     let outcome = match tools::parse_call(tool, Some(&args)) {
         Ok(call) => app.call(call).await,
         Err(refused) => Err(refused.cli_text()),
@@ -220,6 +237,77 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
         }
     }
     lines
+}
+
+/// The arguments a subcommand was given: its JSON object without the flags left out (null).
+fn given(args: &Value) -> Map<String, Value> {
+    args.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `usage`: the report (or its JSON), and the HTML page when asked.
+async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i32 {
+    let args = given(args);
+    let call = match tools::parse_call("opencode_usage", Some(&args)) {
+        Ok(c) => c,
+        Err(refused) => {
+            eprintln!("opencode-bridge: {}", refused.cli_text());
+            return 1;
+        }
+    };
+    let tools::Call::Usage {
+        since_ms,
+        since_text,
+    } = call.clone()
+    else {
+        unreachable!("opencode_usage parses to Call::Usage")
+    };
+    let reply = match app.reply(call, crate::app::Progress::none()).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("opencode-bridge: {}", cli_wording(&e));
+            return 1;
+        }
+    };
+    if let Some(file) = html {
+        let page = match app.usage_summary(since_ms) {
+            Ok(s) => render::usage::usage_html(
+                &s,
+                &since_text,
+                &app.supervisor().config().pricing.compare_model,
+            ),
+            Err(e) => {
+                eprintln!("opencode-bridge: {e}");
+                return 1;
+            }
+        };
+        if let Err(e) = std::fs::write(file, page) {
+            eprintln!(
+                "opencode-bridge: {}",
+                render::usage::html_unwritable(file, &e.to_string())
+            );
+            return 1;
+        }
+    }
+    if as_json {
+        let data = reply.structured.unwrap_or(Value::Null);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&data).unwrap_or_default()
+        );
+    } else {
+        print!("{}", reply.text);
+        if let Some(file) = html {
+            println!("{}", render::usage::html_written(file));
+        }
+    }
+    0
 }
 
 /// `doctor`: every check on its own line, `ok`, `warn` or `FAIL`, then the variables that are
@@ -319,6 +407,24 @@ pub async fn doctor(app: &App) -> (String, bool) {
             ok = false;
             line("FAIL", "config", e.clone());
         }
+    }
+    let (standings, today) = app.supervisor().budget_report(None);
+    match app.usage_config_error() {
+        Some(e) => {
+            ok = false;
+            line("FAIL", "budgets", render::usage::config_refusal(e));
+        }
+        None => line(
+            if standings.iter().any(|s| s.exhausted()) {
+                "warn"
+            } else {
+                "ok"
+            },
+            "budgets",
+            render::usage::budget_lines(&standings, today)
+                .trim_end()
+                .to_owned(),
+        ),
     }
     for (status, detail) in doctor_worktrees(app) {
         line(status, "worktrees", detail);
@@ -591,7 +697,8 @@ async fn doctor_claude(app: &App) -> (&'static str, String) {
 /// A message that names tools, reworded with the subcommands a person at a terminal runs
 /// (`check the id with opencode_sessions` becomes `… with \`opencode-bridge sessions\``).
 fn cli_wording(message: &str) -> String {
-    const SUBCOMMANDS: [(&str, &str); 4] = [
+    const SUBCOMMANDS: [(&str, &str); 5] = [
+        ("opencode_usage", "usage"),
         ("opencode_session_output", "output"),
         ("opencode_sessions", "sessions"),
         ("opencode_policy", "policy"),

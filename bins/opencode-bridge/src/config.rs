@@ -163,9 +163,108 @@ pub fn env_help() -> String {
     out
 }
 
+/// Applies the config file's `[budget]`, `[[budget.project]]` and `[prices]` to `cfg` (the
+/// budget variables win over the file's global ones). `Err`: the file, or a budget variable,
+/// is not usable; the bridge then refuses starts with that line rather than run without the
+/// budgets it was given.
+pub fn apply_usage_config(
+    cfg: &mut run_supervisor::SupervisorConfig,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    use run_supervisor::usage::budget::{Budgets, ProjectBudget, parse_usd};
+    use run_supervisor::usage::{Price, Pricing};
+    let file = bridge_config::Config::load(&var)?;
+    let env_usd = |ev: bridge_env::EnvVar| -> Result<Option<f64>, String> {
+        match var(ev.name).filter(|v| !v.trim().is_empty()) {
+            Some(v) => parse_usd(&v)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", ev.name)),
+            None => Ok(None),
+        }
+    };
+    cfg.budgets = Budgets {
+        day_usd: env_usd(bridge_env::BUDGET_DAY_USD)?.or(file.budget.day_usd),
+        month_usd: env_usd(bridge_env::BUDGET_MONTH_USD)?.or(file.budget.month_usd),
+    };
+    cfg.project_budgets = file
+        .project_budgets
+        .iter()
+        .map(|p| ProjectBudget {
+            path: p.path.canonicalize().unwrap_or_else(|_| p.path.clone()),
+            budgets: Budgets {
+                day_usd: p.budget.day_usd,
+                month_usd: p.budget.month_usd,
+            },
+        })
+        .collect();
+    let overrides: Vec<(String, Price)> = file
+        .prices
+        .iter()
+        .map(|p| {
+            (
+                p.model.clone(),
+                Price {
+                    input: p.input,
+                    output: p.output,
+                    cache_read: p.cache_read,
+                    cache_write: p.cache_write,
+                },
+            )
+        })
+        .collect();
+    cfg.pricing = Pricing::from_lookup(&var, &overrides);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn budgets_come_from_the_variables_over_the_config_file_and_bad_ones_refuse() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[budget]\nday_usd = 5\nmonth_usd = 40\n[prices.\"fk/cheap\"]\ninput = 1\noutput = 2\n",
+        )
+        .unwrap();
+        let env = |pairs: Vec<(&'static str, String)>| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        };
+        let config = || ("OPENCODE_BRIDGE_CONFIG", file.display().to_string());
+        let mut cfg = run_supervisor::SupervisorConfig::default();
+        apply_usage_config(
+            &mut cfg,
+            env(vec![
+                config(),
+                ("OPENCODE_BRIDGE_BUDGET_DAY_USD", "$2".into()),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(cfg.budgets.day_usd, Some(2.0), "the variable wins");
+        assert_eq!(cfg.budgets.month_usd, Some(40.0), "the file's month");
+        assert_eq!(
+            cfg.pricing.prices.get("fk/cheap").map(|p| p.output),
+            Some(2.0)
+        );
+        let err = apply_usage_config(
+            &mut cfg,
+            env(vec![
+                config(),
+                ("OPENCODE_BRIDGE_BUDGET_MONTH_USD", "lots".into()),
+            ]),
+        )
+        .unwrap_err();
+        assert!(err.contains("OPENCODE_BRIDGE_BUDGET_MONTH_USD"), "{err}");
+        assert!(err.contains("not an amount of USD"), "{err}");
+        std::fs::write(&file, "[budget]\nday_usd = -1\n").unwrap();
+        let err = apply_usage_config(&mut cfg, env(vec![config()])).unwrap_err();
+        assert!(
+            err.contains("config.toml") && err.contains("budget.day_usd"),
+            "{err}"
+        );
+    }
 
     /// The README documents every variable the bridge reads.
     #[test]

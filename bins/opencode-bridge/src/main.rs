@@ -59,10 +59,11 @@ fn main() -> anyhow::Result<()> {
             }
             let settings = config::Settings::from_env();
             if let Err(e) = &settings.file {
-                // A broken config file could hold a budget or a server the user relies on:
-                // say so and do not serve half-configured (`doctor` still runs).
-                eprintln!("opencode-bridge: {e}");
-                std::process::exit(2);
+                // A broken config file could hold a budget or a server the user relies on: the
+                // server stays up, says so here and in doctor, and refuses every start.
+                eprintln!(
+                    "opencode-bridge: {e}; every opencode_start is refused until it is fixed"
+                );
             }
             let app = Arc::new(app::App::new(settings, true));
             let outcome = runtime.block_on(server::serve(app));

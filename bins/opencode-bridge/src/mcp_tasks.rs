@@ -59,7 +59,9 @@ pub fn get(app: &App, task_id: &str) -> Result<GetTaskResult, McpError> {
             let text = match app.supervisor().result(id, None, None) {
                 Some(out) => {
                     app.supervisor().mark_read(id);
-                    render::tasks::result(&out) + &app.isolated_change(id, &snap, None, None).0
+                    render::tasks::result(&out)
+                        + &app.isolated_change(id, &snap, None, None).0
+                        + &app.usage_line(&snap)
                 }
                 None => render::tasks::status(&snap),
             };

@@ -114,7 +114,7 @@ impl Bridge {
 /// (`anthropic/alwaysLoad`): what every delegation needs — start it, wait for it (the cheapest
 /// way without MCP tasks: one call instead of polling status), read its result, and the rules
 /// before delegating. The rest (status, apply, cancel, list, sessions, session output, rename,
-/// processes) are for inspection and load through tool search on their hint.
+/// processes, usage) are for inspection and load through tool search on their hint.
 const ALWAYS_LOADED: [&str; 4] = [
     "opencode_start",
     "opencode_wait",
@@ -149,6 +149,9 @@ fn search_hint(name: &str) -> &'static str {
         }
         "opencode_session_rename" => "rename opencode session title LANE/agent convention",
         "opencode_processes" => "running opencode processes pid tui serve run claude -p",
+        "opencode_usage" => {
+            "usage cost tokens spend savings claude-equivalent budget ledger per day agent model"
+        }
         _ => "delegate opencode agent task",
     }
 }

@@ -32,6 +32,7 @@ pub fn output_schema(tool: &str) -> Option<Arc<rmcp::model::JsonObject>> {
         "opencode_policy" => schema::<PolicyOut>(),
         "opencode_sessions" => schema::<SessionsView>(),
         "opencode_processes" => schema::<ProcessesView>(),
+        "opencode_usage" => schema::<UsageView>(),
         _ => return None,
     })
 }
@@ -91,6 +92,7 @@ pub enum FailureKindView {
     Server,
     OutdatedRunner,
     Exit,
+    Budget,
 }
 
 impl From<FailureKind> for FailureKindView {
@@ -111,6 +113,7 @@ impl From<FailureKind> for FailureKindView {
             FailureKind::Server => FailureKindView::Server,
             FailureKind::OutdatedRunner => FailureKindView::OutdatedRunner,
             FailureKind::Exit => FailureKindView::Exit,
+            FailureKind::Budget => FailureKindView::Budget,
         }
     }
 }
@@ -673,6 +676,137 @@ impl PolicyOut {
             plugins: view.plugins.clone(),
             secret_allowlist: view.secret_allowlist.as_ref().map(|a| a.path.clone()),
             warning,
+        }
+    }
+}
+
+/// Tokens and money of a set of ledger rows (`opencode_usage`).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct UsageTotalsView {
+    pub tasks: usize,
+    pub attempts: usize,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    /// Cost as recorded, plus estimates where opencode recorded 0 (USD).
+    pub cost_usd: f64,
+    /// The estimated part of `cost_usd`.
+    pub estimated_usd: f64,
+    /// The same tokens at the compare model's list price (USD; an estimate).
+    pub claude_equivalent_usd: f64,
+    /// `claude_equivalent_usd - cost_usd` (an estimate: tokenizers differ).
+    pub saved_usd: f64,
+    /// Attempts whose model has no known price: $0 here, their Claude-equivalent against budgets.
+    pub unknown_cost_attempts: usize,
+    pub free_attempts: usize,
+}
+
+impl From<&run_supervisor::usage::ledger::Totals> for UsageTotalsView {
+    fn from(t: &run_supervisor::usage::ledger::Totals) -> Self {
+        UsageTotalsView {
+            tasks: t.tasks,
+            attempts: t.attempts,
+            input_tokens: t.tokens.input,
+            output_tokens: t.tokens.output,
+            reasoning_tokens: t.tokens.reasoning,
+            cache_read_tokens: t.tokens.cache_read,
+            cache_write_tokens: t.tokens.cache_write,
+            cost_usd: t.cost_usd,
+            estimated_usd: t.estimated_usd,
+            claude_equivalent_usd: t.claude_equivalent_usd,
+            saved_usd: t.saved_usd,
+            unknown_cost_attempts: t.unknown_cost_attempts,
+            free_attempts: t.free_attempts,
+        }
+    }
+}
+
+/// One row of a grouping: a day, an agent, a model, a lane or an engine.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct UsageGroupView {
+    pub key: String,
+    #[serde(flatten)]
+    pub totals: UsageTotalsView,
+}
+
+/// A budget and where it stands.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BudgetView {
+    /// `day` or `month` (UTC).
+    pub window: String,
+    /// The project it is for (`null`: all tasks).
+    pub project: Option<String>,
+    pub spent_usd: f64,
+    pub budget_usd: f64,
+    /// When the window resets (RFC 3339 UTC).
+    pub resets_at: String,
+}
+
+impl From<&run_supervisor::usage::budget::Standing> for BudgetView {
+    fn from(s: &run_supervisor::usage::budget::Standing) -> Self {
+        BudgetView {
+            window: s.window.as_str().to_owned(),
+            project: s.project.as_ref().map(|p| p.display().to_string()),
+            spent_usd: s.spent,
+            budget_usd: s.budget,
+            resets_at: fmt_utc(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(s.resets_ms),
+            ),
+        }
+    }
+}
+
+/// `opencode_usage`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct UsageView {
+    /// The window's start (RFC 3339 UTC; `null`: all of the ledger).
+    pub since: Option<String>,
+    /// The model the tokens are compared with.
+    pub compare_model: String,
+    pub totals: UsageTotalsView,
+    pub by_day: Vec<UsageGroupView>,
+    pub by_agent: Vec<UsageGroupView>,
+    pub by_model: Vec<UsageGroupView>,
+    pub by_lane: Vec<UsageGroupView>,
+    pub by_engine: Vec<UsageGroupView>,
+    pub budgets: Vec<BudgetView>,
+    /// Spent today (UTC), all tasks, USD.
+    pub spent_today_usd: f64,
+    /// Ledger lines that could not be read.
+    pub unreadable_lines: usize,
+}
+
+impl UsageView {
+    pub fn new(
+        s: &run_supervisor::usage::ledger::Summary,
+        compare_model: &str,
+        budgets: &[run_supervisor::usage::budget::Standing],
+        today: f64,
+    ) -> UsageView {
+        let groups = |g: &[run_supervisor::usage::ledger::Group]| {
+            g.iter()
+                .map(|g| UsageGroupView {
+                    key: g.key.clone(),
+                    totals: (&g.totals).into(),
+                })
+                .collect()
+        };
+        UsageView {
+            since: s
+                .since_ms
+                .map(|ms| fmt_utc(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))),
+            compare_model: compare_model.to_owned(),
+            totals: (&s.totals).into(),
+            by_day: groups(&s.by_day),
+            by_agent: groups(&s.by_agent),
+            by_model: groups(&s.by_model),
+            by_lane: groups(&s.by_lane),
+            by_engine: groups(&s.by_engine),
+            budgets: budgets.iter().map(Into::into).collect(),
+            spent_today_usd: today,
+            unreadable_lines: s.unreadable_lines,
         }
     }
 }

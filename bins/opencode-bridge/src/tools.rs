@@ -13,7 +13,7 @@ use run_supervisor::claude::{CLAUDE_ALIASES, capitalized, is_claude_alias};
 use serde_json::{Map, Value, json};
 
 /// Tool names, in the order `tools/list` returns them.
-pub const TOOL_NAMES: [&str; 12] = [
+pub const TOOL_NAMES: [&str; 13] = [
     "opencode_start",
     "opencode_status",
     "opencode_result",
@@ -26,7 +26,11 @@ pub const TOOL_NAMES: [&str; 12] = [
     "opencode_session_output",
     "opencode_session_rename",
     "opencode_processes",
+    "opencode_usage",
 ];
+
+/// The largest `max_cost_usd`.
+pub const MAX_COST_USD: f64 = 10_000.0;
 
 /// Tiers accepted by the schema (the policy's names, in the order of [`Tier::ALL`]); only the
 /// first two are delegated.
@@ -96,7 +100,7 @@ pub struct ToolDef {
     pub destructive: bool,
 }
 
-/// The twelve tool definitions.
+/// The thirteen tool definitions.
 pub fn definitions() -> Vec<ToolDef> {
     let id = |what: &str| json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": what});
     let session_id = |what: &str| json!({"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": what});
@@ -121,6 +125,7 @@ pub fn definitions() -> Vec<ToolDef> {
                     "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 1440, "description": "Kill the run after this many minutes. Default: OPENCODE_BRIDGE_TIMEOUT_MIN (120)."},
                     "session": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Continue this opencode session (ses_...) with the prompt as a follow-up instead of starting a new one. The same policy checks apply; the agent defaults to the session's, cwd to its directory; the session keeps its id and title."},
                     "label": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."},
+                    "max_cost_usd": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_COST_USD, "description": "Stop the run once it has cost more than this many USD (checked as each model step's cost arrives; estimated from list prices where opencode records 0); it then fails with kind budget and keeps what it did. Day and month budgets (opencode_policy shows them) apply as well."},
                     "isolation": {"type": "string", "enum": ISOLATIONS, "description": "worktree: an editing agent works in its own detached git worktree (your uncommitted and untracked files carried over) and your checkout is not touched; opencode_result shows its patch and opencode_apply brings it in or discards it. Needs a git repository with a commit. Default: none (the agent edits your checkout)."},
                     "server": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Run the task as a session on this opencode server of the bridge's config file ([[server]] entries; opencode_doctor lists them); cwd is mapped from OPENCODE_BRIDGE_ROOT to the server's root. `local`: the bridge's own engine. Default: the bridge's engine (OPENCODE_BRIDGE_ENGINE)."}
                 },
@@ -298,6 +303,21 @@ pub fn definitions() -> Vec<ToolDef> {
             read_only: true,
             destructive: false,
         },
+        ToolDef {
+            name: "opencode_usage",
+            title: "What delegation cost and saved",
+            description: "Usage of the bridge's finished tasks from its ledger (kept across restarts): tokens, cost (as opencode or claude -p recorded it; estimated from list prices, and marked, where opencode recorded 0), the same tokens at the Claude compare model's price (OPENCODE_BRIDGE_COMPARE_MODEL) and what was saved, in total and by day, agent, model, lane and engine. Savings are an estimate (tokenizers differ). Also the day and month budgets and their spend.",
+            schema: json!({
+                "type": "object",
+                "properties": {
+                    "since_days": {"type": "integer", "minimum": 1, "maximum": 3650, "description": "Only the last N UTC days, today included (default: all of the ledger)."},
+                    "since": {"type": "string", "minLength": 10, "maxLength": 10, "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "description": "Only from this UTC date on (YYYY-MM-DD); wins over since_days."}
+                },
+                "additionalProperties": false
+            }),
+            read_only: true,
+            destructive: false,
+        },
     ]
 }
 
@@ -355,6 +375,12 @@ pub enum Call {
         title: String,
     },
     Processes,
+    Usage {
+        /// Epoch ms of the window's start (`None`: all of the ledger).
+        since_ms: Option<u64>,
+        /// How the window was asked for (`since 2026-01-01`, `all time`).
+        since_text: String,
+    },
 }
 
 /// Arguments of `opencode_start`. Tier and mode are the policy's types, parsed here once.
@@ -378,6 +404,8 @@ pub struct StartArgs {
     pub isolation: Isolation,
     /// A server of the config file to run on (`local`: the bridge's own engine).
     pub server: Option<String>,
+    /// Stop the run once it has cost more than this (USD).
+    pub max_cost_usd: Option<f64>,
 }
 
 /// Arguments of `opencode_sessions`.
@@ -411,7 +439,7 @@ pub fn is_tool(name: &str) -> bool {
 /// wrong; bridge-render words it for MCP and for the command line.
 pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call, ArgError> {
     let empty = Map::new();
-    // Built once: every call is checked against these schemas, and building them (twelve JSON
+    // Built once: every call is checked against these schemas, and building them (thirteen JSON
     // trees, the model pattern) cost more than the rest of a status call.
     static DEFS: std::sync::LazyLock<Vec<ToolDef>> = std::sync::LazyLock::new(definitions);
     let def = DEFS
@@ -449,6 +477,7 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
                 Some(_) => a.opt_not_option("server", "server name")?,
                 None => None,
             },
+            max_cost_usd: a.opt_usd("max_cost_usd", MAX_COST_USD)?,
         }),
         "opencode_status" => Call::Status {
             id: a.required_str("id")?,
@@ -510,6 +539,16 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             title: a.required_str_max("title", MAX_TITLE_CHARS)?,
         },
         "opencode_processes" => Call::Processes,
+        "opencode_usage" => {
+            let days = a.opt_int("since_days", 1, 3650)?;
+            match a.opt_date("since")? {
+                Some((ms, text)) => Call::Usage {
+                    since_ms: Some(ms),
+                    since_text: format!("since {text}"),
+                },
+                None => usage_window(days, run_supervisor::registry::now_ms()),
+            }
+        }
         other => return Err(ArgError::new(other, ArgProblem::UnknownTool)),
     })
 }
@@ -764,6 +803,44 @@ impl Args<'_> {
         }
     }
 
+    fn opt_usd(&self, field: &'static str, max: f64) -> Result<Option<f64>, ArgError> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f > 0.0 && f <= max) => {
+                Ok(n.as_f64())
+            }
+            Some(v) => Err(ArgError::new(
+                field,
+                ArgProblem::NotUsd {
+                    got: v.clone(),
+                    max,
+                },
+            )),
+        }
+    }
+
+    /// A UTC date `YYYY-MM-DD`: its midnight in epoch ms, and the date.
+    fn opt_date(&self, field: &'static str) -> Result<Option<(u64, String)>, ArgError> {
+        let Some(text) = self.opt_nonempty(field)? else {
+            return Ok(None);
+        };
+        let text = text.trim().to_owned();
+        match run_supervisor::utc::parse(&format!("{text}T00:00:00Z")) {
+            Some(t) if text.len() == 10 && run_supervisor::utc::format(t).starts_with(&text) => {
+                let ms = t
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                Ok(Some((ms, text)))
+            }
+            _ => Err(ArgError::new(
+                field,
+                ArgProblem::NotDate {
+                    got: Value::String(text),
+                },
+            )),
+        }
+    }
+
     fn opt_model(&self, field: &'static str) -> Result<Option<String>, ArgError> {
         let Some(model) = self.opt_str(field)? else {
             return Ok(None);
@@ -784,6 +861,24 @@ impl Args<'_> {
         } else {
             Err(ArgError::new(field, ArgProblem::BadModel { got: model }))
         }
+    }
+}
+
+/// The usage window of the last `days` UTC days, today included, at `now_ms` (`None`: all).
+pub fn usage_window(days: Option<u64>, now_ms: u64) -> Call {
+    match days {
+        Some(d) => {
+            let today = now_ms / 86_400_000;
+            let start = today.saturating_sub(d - 1) * 86_400_000;
+            Call::Usage {
+                since_ms: Some(start),
+                since_text: format!("since {}", run_supervisor::utc::day(start)),
+            }
+        }
+        None => Call::Usage {
+            since_ms: None,
+            since_text: "all time".into(),
+        },
     }
 }
 

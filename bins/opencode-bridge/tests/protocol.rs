@@ -43,7 +43,7 @@ fn discover_reports_identity_versions_and_instructions() {
     let r = server.request(2, "tools/list", json!({"_meta": modern_meta()}));
     assert_eq!(
         r["result"]["tools"].as_array().map(Vec::len),
-        Some(12),
+        Some(13),
         "{r}"
     );
 }
@@ -90,7 +90,8 @@ fn tools_list_matches_snapshot() {
             "opencode_sessions",
             "opencode_session_output",
             "opencode_session_rename",
-            "opencode_processes"
+            "opencode_processes",
+            "opencode_usage"
         ]
     );
     for t in tools.as_array().unwrap() {
@@ -632,7 +633,7 @@ fn structured_results_validate_against_their_output_schemas() {
             ),
         }
     }
-    assert_eq!(validators.len(), 7, "{:?}", validators.keys());
+    assert_eq!(validators.len(), 8, "{:?}", validators.keys());
 
     let mut checked: std::collections::BTreeMap<String, usize> = Default::default();
     let mut id = 100;
@@ -729,6 +730,12 @@ fn structured_results_validate_against_their_output_schemas() {
     let (text, _) = server.call_text(50, "opencode_cancel", json!({"id": "3"}));
     assert!(text.contains("cancel"), "{text}");
     call(&mut server, "opencode_result", json!({"id": "3"}));
+    // The two finished tasks are in the usage ledger (the fake run reports 8 input tokens).
+    let usage = call(&mut server, "opencode_usage", json!({"since_days": 1}));
+    let u = &usage["structuredContent"];
+    assert!(u["totals"]["tasks"].as_u64().unwrap() >= 2, "{u}");
+    assert!(u["totals"]["input_tokens"].as_u64().unwrap() >= 8, "{u}");
+    assert_eq!(u["by_day"].as_array().map(Vec::len), Some(1), "{u}");
     let unknown = call(
         &mut server,
         "opencode_wait",
@@ -783,7 +790,7 @@ fn structured_results_validate_against_their_output_schemas() {
     assert_eq!(e["result"]["content"].as_array().map(Vec::len), Some(1));
 
     let tools_checked: Vec<&String> = checked.keys().collect();
-    assert_eq!(tools_checked.len(), 7, "{checked:?}");
+    assert_eq!(tools_checked.len(), 8, "{checked:?}");
 }
 
 /// opencode sessions as resources: the template, the newest sessions listed (no subagent
@@ -1097,7 +1104,7 @@ fn claude_code_gets_the_text_and_no_structured_results_unless_asked() {
         let mut server = Server::start(&world, &env);
         init_as(&mut server, "claude-code");
         let r = server.request(1, "tools/list", json!({}));
-        assert_eq!(schemas(&r) == 7, claude_gets, "{setting:?}");
+        assert_eq!(schemas(&r) == 8, claude_gets, "{setting:?}");
         assert_eq!(schemas(&r) == 0, !claude_gets, "{setting:?}");
         let p = server.call(2, "opencode_policy", json!({}));
         assert_eq!(
@@ -1112,7 +1119,7 @@ fn claude_code_gets_the_text_and_no_structured_results_unless_asked() {
         let mut server = Server::start(&world, &env);
         init_as(&mut server, "some-other-client");
         let r = server.request(1, "tools/list", json!({}));
-        assert_eq!(schemas(&r) == 7, others_get, "{setting:?}");
+        assert_eq!(schemas(&r) == 8, others_get, "{setting:?}");
         let p = server.call(2, "opencode_policy", json!({}));
         assert_eq!(
             p["result"].get("structuredContent").is_some(),
@@ -1124,7 +1131,7 @@ fn claude_code_gets_the_text_and_no_structured_results_unless_asked() {
         // Modern era: each request names its client.
         let mut server = Server::start(&world, &env);
         let r = server.request(1, "tools/list", json!({"_meta": claude_meta.clone()}));
-        assert_eq!(schemas(&r) == 7, claude_gets, "{setting:?} {r}");
+        assert_eq!(schemas(&r) == 8, claude_gets, "{setting:?} {r}");
         let p = server.request(
             2,
             "tools/call",
@@ -1136,7 +1143,7 @@ fn claude_code_gets_the_text_and_no_structured_results_unless_asked() {
             "{setting:?} {p}"
         );
         let r = server.request(3, "tools/list", json!({"_meta": modern_meta()}));
-        assert_eq!(schemas(&r) == 7, others_get, "{setting:?}");
+        assert_eq!(schemas(&r) == 8, others_get, "{setting:?}");
     }
 }
 
@@ -1177,7 +1184,7 @@ fn a_slow_session_listing_does_not_hold_up_resources_list() {
     assert_eq!(l["result"]["resources"], json!([]), "{l}");
     assert_eq!(
         t["result"]["tools"].as_array().map(Vec::len),
-        Some(12),
+        Some(13),
         "{t}"
     );
     assert!(

@@ -25,3 +25,4 @@ mod plugin;
 mod protocol;
 mod tasks;
 mod untrusted;
+mod usage_page;

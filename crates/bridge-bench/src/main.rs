@@ -5,7 +5,7 @@
 //! ```sh
 //! cargo run --release -p bridge-bench              # full run
 //! cargo run --release -p bridge-bench -- --quick   # fewer repetitions, 10 MB floods (CI)
-//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood, latency, scan, secrets or engine
+//! cargo run --release -p bridge-bench -- --quick --only scan   # one part: cold, store, flood, latency, scan, secrets, engine or usage
 //! ```
 //!
 //! The bridge binary is `OPENCODE_BRIDGE_BENCH_BIN` when set; otherwise `cargo build --release -p
@@ -31,12 +31,14 @@
 //!   when `OPENCODE_BRIDGE_TEST_OPENCODE` is set;
 //! - engines: a trivial task from `opencode_start` to its result on `run` and on `serve` with the
 //!   real opencode (median of the tasks after the first), and the bridge's CPU per task.
+//! - `opencode_usage` over a ledger of 10,000 rows (`usage.rs`).
 
 mod engine;
 mod flood;
 mod latency;
 mod scan;
 mod secrets;
+mod usage;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -53,7 +55,7 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
-    // `--only <part>` runs one part: cold, store, flood, latency, scan, secrets or engine.
+    // `--only <part>` runs one part: cold, store, flood, latency, scan, secrets, engine or usage.
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -64,14 +66,19 @@ fn main() {
     println!("bridge-bench ({})", if quick { "quick" } else { "full" });
     println!("machine: {}", machine());
 
-    let bridge =
-        if part("cold") || part("store") || part("flood") || part("latency") || part("engine") {
-            let b = bridge_binary();
-            println!("bridge binary: {}", b.display());
-            b
-        } else {
-            PathBuf::new()
-        };
+    let bridge = if part("cold")
+        || part("store")
+        || part("flood")
+        || part("latency")
+        || part("engine")
+        || part("usage")
+    {
+        let b = bridge_binary();
+        println!("bridge binary: {}", b.display());
+        b
+    } else {
+        PathBuf::new()
+    };
     let mut rows: Vec<Row> = Vec::new();
 
     // 1. Cold start.
@@ -151,6 +158,14 @@ fn main() {
         match engine::engines(&bridge, if quick { 5 } else { 10 }) {
             Ok(mut r) => rows.append(&mut r),
             Err(e) => rows.push(Row::failed("run vs serve", &e)),
+        }
+    }
+
+    // 7. opencode_usage over a year's ledger (issue 24).
+    if part("usage") {
+        match usage::usage(&bridge, if quick { 20 } else { 100 }) {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => rows.push(Row::failed("opencode_usage", &e)),
         }
     }
 

@@ -33,6 +33,47 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// `[[server]]`: remote `opencode serve` instances tasks can be placed on, by name.
     pub servers: Vec<Server>,
+    /// `[budget]`: USD per UTC day / month for all tasks (the variables
+    /// `OPENCODE_BRIDGE_BUDGET_DAY_USD` / `_MONTH_USD` win when set).
+    pub budget: Budget,
+    /// `[[budget.project]]`: budgets of the tasks in one project's directory.
+    pub project_budgets: Vec<ProjectBudget>,
+    /// `[prices."provider/model"]`: prices that override opencode's models cache and the
+    /// bridge's snapshot, USD per million tokens.
+    pub prices: Vec<ModelPrice>,
+}
+
+/// Budgets in USD (`None`: no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Budget {
+    /// Per UTC day.
+    pub day_usd: Option<f64>,
+    /// Per UTC month.
+    pub month_usd: Option<f64>,
+}
+
+/// `[[budget.project]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectBudget {
+    /// The project's directory (absolute).
+    pub path: PathBuf,
+    /// Its budgets.
+    pub budget: Budget,
+}
+
+/// `[prices."provider/model"]`: USD per million tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPrice {
+    /// `provider/model`.
+    pub model: String,
+    /// Input tokens.
+    pub input: f64,
+    /// Output (and reasoning) tokens.
+    pub output: f64,
+    /// Cache reads (the input price when absent).
+    pub cache_read: Option<f64>,
+    /// Cache writes (the input price when absent).
+    pub cache_write: Option<f64>,
 }
 
 /// A remote `opencode serve` (`[[server]]`).
@@ -74,6 +115,42 @@ impl Server {
 struct RawConfig {
     #[serde(default)]
     server: Vec<RawServer>,
+    #[serde(default)]
+    budget: Option<RawBudget>,
+    #[serde(default)]
+    prices: std::collections::BTreeMap<String, RawPrice>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudget {
+    #[serde(default)]
+    day_usd: Option<f64>,
+    #[serde(default)]
+    month_usd: Option<f64>,
+    #[serde(default)]
+    project: Vec<RawProjectBudget>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProjectBudget {
+    path: PathBuf,
+    #[serde(default)]
+    day_usd: Option<f64>,
+    #[serde(default)]
+    month_usd: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    input: f64,
+    output: f64,
+    #[serde(default)]
+    cache_read: Option<f64>,
+    #[serde(default)]
+    cache_write: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -214,9 +291,74 @@ impl Config {
                 max_parallel: s.max_parallel,
             });
         }
+        let usd = |what: &str, v: Option<f64>| match v {
+            Some(x) if !x.is_finite() || x < 0.0 => Err(bad(format!(
+                "{what} = {x} is not an amount of USD; write 0 or more, such as 5 or 2.50"
+            ))),
+            _ => Ok(v),
+        };
+        let mut budget = Budget::default();
+        let mut project_budgets = Vec::new();
+        if let Some(b) = raw.budget {
+            budget = Budget {
+                day_usd: usd("budget.day_usd", b.day_usd)?,
+                month_usd: usd("budget.month_usd", b.month_usd)?,
+            };
+            for p in b.project {
+                if !p.path.is_absolute() {
+                    return Err(bad(format!(
+                        "budget.project path {:?} is not absolute; write the project's full path",
+                        p.path
+                    )));
+                }
+                if p.day_usd.is_none() && p.month_usd.is_none() {
+                    return Err(bad(format!(
+                        "budget.project {:?} sets no budget; give day_usd or month_usd",
+                        p.path
+                    )));
+                }
+                project_budgets.push(ProjectBudget {
+                    budget: Budget {
+                        day_usd: usd("budget.project.day_usd", p.day_usd)?,
+                        month_usd: usd("budget.project.month_usd", p.month_usd)?,
+                    },
+                    path: p.path,
+                });
+            }
+        }
+        let mut prices = Vec::new();
+        for (model, p) in raw.prices {
+            if !model.contains('/') || model.starts_with('/') || model.ends_with('/') {
+                return Err(bad(format!(
+                    "prices.{model:?} is not a provider/model name; write it as [prices.\"provider/model\"]"
+                )));
+            }
+            for (what, v) in [
+                ("input", Some(p.input)),
+                ("output", Some(p.output)),
+                ("cache_read", p.cache_read),
+                ("cache_write", p.cache_write),
+            ] {
+                if v.is_some_and(|x| !x.is_finite() || x < 0.0) {
+                    return Err(bad(format!(
+                        "prices.{model:?}.{what} must be 0 or more (USD per million tokens)"
+                    )));
+                }
+            }
+            prices.push(ModelPrice {
+                model,
+                input: p.input,
+                output: p.output,
+                cache_read: p.cache_read,
+                cache_write: p.cache_write,
+            });
+        }
         Ok(Config {
             path: Some(path.to_owned()),
             servers,
+            budget,
+            project_budgets,
+            prices,
         })
     }
 
@@ -281,6 +423,35 @@ mod tests {
             let err = parse(text).unwrap_err();
             assert!(err.contains(needle), "{err}");
             assert!(err.contains("/c/config.toml"), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn budgets_and_prices_are_read_and_checked() {
+        let cfg = parse(
+            "[budget]\nday_usd = 5\nmonth_usd = 40.5\n[[budget.project]]\npath = \"/p\"\nday_usd = 1\n[prices.\"fk/cheap\"]\ninput = 1\noutput = 2.5\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.budget.day_usd, Some(5.0));
+        assert_eq!(cfg.budget.month_usd, Some(40.5));
+        assert_eq!(cfg.project_budgets[0].path, Path::new("/p"));
+        assert_eq!(cfg.project_budgets[0].budget.day_usd, Some(1.0));
+        assert_eq!(cfg.prices[0].model, "fk/cheap");
+        assert_eq!(cfg.prices[0].output, 2.5);
+        for (text, needle) in [
+            ("[budget]\nday_usd = -1\n", "not an amount"),
+            ("[budget]\nweek_usd = 1\n", "unknown field"),
+            (
+                "[[budget.project]]\npath = \"rel\"\nday_usd = 1\n",
+                "not absolute",
+            ),
+            ("[[budget.project]]\npath = \"/p\"\n", "sets no budget"),
+            ("[prices.cheap]\ninput = 1\noutput = 1\n", "provider/model"),
+            ("[prices.\"a/b\"]\ninput = -1\noutput = 1\n", "0 or more"),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(needle), "{text}: {err}");
             assert!(!err.contains('\n'), "{err}");
         }
     }

@@ -204,6 +204,24 @@ pub const PRUNE_DAYS: EnvVar = EnvVar::new(
     "7",
     "finished tasks older than this many days leave the registry; so do isolated tasks' worktrees neither applied nor discarded",
 );
+/// `OPENCODE_BRIDGE_COMPARE_MODEL`.
+pub const COMPARE_MODEL: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_COMPARE_MODEL",
+    "anthropic/claude-sonnet-4-5",
+    "the Claude model a task's tokens are priced at for its Claude-equivalent cost and savings (an estimate: tokenizers differ)",
+);
+/// `OPENCODE_BRIDGE_BUDGET_DAY_USD`.
+pub const BUDGET_DAY_USD: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_BUDGET_DAY_USD",
+    "unset: no limit",
+    "starts are refused once this many USD were spent in the UTC day (warned at 80 %); the config file's `[budget]` may set it too, and per project",
+);
+/// `OPENCODE_BRIDGE_BUDGET_MONTH_USD`.
+pub const BUDGET_MONTH_USD: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_BUDGET_MONTH_USD",
+    "unset: no limit",
+    "starts are refused once this many USD were spent in the UTC month (warned at 80 %)",
+);
 /// `OPENCODE_BRIDGE_BACKEND`.
 pub const BACKEND: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_BACKEND",
@@ -306,6 +324,9 @@ pub const ALL: &[EnvVar] = &[
     STATE_DIR,
     ROSTER,
     PRUNE_DAYS,
+    COMPARE_MODEL,
+    BUDGET_DAY_USD,
+    BUDGET_MONTH_USD,
     BACKEND,
     SERVER_URL,
     SERVER_USERNAME,

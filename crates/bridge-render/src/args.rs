@@ -51,6 +51,10 @@ pub enum ArgProblem {
     },
     /// Not a whole number in `min..=max`.
     OutOfRange { got: Value, min: u64, max: u64 },
+    /// Not an amount of USD above 0 and at most `max`.
+    NotUsd { got: Value, max: f64 },
+    /// Not a UTC date `YYYY-MM-DD`.
+    NotDate { got: Value },
     /// Not an array of 1 to `max` non-empty task ids.
     NotTaskIds { max: usize },
     /// A model in none of the accepted shapes.
@@ -130,6 +134,14 @@ impl ArgError {
             ),
             ArgProblem::OutOfRange { got, min, max } => format!(
                 "bad {field}: {} is not accepted; use a whole number from {min} to {max}",
+                shown(got)
+            ),
+            ArgProblem::NotUsd { got, max } => format!(
+                "bad {field}: {} is not accepted; use an amount of USD above 0 and at most {max}, such as 0.50",
+                shown(got)
+            ),
+            ArgProblem::NotDate { got } => format!(
+                "bad {field}: {} is not accepted; use a UTC date such as 2026-01-31",
                 shown(got)
             ),
             ArgProblem::NotTaskIds { max } => {

@@ -10,6 +10,7 @@ pub mod policy;
 pub mod root_check;
 pub mod sessions;
 pub mod tasks;
+pub mod usage;
 
 pub use args::{ArgError, ArgProblem};
 pub use policy::{WELL_KNOWN_AGENTS, instructions, policy, roster_summary};

@@ -244,6 +244,8 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
             ..TokenUsage::default()
         },
         cost: 0.0,
+        usage: None,
+        attempt_usage: Vec::new(),
         tool_calls: 2,
         exit_code: None,
         opencode_version: Some("1.18.33".into()),
@@ -578,4 +580,105 @@ fn stop_hook_reason_names_running_and_unread_tasks() {
     insta::assert_snapshot!(bridge_render::hook::bad_input(
         "expected value at line 1 column 1"
     ));
+}
+
+#[test]
+fn usage_texts() {
+    use bridge_render::usage;
+    use run_supervisor::usage::budget::{Standing, Verdict, Window};
+    use run_supervisor::usage::ledger::{self, Row};
+    use run_supervisor::usage::{CostBasis, Usage};
+    let sonnet = "anthropic/claude-sonnet-4-5";
+    let u = |cost: f64, basis: CostBasis, eq: Option<f64>| Usage {
+        tokens: TokenUsage {
+            input: 12_000,
+            output: 800,
+            reasoning: 200,
+            cache_read: 3_000,
+            cache_write: 0,
+        },
+        cost,
+        basis,
+        claude_equivalent: eq,
+    };
+    let lines = [
+        usage::usage_line(
+            Some(&u(0.0123, CostBasis::Reported, Some(0.06))),
+            Some("fk/cheap"),
+            sonnet,
+        ),
+        usage::usage_line(
+            Some(&u(0.004, CostBasis::Estimated, Some(0.06))),
+            Some("fk/cheap"),
+            sonnet,
+        ),
+        usage::usage_line(
+            Some(&u(0.0, CostBasis::Free, Some(0.06))),
+            Some("opencode/free"),
+            sonnet,
+        ),
+        usage::usage_line(Some(&u(0.0, CostBasis::Unknown, Some(0.06))), None, sonnet),
+        usage::usage_line(
+            Some(&u(0.5, CostBasis::Reported, None)),
+            Some("x/y"),
+            "nobody/none",
+        ),
+        usage::usage_line(None, None, sonnet),
+    ];
+    insta::assert_snapshot!("usage_lines", lines.concat());
+    let day = Standing {
+        window: Window::Day,
+        project: None,
+        spent: 4.2,
+        budget: 5.0,
+        resets_ms: 1_795_996_800_000,
+    };
+    let month = Standing {
+        window: Window::Month,
+        project: Some(PathBuf::from("/home/u/projects/a")),
+        spent: 12.0,
+        budget: 50.0,
+        resets_ms: 1_798_761_600_000,
+    };
+    let budgets = [
+        usage::budget_warning(&Verdict::Warn(vec![day.clone()])),
+        usage::budget_lines(&[day, month], 4.2),
+        usage::budget_lines(&[], 0.37),
+    ];
+    insta::assert_snapshot!("usage_budgets", budgets.concat());
+    let row = |task: u64, at_ms: u64, agent: &str, cost: f64, eq: f64| Row {
+        v: 1,
+        at_ms,
+        task,
+        attempt: 1,
+        agent: agent.into(),
+        model: Some("fk/cheap".into()),
+        runner: "opencode".into(),
+        engine: None,
+        lane: "API".into(),
+        project: "/p".into(),
+        usage: Usage {
+            claude_equivalent: Some(eq),
+            ..u(cost, CostBasis::Reported, Some(eq))
+        },
+    };
+    let day_ms = 86_400_000;
+    let l = ledger::Ledger {
+        rows: vec![
+            row(1, 20_000 * day_ms, "explore", 0.02, 0.30),
+            row(2, 20_000 * day_ms + 5, "worker", 0.10, 0.90),
+            row(3, 20_001 * day_ms, "worker", 0.05, 0.40),
+        ],
+        unreadable: 0,
+    };
+    let s = ledger::summarize(&l, None);
+    insta::assert_snapshot!("usage_report", usage::usage_report(&s, "all time", sonnet));
+    insta::assert_snapshot!(
+        "usage_report_empty",
+        usage::usage_report(
+            &ledger::summarize(&ledger::Ledger::default(), Some(0)),
+            "since 1970-01-01",
+            sonnet
+        )
+    );
 }

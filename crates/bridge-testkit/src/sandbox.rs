@@ -242,6 +242,22 @@ impl OpencodeSandbox {
         })
     }
 
+    /// Gives models of the fake provider a price in opencode's config (`cost`: USD per million
+    /// tokens, `{"input": 1000, "output": 2000, "cache_read": 100}`), so opencode records a
+    /// cost for their runs; the other models stay unpriced (opencode records 0).
+    pub fn price_models(&self, costs: &[(&str, Value)]) -> io::Result<()> {
+        let path = self.config_home().join("opencode/opencode.json");
+        let mut config: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path)?).map_err(io::Error::other)?;
+        for (model, cost) in costs {
+            config["provider"]["fk"]["models"][*model]["cost"] = cost.clone();
+        }
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&config).map_err(io::Error::other)?,
+        )
+    }
+
     /// The sandbox root.
     pub fn root(&self) -> &Path {
         self.root.path()

@@ -80,3 +80,39 @@ pub fn session_usage(
     }
     Ok(usage)
 }
+
+/// One assistant message's tokens and cost, as opencode recorded them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageCost {
+    /// Message id.
+    pub id: String,
+    /// `providerID/modelID`.
+    pub model: Option<String>,
+    /// Its tokens (`input` excludes cache reads).
+    pub tokens: crate::model::Tokens,
+    /// The cost opencode recorded (0 for a model without a price in its config or cache).
+    pub cost: f64,
+}
+
+/// The tokens and cost of every assistant message of session `id` created at or after
+/// `since_ms`, oldest first: what a task's usage is filled from when it ran as a session (the
+/// serve engine), and what a run's `step_finish` events add up to.
+pub fn session_costs(
+    source: &dyn SessionSource,
+    id: &str,
+    since_ms: i64,
+    ctx: &ScanContext,
+) -> Result<Vec<MessageCost>, ClientError> {
+    let transcript = source.transcript(id, None, ctx)?;
+    Ok(transcript
+        .messages
+        .into_iter()
+        .filter(|m| m.role == Role::Assistant && m.created_ms >= since_ms)
+        .map(|m| MessageCost {
+            id: m.id,
+            model: m.model,
+            tokens: m.tokens,
+            cost: m.cost,
+        })
+        .collect())
+}

@@ -47,11 +47,13 @@ pub enum FailureKind {
     OutdatedRunner,
     /// opencode ended abnormally without a recognisable provider error.
     Exit,
+    /// The run passed its `max_cost_usd` and was stopped.
+    Budget,
 }
 
 impl FailureKind {
     /// Every kind, in documentation order.
-    pub const ALL: [FailureKind; 15] = [
+    pub const ALL: [FailureKind; 16] = [
         FailureKind::RateLimit,
         FailureKind::Quota,
         FailureKind::ContextLength,
@@ -67,6 +69,7 @@ impl FailureKind {
         FailureKind::Server,
         FailureKind::OutdatedRunner,
         FailureKind::Exit,
+        FailureKind::Budget,
     ];
 
     /// The snake_case name used in tool output and docs.
@@ -87,6 +90,7 @@ impl FailureKind {
             FailureKind::Server => "server",
             FailureKind::OutdatedRunner => "outdated_runner",
             FailureKind::Exit => "exit",
+            FailureKind::Budget => "budget",
         }
     }
 
@@ -143,6 +147,9 @@ impl FailureKind {
             FailureKind::OutdatedRunner => OUTDATED_RUNNER_ADVICE,
             FailureKind::Exit => {
                 "opencode ended abnormally. Look at its stderr below; running the same task with `opencode run --print-logs` shows more."
+            }
+            FailureKind::Budget => {
+                "The run cost more than its max_cost_usd and was stopped; what it did so far is kept. Give a larger max_cost_usd, a cheaper model, or split the task."
             }
         }
     }

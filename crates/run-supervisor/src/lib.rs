@@ -50,6 +50,7 @@ pub use runner::opencode::events;
 mod spec;
 mod supervisor;
 mod task;
+pub mod usage;
 pub mod utc;
 pub mod worktree;
 
@@ -137,6 +138,22 @@ pub enum StartError {
         account: String,
         /// When the window resets (UTC, RFC 3339).
         until: String,
+    },
+    /// A budget is spent ([`usage::budget`]).
+    #[error(
+        "the {what} budget is spent: ${spent:.2} of ${budget:.2} used; it resets at {resets}. Wait until then, raise the budget (OPENCODE_BRIDGE_BUDGET_{window_upper}_USD or the config file's [budget]), or continue in Claude Code"
+    )]
+    OverBudget {
+        /// `day`, `month`, or `day (project /p)`.
+        what: String,
+        /// `DAY` or `MONTH`.
+        window_upper: String,
+        /// Spent in the window, USD.
+        spent: f64,
+        /// The budget, USD.
+        budget: f64,
+        /// When the window resets (UTC, RFC 3339).
+        resets: String,
     },
     /// The task registry could not hand out an id (the message says what to fix).
     #[error("{0}")]

@@ -47,6 +47,9 @@ pub struct TaskSpec {
     /// Run on this server of the bridge's config file (a session there) instead of the
     /// configured engine.
     pub server: Option<String>,
+    /// Stop the run once it has cost this many USD (its usage so far, estimated where
+    /// opencode records 0); it fails with kind `budget`.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl TaskSpec {
@@ -74,6 +77,7 @@ impl TaskSpec {
             denied: crate::audit::Denied::default(),
             isolation: Isolation::None,
             server: None,
+            max_cost_usd: None,
         }
     }
 }
@@ -177,6 +181,14 @@ pub struct SupervisorConfig {
     /// [`env::CLAUDE_SESSION`]: the Claude Code session this bridge serves, recorded with each
     /// task it accepts ([`crate::registry::unsettled`]). `None` outside Claude Code.
     pub client_session: Option<String>,
+    /// Prices and the compare model: what a task's usage costs, estimated where opencode
+    /// recorded 0, and its Claude-equivalent ([`crate::usage`]).
+    pub pricing: crate::usage::Pricing,
+    /// USD per UTC day / month for all tasks (`OPENCODE_BRIDGE_BUDGET_DAY_USD`,
+    /// `_MONTH_USD`, or the config file's `[budget]`): a start is refused once spent.
+    pub budgets: crate::usage::budget::Budgets,
+    /// The config file's per-project budgets.
+    pub project_budgets: Vec<crate::usage::budget::ProjectBudget>,
 }
 
 impl Default for SupervisorConfig {
@@ -208,6 +220,9 @@ impl Default for SupervisorConfig {
             serve_idle: Duration::from_secs(env::SERVE_IDLE_MIN.default_number() * 60),
             api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
             client_session: None,
+            pricing: crate::usage::Pricing::default(),
+            budgets: crate::usage::budget::Budgets::default(),
+            project_budgets: Vec::new(),
         }
     }
 }
@@ -275,6 +290,14 @@ impl SupervisorConfig {
         c.state_dir = nonempty(env::STATE_DIR.name)
             .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))
             .or_else(|| nonempty("HOME").map(|h| h.join(".local/state/opencode-bridge")));
+        c.pricing = crate::usage::Pricing::from_lookup(&get, &[]);
+        // A budget that does not parse refuses every start (its error says why) rather than
+        // being no budget: see `usage::budget::parse_usd`.
+        let usd = |k: &str| get(k).map(|v| crate::usage::budget::parse_usd(&v).unwrap_or(0.0));
+        c.budgets = crate::usage::budget::Budgets {
+            day_usd: usd(env::BUDGET_DAY_USD.name),
+            month_usd: usd(env::BUDGET_MONTH_USD.name),
+        };
         c
     }
 }

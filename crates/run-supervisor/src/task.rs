@@ -116,6 +116,11 @@ pub struct TaskSnapshot {
     pub tokens: TokenUsage,
     /// Cost of the current/last attempt.
     pub cost: f64,
+    /// What the task used and cost, every attempt added up, estimated where opencode recorded
+    /// 0, with its Claude-equivalent (`None`: a record written before usage was kept).
+    pub usage: Option<crate::usage::Usage>,
+    /// Each attempt's usage, first to last.
+    pub attempt_usage: Vec<crate::usage::Usage>,
     /// Tool calls seen in the current/last attempt.
     pub tool_calls: usize,
     /// Exit code of the last attempt.

@@ -42,6 +42,25 @@ pub fn parse(s: &str) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(secs))
 }
 
+/// The UTC day of an instant in epoch ms, `YYYY-MM-DD`.
+pub fn day(ms: u64) -> String {
+    let (y, m, d) = civil_from_days((ms / 86_400_000) as i64);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The start (epoch ms) of the UTC day and of the UTC month holding `ms`, and the starts of
+/// the next day and month: the budget windows and when they reset.
+pub fn day_and_month_bounds(ms: u64) -> [(u64, u64); 2] {
+    let days = (ms / 86_400_000) as i64;
+    let (y, m, _) = civil_from_days(days);
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    let at = |d: i64| (d.max(0) as u64) * 86_400_000;
+    [
+        (at(days), at(days + 1)),
+        (at(days_from_civil(y, m, 1)), at(days_from_civil(ny, nm, 1))),
+    ]
+}
+
 /// Year, month (1-12) and day (1-31) of a day counted from 1970-01-01.
 fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;

@@ -33,7 +33,11 @@ impl World {
     }
 
     fn supervisor(&self, claude: &Path) -> Supervisor {
-        Supervisor::new(SupervisorConfig {
+        Supervisor::new(self.config(claude))
+    }
+
+    fn config(&self, claude: &Path) -> SupervisorConfig {
+        SupervisorConfig {
             claude_bin: Some(claude.to_path_buf()),
             opencode_bin: Some("/bin/true".into()),
             root: self.root.path().to_path_buf(),
@@ -42,7 +46,7 @@ impl World {
             retries: 1,
             retry_delay: Duration::from_millis(100),
             ..SupervisorConfig::default()
-        })
+        }
     }
 
     fn dir(&self, name: &str) -> std::path::PathBuf {
@@ -63,7 +67,12 @@ fn spec(cwd: &Path, model: &str, prompt: &str, read_only: bool) -> TaskSpec {
 async fn live_claude_plain_answer_with_session_usage_and_no_mcp() {
     let claude = require_claude!();
     let w = World::new();
-    let sup = w.supervisor(&claude);
+    // With a registry: the finished task goes to the usage ledger.
+    let state = tempfile::tempdir().unwrap();
+    let sup = Supervisor::new(SupervisorConfig {
+        state_dir: Some(state.path().to_path_buf()),
+        ..w.config(&claude)
+    });
     let cwd = w.dir("plain");
     let id = sup
         .start(spec(&cwd, "claude-fake-text", "Say hello.", true))
@@ -76,6 +85,16 @@ async fn live_claude_plain_answer_with_session_usage_and_no_mcp() {
     assert_eq!(s.session_id.as_deref().map(str::len), Some(36), "{s:?}");
     assert!(s.tokens.input > 0 && s.tokens.output > 0, "{:?}", s.tokens);
     assert!(s.cost > 0.0);
+    // Its cost is what `claude -p` reported (total_cost_usd), with the Claude-equivalent of
+    // its tokens; the ledger has it under the claude engine.
+    let u = s.usage.clone().expect("usage recorded");
+    assert_eq!(u.basis, run_supervisor::usage::CostBasis::Reported, "{u:?}");
+    assert_eq!((u.cost, u.tokens), (s.cost, s.tokens));
+    assert!(u.claude_equivalent.is_some_and(|c| c > 0.0), "{u:?}");
+    let l = run_supervisor::usage::ledger::read(state.path()).unwrap();
+    assert_eq!(l.rows.len(), 1, "{l:?}");
+    assert_eq!(l.rows[0].engine_name(), "claude");
+    assert_eq!(l.rows[0].usage, u);
     assert_eq!(s.attempts, 1);
     assert_eq!(
         s.opencode_version, None,

@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use opencode_client::{Liveness, ScanContext, StoreSource};
+use opencode_client::StoreSource;
 use run_supervisor::audit::{SessionReader, Turn, Used};
 use run_supervisor::{FailureKind, Supervisor, SupervisorConfig, TaskSpec, TaskState, ToolCall};
 
@@ -19,15 +19,7 @@ struct StoreReader(PathBuf);
 impl SessionReader for StoreReader {
     fn read(&self, session_id: &str, since: SystemTime) -> Result<Used, String> {
         let store = StoreSource::open(&self.0).map_err(|e| e.to_string())?;
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
-        let ctx = ScanContext {
-            deadline: Instant::now() + Duration::from_secs(30),
-            now_ms,
-            liveness: Liveness::default(),
-        };
+        let ctx = crate::common::store_scan_context();
         let since_ms = since.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
         let u = opencode_client::usage::session_usage(&store, session_id, since_ms, &ctx)
             .map_err(|e| e.to_string())?;

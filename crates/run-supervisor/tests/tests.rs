@@ -11,6 +11,7 @@ mod live_fence;
 mod live_long_output;
 mod live_opencode;
 mod live_serve;
+mod live_usage;
 mod process_tree;
 mod read_only_writes;
 mod serve_placement;

@@ -30,6 +30,7 @@ STRUCTURED = {
     "opencode_policy",
     "opencode_sessions",
     "opencode_processes",
+    "opencode_usage",
 }
 
 
@@ -130,6 +131,8 @@ async def run(mode):
         await call("opencode_wait", {"ids": [task, "999"], "timeout_s": 1})
         await call("opencode_list", {})
         await call("opencode_processes", {})
+        usage = await call("opencode_usage", {"since_days": 1})
+        check(usage.structured_content["totals"]["tasks"] >= 1, f"{mode}: usage {usage.structured_content}")
         policy = await call("opencode_policy", {})
         check(policy.structured_content["mode"] == "blueprint", f"{mode}: policy {policy.structured_content}")
         await call("opencode_policy", {"mode": "sensitive"})

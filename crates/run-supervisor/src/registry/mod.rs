@@ -38,7 +38,7 @@ pub use client::{Unsettled, unsettled};
 pub(crate) use writer::{WRITER_THREAD, Writer};
 
 /// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     to_ms(SystemTime::now())
 }
 
@@ -147,7 +147,8 @@ impl From<StoredTokens> for TokenUsage {
 /// `version` field are version 1 (written before the field existed) and read the same way: the
 /// fields of version 2 are those of version 1 plus `version`. A newer version is read as far as
 /// its known fields go (unknown fields are ignored), so an older bridge still lists the task.
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Version 3 adds `usage` and `attempt_usage` to `task.json` (absent: not known).
+pub(crate) const FORMAT_VERSION: u32 = 3;
 
 fn version_1() -> u32 {
     1
@@ -206,6 +207,13 @@ pub(crate) struct TaskRecord {
     /// sync start's answer, an MCP task's result); absent while nobody has read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_read_ms: Option<u64>,
+    /// What the task used and cost, its attempts added up ([`crate::usage::Usage`]); absent
+    /// before version 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::Usage>,
+    /// Each attempt's usage, first to last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempt_usage: Vec<crate::usage::Usage>,
     pub updated_ms: u64,
 }
 
@@ -240,6 +248,8 @@ impl TaskRecord {
             engine: None,
             client_session: None,
             result_read_ms: None,
+            usage: None,
+            attempt_usage: Vec::new(),
             updated_ms: now_ms(),
         }
     }
@@ -601,6 +611,8 @@ pub(crate) mod tests {
             engine: None,
             client_session: None,
             result_read_ms: None,
+            usage: None,
+            attempt_usage: Vec::new(),
             updated_ms: now_ms(),
         }
     }

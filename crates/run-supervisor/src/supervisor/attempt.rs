@@ -72,12 +72,50 @@ async fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<F
         Some(ack) => ack.await.unwrap_or(false),
         None => false,
     };
+    // Its spend goes to the ledger before anyone hears it finished: a start after this one's
+    // end sees it against the budgets.
+    if let Some(dir) = shared
+        .registry
+        .as_ref()
+        .and(shared.config.state_dir.clone())
+        && let Some(rows) = shared.with(id, ledger_rows)
+        && !rows.is_empty()
+    {
+        let write = move || crate::usage::ledger::append(&dir, &rows);
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(write).await {
+            tracing::warn!("task {id}: its usage could not be added to the ledger: {e}");
+        }
+    }
     shared.with(id, |r| {
         r.state = state;
         r.saved = saved;
         r.done.send_replace(true);
     });
     forget_finished(&mut shared.lock(), MAX_FINISHED_TASKS);
+}
+
+/// The ledger's rows of a finished task: one per attempt.
+fn ledger_rows(r: &mut super::record::Record) -> Vec<crate::usage::ledger::Row> {
+    let at_ms = crate::registry::now_ms();
+    let runner = r.runner.to_string();
+    let lane = crate::usage::ledger::lane_of(&r.rec.title);
+    r.attempt_usages()
+        .into_iter()
+        .enumerate()
+        .map(|(i, usage)| crate::usage::ledger::Row {
+            v: crate::usage::ledger::LEDGER_VERSION,
+            at_ms,
+            task: r.rec.id,
+            attempt: i as u32 + 1,
+            agent: r.rec.agent.clone(),
+            model: r.rec.model.clone(),
+            runner: runner.clone(),
+            engine: r.rec.engine.clone(),
+            lane: lane.clone(),
+            project: r.rec.cwd.clone(),
+            usage,
+        })
+        .collect()
 }
 
 /// Restarts after opencode failed to open its store before doing anything.
@@ -325,6 +363,16 @@ async fn run_task_inner(
                     ),
                 );
                 return (TaskState::TimedOut, Some(f));
+            }
+            AttemptEnd::OverBudget(spent) => {
+                let max = spec.max_cost_usd.unwrap_or(0.0);
+                let f = Failure::new(
+                    FailureKind::Budget,
+                    format!(
+                        "stopped after it had cost ${spent:.4}, past its max_cost_usd of ${max:.4}"
+                    ),
+                );
+                return (TaskState::Failed, Some(f));
             }
             AttemptEnd::SpawnFailed(msg) => {
                 return (

@@ -47,6 +47,8 @@ pub(super) enum AttemptEnd {
     ServerFailed(String),
     /// The bridge's local server could not start: the attempt runs as `opencode run`.
     NoLocalServer(String),
+    /// The task's usage passed its `max_cost_usd` (what it had cost).
+    OverBudget(f64),
 }
 
 /// Runs attempt number `attempt` of the task to its end (see [`AttemptEnd`]).
@@ -142,6 +144,7 @@ pub(super) async fn run_attempt(
     // Last, so the run is confined from its first instruction (see `bridge_fence`).
     fence.apply_to(cmd.as_std_mut());
     shared.with(id, |r| {
+        r.keep_attempt_usage();
         r.rec.sandbox = Some(fence.confinement().to_string());
         r.state = TaskState::Running;
         r.attempts = attempt;
@@ -254,6 +257,17 @@ pub(super) async fn run_attempt(
                 .await
                 {
                     known = k;
+                }
+                // Past its max_cost_usd: every attempt so far counts (unknown cost at its
+                // Claude-equivalent), checked as each step's cost arrives.
+                if let Some(max) = spec.max_cost_usd {
+                    let spent = shared
+                        .with(id, |r| r.task_usage().budget_cost())
+                        .unwrap_or(0.0);
+                    if spent > max {
+                        stop_reason = Some(AttemptEnd::OverBudget(spent));
+                        break;
+                    }
                 }
                 let overflows = shared.with(id, |r| r.summary.overflows()).unwrap_or(0);
                 if overflows >= cfg.overflow_limit.max(1) {

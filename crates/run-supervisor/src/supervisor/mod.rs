@@ -256,6 +256,11 @@ impl Supervisor {
                     until: crate::utc::format(until),
                 });
             }
+            if let crate::usage::budget::Verdict::Refuse(s) =
+                self.budget_check_locked(&inner, Some(&cwd), crate::registry::now_ms())
+            {
+                return Err(over_budget(&s));
+            }
             let running = inner
                 .tasks
                 .values()
@@ -311,7 +316,14 @@ impl Supervisor {
             rec.engine = place.as_ref().map(Place::engine_name);
             rec.client_session = cfg.client_session.clone();
             let durable_session = self.shared.writer.is_none();
-            let r = Record::new(rec, runner, cfg.output_cap, stop_tx, durable_session);
+            let r = Record::new(
+                rec,
+                runner,
+                cfg.output_cap,
+                stop_tx,
+                durable_session,
+                cfg.pricing.clone(),
+            );
             inner.tasks.insert(id, r);
             if let Some(r) = inner.tasks.get(&id) {
                 persist(&self.shared, r, Save::Record);
@@ -377,6 +389,7 @@ impl Supervisor {
                     self.shared.config.output_cap,
                     stop_tx,
                     true,
+                    self.shared.config.pricing.clone(),
                 );
                 r.resume = true;
                 r.state = TaskState::Running;
@@ -445,6 +458,100 @@ impl Supervisor {
             (backend(runner).traits().serves && cfg.engine == crate::Engine::Serve)
                 .then_some(Place::Local),
         )
+    }
+
+    /// Whether a task in `cwd` may start now by the budgets ([`crate::usage::budget`]): the
+    /// ledger's spend in each window plus what running tasks have used so far.
+    pub fn budget_check(&self, cwd: Option<&Path>) -> crate::usage::budget::Verdict {
+        let inner = self.shared.lock();
+        self.budget_check_locked(&inner, cwd, crate::registry::now_ms())
+    }
+
+    /// Where every budget that applies to a task in `cwd` stands now, and what was spent today
+    /// (UTC) in all: what `opencode_policy`, the instructions and `doctor` show.
+    pub fn budget_report(&self, cwd: Option<&Path>) -> (Vec<crate::usage::budget::Standing>, f64) {
+        self.with_ledger(|rows| self.budget_report_of(rows, cwd))
+    }
+
+    /// `f` of the ledger's rows (none without a state directory or ledger).
+    fn with_ledger<R>(&self, f: impl FnOnce(&[crate::usage::ledger::RowRef<'_>]) -> R) -> R {
+        let text = self
+            .state_dir()
+            .and_then(|d| crate::usage::ledger::read_text(d).ok())
+            .unwrap_or_default();
+        let (rows, _) = crate::usage::ledger::parse_text(&text);
+        let rows: Vec<_> = rows
+            .iter()
+            .map(crate::usage::ledger::TextRow::view)
+            .collect();
+        f(&rows)
+    }
+
+    /// [`budget_report`](Self::budget_report) over ledger rows the caller has read already.
+    pub fn budget_report_of(
+        &self,
+        rows: &[crate::usage::ledger::RowRef<'_>],
+        cwd: Option<&Path>,
+    ) -> (Vec<crate::usage::budget::Standing>, f64) {
+        let now = crate::registry::now_ms();
+        let running = self.running_spend(&self.shared.lock());
+        let cfg = &self.shared.config;
+        let standings = crate::usage::budget::standings(
+            rows,
+            &cfg.budgets,
+            &cfg.project_budgets,
+            cwd,
+            &running,
+            now,
+        );
+        let today = crate::usage::budget::standings(
+            rows,
+            &crate::usage::budget::Budgets {
+                day_usd: Some(f64::INFINITY),
+                month_usd: None,
+            },
+            &[],
+            None,
+            &running,
+            now,
+        )
+        .first()
+        .map_or(0.0, |s| s.spent);
+        (standings, today)
+    }
+
+    /// What the tasks that are not in the ledger yet have used so far, by working directory.
+    fn running_spend(&self, inner: &Inner) -> Vec<(std::path::PathBuf, f64)> {
+        inner
+            .tasks
+            .values()
+            .filter(|r| !*r.done.borrow())
+            .map(|r| (r.rec.cwd.clone(), r.task_usage().budget_cost()))
+            .collect()
+    }
+
+    fn budget_check_locked(
+        &self,
+        inner: &Inner,
+        cwd: Option<&Path>,
+        now_ms: u64,
+    ) -> crate::usage::budget::Verdict {
+        let cfg = &self.shared.config;
+        if cfg.budgets.is_empty() && cfg.project_budgets.is_empty() {
+            return crate::usage::budget::Verdict::Allow(Vec::new());
+        }
+        // A task that finished but is not in the ledger yet is still counted as running.
+        let running = self.running_spend(inner);
+        self.with_ledger(|rows| {
+            crate::usage::budget::verdict(crate::usage::budget::standings(
+                rows,
+                &cfg.budgets,
+                &cfg.project_budgets,
+                cwd,
+                &running,
+                now_ms,
+            ))
+        })
     }
 
     /// The state of a task.
@@ -863,6 +970,21 @@ impl Supervisor {
             }
         }
         table
+    }
+}
+
+/// The refusal of a start by a spent budget.
+fn over_budget(s: &crate::usage::budget::Standing) -> StartError {
+    let what = match &s.project {
+        Some(p) => format!("{} (project {})", s.window.as_str(), p.display()),
+        None => s.window.as_str().to_owned(),
+    };
+    StartError::OverBudget {
+        what,
+        window_upper: s.window.as_str().to_ascii_uppercase(),
+        spent: s.spent,
+        budget: s.budget,
+        resets: crate::utc::format(crate::registry::from_ms(s.resets_ms)),
     }
 }
 

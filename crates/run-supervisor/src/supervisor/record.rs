@@ -21,6 +21,7 @@ use crate::registry::{self, Owner, TaskOutputRecord, TaskRecord};
 use crate::runner::Runner;
 use crate::runner::{Stream, backend};
 use crate::task::{TaskOutput, TaskSnapshot, TaskState};
+use crate::usage::{Pricing, Usage};
 use bridge_proc::ProcId;
 
 /// A task of this supervisor.
@@ -65,6 +66,10 @@ pub(super) struct Record {
     /// A remote served task left running on its server at this bridge's shutdown: it is not
     /// finished, and the next bridge follows it again.
     pub(super) detached: bool,
+    /// Prices and the compare model ([`crate::usage`]).
+    pub(super) pricing: Pricing,
+    /// The usage of the attempts before the current one, by attempt number.
+    pub(super) prior: Vec<(u32, Usage)>,
 }
 
 impl Record {
@@ -75,6 +80,7 @@ impl Record {
         output_cap: usize,
         stop: watch::Sender<Option<StopReason>>,
         durable_session: bool,
+        pricing: Pricing,
     ) -> Record {
         let (done, _) = watch::channel(false);
         Record {
@@ -103,7 +109,54 @@ impl Record {
             saved: false,
             resume: false,
             detached: false,
+            pricing,
+            prior: Vec::new(),
         }
+    }
+
+    /// What the current attempt has used so far (0 before the first).
+    pub(super) fn attempt_usage_now(&self) -> Usage {
+        self.pricing.usage(
+            self.summary.tokens(),
+            self.summary.cost(),
+            self.rec.model.as_deref(),
+        )
+    }
+
+    /// Each attempt's usage, first to last (the current one last).
+    pub(super) fn attempt_usages(&self) -> Vec<Usage> {
+        let mut v: Vec<Usage> = self
+            .prior
+            .iter()
+            .filter(|(n, _)| *n < self.attempts)
+            .map(|(_, u)| u.clone())
+            .collect();
+        if self.attempts > 0 {
+            v.push(self.attempt_usage_now());
+        }
+        v
+    }
+
+    /// Keeps the current attempt's usage before the next attempt starts.
+    pub(super) fn keep_attempt_usage(&mut self) {
+        if self.attempts == 0 {
+            return;
+        }
+        let u = self.attempt_usage_now();
+        self.prior.retain(|(n, _)| *n != self.attempts);
+        self.prior.push((self.attempts, u));
+    }
+
+    /// The task's usage, every attempt added up.
+    pub(super) fn task_usage(&self) -> Usage {
+        let mut total = Usage {
+            claude_equivalent: self.pricing.compare_price().map(|_| 0.0),
+            ..Usage::default()
+        };
+        for u in self.attempt_usages() {
+            total.add(&u);
+        }
+        total
     }
 
     /// The task's record as it is now, in `state`: what is persisted, and what a snapshot is
@@ -129,6 +182,8 @@ impl Record {
         t.tokens = self.summary.tokens().into();
         t.cost = self.summary.cost();
         t.tool_calls = self.summary.tool_calls().len();
+        t.attempt_usage = self.attempt_usages();
+        t.usage = Some(self.task_usage());
         // A Claude run uses no opencode.
         t.opencode_version = version
             .filter(|_| backend(self.runner).traits().reports_opencode_version)
@@ -231,6 +286,8 @@ pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
         retry_in: None,
         tokens: t.tokens.into(),
         cost: t.cost,
+        usage: t.usage.clone(),
+        attempt_usage: t.attempt_usage.clone(),
         tool_calls: t.tool_calls,
         exit_code: t.exit_code,
         opencode_version: t.opencode_version.clone(),
@@ -302,7 +359,7 @@ mod tests {
             std::path::Path::new("/tmp"),
         );
         let (stop, _) = watch::channel(None);
-        let mut r = Record::new(rec, Runner::Opencode, 1024, stop, true);
+        let mut r = Record::new(rec, Runner::Opencode, 1024, stop, true, Pricing::default());
         r.attempts = 2;
         r.state = TaskState::Failed;
         r.failure = Some(Failure::new(crate::FailureKind::Auth, "bad key"));

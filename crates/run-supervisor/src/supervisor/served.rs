@@ -275,6 +275,15 @@ pub(super) async fn run_served_attempt(
                         persist(shared, r, if output { Save::WithOutput } else { Save::Record });
                     }
                 });
+                // Past its max_cost_usd, as for a run: checked as each step's cost arrives.
+                if let Some(max) = spec.max_cost_usd {
+                    let spent = shared
+                        .with(id, |r| r.task_usage().budget_cost())
+                        .unwrap_or(0.0);
+                    if spent > max {
+                        break AttemptEnd::OverBudget(spent);
+                    }
+                }
                 let overflows = shared.with(id, |r| r.summary.overflows()).unwrap_or(0);
                 if overflows >= cfg.overflow_limit.max(1) {
                     break AttemptEnd::OverflowLoop(overflows);
@@ -315,7 +324,10 @@ pub(super) async fn run_served_attempt(
         && matches!(place, Place::Remote(_));
     let turn_open = matches!(
         end,
-        AttemptEnd::Stopped(_) | AttemptEnd::TimedOut | AttemptEnd::OverflowLoop(_)
+        AttemptEnd::Stopped(_)
+            | AttemptEnd::TimedOut
+            | AttemptEnd::OverflowLoop(_)
+            | AttemptEnd::OverBudget(_)
     );
     if turn_open && !keep_running {
         let (h, d, s) = (http.clone(), dir.clone(), sid.clone());

@@ -114,3 +114,16 @@ pub fn nice_of(pid: Option<i32>) -> i64 {
         .expect("a live process")
         .nice
 }
+
+/// A scan context for reading a test's opencode store now (30 s deadline).
+pub fn store_scan_context() -> opencode_client::ScanContext {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    opencode_client::ScanContext {
+        deadline: std::time::Instant::now() + Duration::from_secs(30),
+        now_ms,
+        liveness: opencode_client::Liveness::default(),
+    }
+}

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::capture::HeadTail;
 
 /// Token counts summed over every `step_finish` of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TokenUsage {
     /// Input tokens (opencode excludes cache reads from this number).
     pub input: u64,

@@ -1,0 +1,176 @@
+//! `opencode-bridge usage`: the table with a bar per day from the ledger, its JSON, the budget
+//! line, and the `--html` page opened in headless Chromium, whose screenshot must show the cost
+//! and savings bars in their colours (not only a file that exists).
+
+use crate::common::{World, run_cli};
+use run_supervisor::TokenUsage;
+use run_supervisor::usage::ledger::{self, Row};
+use run_supervisor::usage::{CostBasis, Usage};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The colours of the page's bars (render::usage::usage_html).
+const COST_RGB: &str = "d9534f";
+const SAVED_RGB: &str = "2e8b57";
+
+/// Chromium: `OPENCODE_BRIDGE_TEST_CHROMIUM`, else `chromium` on PATH; under CI a missing one
+/// fails the test (scripts/test.sh installs it).
+fn chromium() -> Option<PathBuf> {
+    let named = std::env::var_os("OPENCODE_BRIDGE_TEST_CHROMIUM").map(PathBuf::from);
+    let found = named.or_else(|| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join("chromium"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() && bridge_testkit::sandbox::in_ci() {
+        panic!("chromium is not installed: apt-get install chromium (scripts/test.sh does)");
+    }
+    found
+}
+
+fn rows(now_ms: u64) -> Vec<Row> {
+    let day = 86_400_000;
+    let row = |task: u64, at_ms: u64, agent: &str, cost: f64, eq: f64, basis| Row {
+        v: ledger::LEDGER_VERSION,
+        at_ms,
+        task,
+        attempt: 1,
+        agent: agent.into(),
+        model: Some("fk/cheap".into()),
+        runner: "opencode".into(),
+        engine: None,
+        lane: "API".into(),
+        project: "/p".into(),
+        usage: Usage {
+            tokens: TokenUsage {
+                input: 40_000,
+                output: 2_000,
+                ..TokenUsage::default()
+            },
+            cost,
+            basis,
+            claude_equivalent: Some(eq),
+        },
+    };
+    vec![
+        row(
+            1,
+            now_ms - 2 * day,
+            "explore",
+            0.20,
+            1.10,
+            CostBasis::Reported,
+        ),
+        row(2, now_ms - day, "worker", 0.40, 2.00, CostBasis::Estimated),
+        row(3, now_ms, "worker", 0.10, 0.90, CostBasis::Reported),
+    ]
+}
+
+#[test]
+fn usage_table_json_and_a_page_chromium_renders() {
+    let world = World::new();
+    let state = world.path("xdg/state/opencode-bridge");
+    let now = run_supervisor::registry::now_ms();
+    ledger::append(&state, &rows(now)).unwrap();
+    let env = [("OPENCODE_BRIDGE_BUDGET_DAY_USD", "0.5".to_owned())];
+
+    let page = world.path("usage.html");
+    let page_arg = page.to_string_lossy().into_owned();
+    let out = run_cli(&world, &env, &["usage", "--html", &page_arg]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(
+            "usage all time: 3 tasks (3 attempts), cost $0.7000 (of which ~$0.4000 estimated"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("saved $3.30"), "{text}");
+    assert!(text.contains("\nby day:\n"), "{text}");
+    // One bar per day, the costliest day full width.
+    let bars: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("by day:"))
+        .skip(2)
+        .take(3)
+        .collect();
+    assert!(bars[1].ends_with(&"#".repeat(24)), "{bars:?}");
+    assert!(bars[0].ends_with(&"#".repeat(12)), "{bars:?}");
+    assert!(
+        text.contains("budgets: day budget $0.1000 of $0.5000"),
+        "{text}"
+    );
+    assert!(text.contains("wrote "), "{text}");
+
+    let json = run_cli(&world, &env, &["usage", "--since-days", "2", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["totals"]["tasks"], 2, "{v}");
+    assert_eq!(v["by_day"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["budgets"][0]["window"], "day", "{v}");
+
+    let bad = run_cli(&world, &env, &["usage", "--since", "2026-13-01"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("use a UTC date such as"), "{err}");
+
+    let Some(chromium) = chromium() else {
+        eprintln!("note: chromium not found; the page's rendering is not checked");
+        return;
+    };
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: nothing is loaded from elsewhere.
+    assert!(!html.contains("src=") && !html.contains("<link"), "{html}");
+    let shot = world.path("usage.png");
+    let status = Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=900,700",
+        ])
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .env("HOME", world.path("home"))
+        .output()
+        .unwrap();
+    assert!(
+        shot.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/png_colors.py");
+    let counted = Command::new("python3")
+        .args([script, &shot.to_string_lossy(), COST_RGB, SAVED_RGB])
+        .output()
+        .unwrap();
+    let counts = String::from_utf8_lossy(&counted.stdout);
+    assert!(
+        counted.status.success(),
+        "{counts}{}",
+        String::from_utf8_lossy(&counted.stderr)
+    );
+    let count = |rgb: &str| -> usize {
+        counts
+            .lines()
+            .find_map(|l| l.strip_prefix(rgb))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    };
+    // Three days of bars, each at least a few hundred pixels of its colour (the legend's
+    // swatches are 144 pixels each).
+    assert!(
+        count(COST_RGB) > 1_000,
+        "cost bars: {counts} (screenshot {})",
+        shot.display()
+    );
+    assert!(
+        count(SAVED_RGB) > 3_000,
+        "savings bars: {counts} (screenshot {})",
+        shot.display()
+    );
+}

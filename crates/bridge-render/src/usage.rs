@@ -1,0 +1,335 @@
+//! What delegation cost and saved: the line that ends a task's result, the budget warning of
+//! a start, the budget lines of `opencode_policy` / the instructions / `doctor`, the usage
+//! report (`opencode_usage`, `opencode-bridge usage`) with a bar per day, and its HTML page.
+
+use run_supervisor::usage::budget::{Standing, Verdict};
+use run_supervisor::usage::ledger::{Group, Summary, Totals};
+use run_supervisor::usage::{CostBasis, Usage};
+
+use crate::human::count;
+
+/// An amount of USD: 4 decimals below $1, 2 above.
+pub fn usd(v: f64) -> String {
+    if v.abs() < 1.0 {
+        format!("${v:.4}")
+    } else {
+        format!("${v:.2}")
+    }
+}
+
+/// The line that ends a task's result (`opencode_result`, the MCP task's final result):
+/// cost, Claude-equivalent, saved.
+pub fn usage_line(u: Option<&Usage>, model: Option<&str>, compare_model: &str) -> String {
+    let Some(u) = u else {
+        return "usage: not recorded for this task (it ran before the bridge kept usage)\n".into();
+    };
+    let model = model.unwrap_or("the agent's default model");
+    let cost = match u.basis {
+        CostBasis::Reported => format!("cost {}", usd(u.cost)),
+        CostBasis::Estimated => format!(
+            "cost ~{} (estimated from {model}'s list price: opencode recorded 0)",
+            usd(u.cost)
+        ),
+        CostBasis::Free => "cost $0 (free model)".to_owned(),
+        CostBasis::Unknown => format!(
+            "cost unknown (no price for {model}; budgets count it at its Claude-equivalent)"
+        ),
+    };
+    let toks = format!(
+        "{} in / {} out tokens",
+        count(u.tokens.input + u.tokens.cache_read + u.tokens.cache_write),
+        count(u.tokens.output + u.tokens.reasoning)
+    );
+    match (u.claude_equivalent, u.saved()) {
+        (Some(eq), Some(saved)) => format!(
+            "usage: {toks}, {cost}; Claude-equivalent ({compare_model}) {}; saved {} (an estimate: the same tokens at Claude's list price, tokenizers differ)\n",
+            usd(eq),
+            usd(saved)
+        ),
+        _ => format!(
+            "usage: {toks}, {cost}; Claude-equivalent unknown (no price for {compare_model})\n"
+        ),
+    }
+}
+
+/// A start refused because the config file or a budget variable is not usable.
+pub fn config_refusal(why: &str) -> String {
+    format!(
+        "refused: {why}. No task starts until it is fixed, so that a budget it sets is never skipped"
+    )
+}
+
+/// The ledger could not be read.
+pub fn ledger_unreadable(state_dir: &std::path::Path, why: &str) -> String {
+    format!(
+        "the usage ledger under {} cannot be read ({why}); check the state directory's permissions (OPENCODE_BRIDGE_STATE_DIR)",
+        state_dir.display()
+    )
+}
+
+/// `usage --html FILE` could not write the file.
+pub fn html_unwritable(file: &std::path::Path, why: &str) -> String {
+    format!(
+        "cannot write the usage page to {} ({why}); give a writable path",
+        file.display()
+    )
+}
+
+/// `usage --html FILE` wrote the page.
+pub fn html_written(file: &std::path::Path) -> String {
+    format!(
+        "wrote {} (open it in a browser: a chart of cost and savings per day)",
+        file.display()
+    )
+}
+
+fn scope(s: &Standing) -> String {
+    match &s.project {
+        Some(p) => format!("{} budget of project {}", s.window.as_str(), p.display()),
+        None => format!("{} budget", s.window.as_str()),
+    }
+}
+
+fn resets(s: &Standing) -> String {
+    run_supervisor::utc::format(
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(s.resets_ms),
+    )
+}
+
+/// The warning of a start accepted at 80 % or more of a budget (empty otherwise).
+pub fn budget_warning(v: &Verdict) -> String {
+    let Verdict::Warn(near) = v else {
+        return String::new();
+    };
+    near.iter()
+        .map(|s| {
+            format!(
+                "warning: {} of the {} ({} of {}) is spent; it resets at {}; starts are refused once it is all spent\n",
+                percent(s),
+                scope(s),
+                usd(s.spent),
+                usd(s.budget),
+                resets(s)
+            )
+        })
+        .collect()
+}
+
+fn percent(s: &Standing) -> String {
+    if s.budget <= 0.0 {
+        return "all".into();
+    }
+    format!("{:.0} %", 100.0 * s.spent / s.budget)
+}
+
+/// The budgets and today's spend (`opencode_policy`, the instructions, `doctor`): one line.
+pub fn budget_lines(standings: &[Standing], today_usd: f64) -> String {
+    if standings.is_empty() {
+        return format!(
+            "budgets: none (OPENCODE_BRIDGE_BUDGET_DAY_USD / _MONTH_USD or the config file's [budget] set them); spent today {}\n",
+            usd(today_usd)
+        );
+    }
+    let parts: Vec<String> = standings
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} of {} (resets {})",
+                scope(s),
+                usd(s.spent),
+                usd(s.budget),
+                resets(s)
+            )
+        })
+        .collect();
+    format!(
+        "budgets: {}; spent today {}; unknown costs count at their Claude-equivalent\n",
+        parts.join(", "),
+        usd(today_usd)
+    )
+}
+
+const BAR_WIDTH: usize = 24;
+
+fn bar(v: f64, max: f64) -> String {
+    if max <= 0.0 || v <= 0.0 {
+        return String::new();
+    }
+    let n = ((v / max) * BAR_WIDTH as f64).round().max(1.0) as usize;
+    "#".repeat(n.min(BAR_WIDTH))
+}
+
+fn totals_cells(t: &Totals) -> String {
+    format!(
+        "{:>5} {:>8} {:>8} {:>10} {:>10} {:>10}",
+        t.tasks,
+        count(t.tokens.input + t.tokens.cache_read + t.tokens.cache_write),
+        count(t.tokens.output + t.tokens.reasoning),
+        usd(t.cost_usd),
+        usd(t.claude_equivalent_usd),
+        usd(t.saved_usd)
+    )
+}
+
+fn table(title: &str, groups: &[Group], bars: bool) -> String {
+    if groups.is_empty() {
+        return String::new();
+    }
+    let w = groups
+        .iter()
+        .map(|g| g.key.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(5, 40);
+    let mut out = format!(
+        "\nby {title}:\n{:<w$} {:>5} {:>8} {:>8} {:>10} {:>10} {:>10}{}\n",
+        title,
+        "tasks",
+        "in",
+        "out",
+        "cost",
+        "claude-eq",
+        "saved",
+        if bars { "  cost" } else { "" }
+    );
+    let max = groups.iter().map(|g| g.totals.cost_usd).fold(0.0, f64::max);
+    for g in groups {
+        let key: String = g.key.chars().take(40).collect();
+        out.push_str(&format!("{key:<w$} {}", totals_cells(&g.totals)));
+        if bars {
+            out.push_str(&format!("  {}", bar(g.totals.cost_usd, max)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The usage report: totals, then rows by day (with a bar of cost per day), agent, model,
+/// lane and engine. `since` says the window (`all time`, `since 2026-01-01`).
+pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
+    let t = &s.totals;
+    let mut out = format!(
+        "usage {since}: {} tasks ({} attempts), cost {}{}; Claude-equivalent ({compare_model}) {}; saved {}\n",
+        t.tasks,
+        t.attempts,
+        usd(t.cost_usd),
+        if t.estimated_usd > 0.0 {
+            format!(
+                " (of which ~{} estimated from list prices)",
+                usd(t.estimated_usd)
+            )
+        } else {
+            String::new()
+        },
+        usd(t.claude_equivalent_usd),
+        usd(t.saved_usd)
+    );
+    out.push_str(
+        "savings are an estimate: the same tokens at Claude's list price (tokenizers differ)\n",
+    );
+    if t.unknown_cost_attempts > 0 {
+        out.push_str(&format!(
+            "{} attempts had no price for their model: their cost shows as $0 here and counts at its Claude-equivalent against budgets\n",
+            t.unknown_cost_attempts
+        ));
+    }
+    if t.free_attempts > 0 {
+        out.push_str(&format!("{} attempts used free models\n", t.free_attempts));
+    }
+    if s.unreadable_lines > 0 {
+        out.push_str(&format!(
+            "note: {} ledger lines could not be read and are left out\n",
+            s.unreadable_lines
+        ));
+    }
+    if t.attempts == 0 {
+        out.push_str("no task finished in this window\n");
+        return out;
+    }
+    out.push_str(&table("day", &s.by_day, true));
+    out.push_str(&table("agent", &s.by_agent, false));
+    out.push_str(&table("model", &s.by_model, false));
+    out.push_str(&table("lane", &s.by_lane, false));
+    out.push_str(&table("engine", &s.by_engine, false));
+    out
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A self-contained HTML page: totals and an SVG bar chart of cost and savings per day (no
+/// script, no external resource), then the tables.
+pub fn usage_html(s: &Summary, since: &str, compare_model: &str) -> String {
+    let days = &s.by_day;
+    let (w, h, pad) = (760.0_f64, 260.0_f64, 40.0_f64);
+    let max = days
+        .iter()
+        .map(|d| d.totals.cost_usd.max(d.totals.saved_usd))
+        .fold(0.0, f64::max);
+    let slot = if days.is_empty() {
+        0.0
+    } else {
+        (w - 2.0 * pad) / days.len() as f64
+    };
+    let bw = (slot / 2.0 - 2.0).max(1.0);
+    let mut bars = String::new();
+    for (i, d) in days.iter().enumerate() {
+        let x = pad + i as f64 * slot;
+        for (j, (v, class, color)) in [
+            (d.totals.cost_usd, "bar cost", "#d9534f"),
+            (d.totals.saved_usd.max(0.0), "bar saved", "#2e8b57"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let bh = if max > 0.0 {
+                (v / max) * (h - 2.0 * pad)
+            } else {
+                0.0
+            };
+            let bh = if v > 0.0 { bh.max(2.0) } else { 0.0 };
+            bars.push_str(&format!(
+                "<rect class=\"{class}\" data-day=\"{}\" data-usd=\"{v:.6}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{color}\"><title>{} {}: {}</title></rect>\n",
+                html_escape(&d.key),
+                x + j as f64 * (bw + 2.0),
+                h - pad - bh,
+                html_escape(&d.key),
+                if j == 0 { "cost" } else { "saved" },
+                usd(v)
+            ));
+        }
+        bars.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\">{}</text>\n",
+            x,
+            h - pad + 14.0,
+            html_escape(d.key.get(5..).unwrap_or(&d.key))
+        ));
+    }
+    let report = html_escape(&usage_report(s, since, compare_model));
+    format!(
+        r##"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>opencode-bridge usage</title>
+<style>body{{font-family:sans-serif;margin:2em;background:#fff;color:#222}}pre{{font-size:12px}}.legend span{{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}}</style>
+</head><body>
+<h1>opencode-bridge usage {since_h}</h1>
+<p>Cost {cost}, Claude-equivalent ({model}) {eq}, saved {saved}. Savings are an estimate: the same tokens at Claude's list price (tokenizers differ).</p>
+<p class="legend"><span style="background:#d9534f"></span>cost per day<span style="background:#2e8b57"></span>saved per day</p>
+<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}">
+<line x1="{pad}" y1="{base}" x2="{right}" y2="{base}" stroke="#888"/>
+{bars}</svg>
+<pre>{report}</pre>
+</body></html>
+"##,
+        since_h = html_escape(since),
+        cost = usd(s.totals.cost_usd),
+        model = html_escape(compare_model),
+        eq = usd(s.totals.claude_equivalent_usd),
+        saved = usd(s.totals.saved_usd),
+        base = h - pad,
+        right = w - pad,
+    )
+}

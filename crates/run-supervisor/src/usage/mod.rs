@@ -1,0 +1,492 @@
+//! What a task used and what it cost: tokens and money per attempt ([`Usage`]), the prices
+//! that turn tokens into money ([`Prices`]), the Claude-equivalent of the same tokens, the
+//! ledger of every finished task ([`ledger`]) and the budgets checked against it ([`budget`]).
+//!
+//! A [`Usage`] is filled the same way whatever ran the task: from `opencode run`'s
+//! `step_finish` events or `claude -p`'s result (the [`crate::RunSummary`] totals), or from a
+//! session's assistant messages as opencode stored them ([`Usage::from_messages`]: the store,
+//! or `opencode serve`'s messages for a task run as a server session).
+//!
+//! The cost opencode records is kept as it is ([`CostBasis::Reported`]). When it recorded 0
+//! for a model that has a price, the cost is computed from the price ([`CostBasis::Estimated`]);
+//! a model whose price is 0 is [`CostBasis::Free`]; a model of no known price that recorded 0
+//! is [`CostBasis::Unknown`], and a budget counts it at its Claude-equivalent cost (never as
+//! free, see [`Usage::budget_cost`]).
+//!
+//! Prices come from opencode's own models cache (`models.json` in models.dev's format, under
+//! opencode's cache directory) when it is there, else from the snapshot bundled with the
+//! bridge (`data/prices.json`, with its date and source; `scripts/refresh-prices.sh` refreshes
+//! it); the bridge's config file (`[prices."provider/model"]`) overrides both.
+
+pub mod budget;
+pub mod ledger;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::events::TokenUsage;
+
+/// The model a task's usage is compared with when `OPENCODE_BRIDGE_COMPARE_MODEL` is not set:
+/// the current Sonnet.
+pub const DEFAULT_COMPARE_MODEL: &str = bridge_env::COMPARE_MODEL.default;
+
+/// The bundled price snapshot (models.dev format plus a `_snapshot` entry: date, source).
+pub const BUNDLED_PRICES: &str = include_str!("../../data/prices.json");
+
+/// A model's list price, USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// Input tokens (not read from the cache).
+    pub input: f64,
+    /// Output tokens (reasoning tokens are priced as output).
+    pub output: f64,
+    /// Tokens read from the cache (the input price when the model names none).
+    #[serde(default)]
+    pub cache_read: Option<f64>,
+    /// Tokens written to the cache (the input price when the model names none).
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+}
+
+impl Price {
+    /// What `t` costs at this price.
+    pub fn cost(&self, t: &TokenUsage) -> f64 {
+        let m = 1_000_000.0;
+        (t.input as f64 * self.input
+            + (t.output + t.reasoning) as f64 * self.output
+            + t.cache_read as f64 * self.cache_read.unwrap_or(self.input)
+            + t.cache_write as f64 * self.cache_write.unwrap_or(self.input))
+            / m
+    }
+
+    /// True when every token of this model is free.
+    pub fn is_free(&self) -> bool {
+        self.input == 0.0
+            && self.output == 0.0
+            && self.cache_read.unwrap_or(0.0) == 0.0
+            && self.cache_write.unwrap_or(0.0) == 0.0
+    }
+}
+
+/// Where prices came from, for the texts that show them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PriceSource {
+    /// opencode's models cache at this path.
+    OpencodeCache(PathBuf),
+    /// The bundled snapshot of this date.
+    Bundled(String),
+}
+
+impl std::fmt::Display for PriceSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PriceSource::OpencodeCache(p) => write!(f, "opencode's models cache {}", p.display()),
+            PriceSource::Bundled(d) => write!(f, "the bridge's price snapshot of {d}"),
+        }
+    }
+}
+
+/// Prices by `provider/model`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prices {
+    by_model: HashMap<String, Price>,
+    /// Where they came from (the config file's overrides are on top).
+    pub source: PriceSource,
+    /// How many the config file set.
+    pub overrides: usize,
+}
+
+impl Prices {
+    /// Reads models.dev's format: `{provider: {models: {id: {cost: {input, output,
+    /// cache_read, cache_write}}}}}` (entries without `models` are skipped).
+    pub fn parse_models_dev(json: &str, source: PriceSource) -> Result<Prices, String> {
+        let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let Some(providers) = v.as_object() else {
+            return Err("not a JSON object of providers".into());
+        };
+        let mut by_model = HashMap::new();
+        for (provider, p) in providers {
+            let Some(models) = p.get("models").and_then(Value::as_object) else {
+                continue;
+            };
+            for (id, m) in models {
+                let Some(cost) = m.get("cost") else {
+                    continue;
+                };
+                if let Ok(price) = serde_json::from_value::<Price>(cost.clone()) {
+                    by_model.insert(format!("{provider}/{id}"), price);
+                }
+            }
+        }
+        Ok(Prices {
+            by_model,
+            source,
+            overrides: 0,
+        })
+    }
+
+    /// The bundled snapshot.
+    pub fn bundled() -> Prices {
+        let date = serde_json::from_str::<Value>(BUNDLED_PRICES)
+            .ok()
+            .and_then(|v| v["_snapshot"]["date"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Prices::parse_models_dev(BUNDLED_PRICES, PriceSource::Bundled(date))
+            .expect("the bundled price snapshot is valid")
+    }
+
+    /// opencode's models cache in `cache_dir` (opencode's cache directory) when it can be
+    /// read, else the bundled snapshot; then `overrides` (`provider/model` → price) on top.
+    pub fn load(cache_dir: Option<&Path>, overrides: &[(String, Price)]) -> Prices {
+        let cached = cache_dir.map(|d| d.join("models.json")).and_then(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            Prices::parse_models_dev(&text, PriceSource::OpencodeCache(p))
+                .ok()
+                .filter(|p| !p.by_model.is_empty())
+        });
+        let mut prices = cached.unwrap_or_else(Prices::bundled);
+        for (model, price) in overrides {
+            prices.by_model.insert(model.clone(), *price);
+        }
+        prices.overrides = overrides.len();
+        prices
+    }
+
+    /// opencode's cache directory as `env` says (`XDG_CACHE_HOME`, else `~/.cache`) + `opencode`.
+    pub fn opencode_cache_dir(env: impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+        env("XDG_CACHE_HOME")
+            .filter(|v| Path::new(v).is_absolute())
+            .map(PathBuf::from)
+            .or_else(|| env("HOME").map(|h| Path::new(&h).join(".cache")))
+            .map(|d| d.join("opencode"))
+    }
+
+    /// The price of `model` (`provider/model`; a bare id or `claude/<id>` is looked up under
+    /// `anthropic/` first, then under any provider).
+    pub fn get(&self, model: &str) -> Option<Price> {
+        let model = model.trim();
+        if let Some(p) = self.by_model.get(model) {
+            return Some(*p);
+        }
+        let bare = model
+            .strip_prefix("claude/")
+            .or_else(|| model.strip_prefix("anthropic/"))
+            .unwrap_or(model);
+        if bare.contains('/') {
+            return None;
+        }
+        if let Some(p) = self.by_model.get(&format!("anthropic/{bare}")) {
+            return Some(*p);
+        }
+        let mut hits: Vec<(&String, &Price)> = self
+            .by_model
+            .iter()
+            .filter(|(k, _)| k.rsplit('/').next() == Some(bare))
+            .collect();
+        hits.sort_by(|a, b| a.0.cmp(b.0));
+        hits.first().map(|(_, p)| **p)
+    }
+
+    /// How many models have a price.
+    pub fn len(&self) -> usize {
+        self.by_model.len()
+    }
+
+    /// True when no model has a price.
+    pub fn is_empty(&self) -> bool {
+        self.by_model.is_empty()
+    }
+}
+
+/// The prices a supervisor uses and the model tasks are compared with.
+#[derive(Debug, Clone)]
+pub struct Pricing {
+    /// Prices by model.
+    pub prices: std::sync::Arc<Prices>,
+    /// `OPENCODE_BRIDGE_COMPARE_MODEL` (default [`DEFAULT_COMPARE_MODEL`]).
+    pub compare_model: String,
+}
+
+impl Default for Pricing {
+    fn default() -> Self {
+        Pricing {
+            prices: std::sync::Arc::new(Prices::bundled()),
+            compare_model: DEFAULT_COMPARE_MODEL.to_owned(),
+        }
+    }
+}
+
+impl Pricing {
+    /// From the environment `get` reads: opencode's models cache (else the snapshot), the
+    /// compare model; `overrides` are the config file's prices.
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+        overrides: &[(String, Price)],
+    ) -> Pricing {
+        let cache = Prices::opencode_cache_dir(&get);
+        Pricing {
+            prices: std::sync::Arc::new(Prices::load(cache.as_deref(), overrides)),
+            compare_model: get(bridge_env::COMPARE_MODEL.name)
+                .map(|m| m.trim().to_owned())
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| DEFAULT_COMPARE_MODEL.to_owned()),
+        }
+    }
+
+    /// The compare model's price (`None`: it has none).
+    pub fn compare_price(&self) -> Option<Price> {
+        self.prices.get(&self.compare_model)
+    }
+
+    /// `tokens` and the reported `cost` of a run of `model` (see [`Usage::priced`]).
+    pub fn usage(&self, tokens: TokenUsage, cost: f64, model: Option<&str>) -> Usage {
+        Usage::priced(tokens, cost, model, &self.prices, self.compare_price())
+    }
+}
+
+/// How a cost was arrived at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CostBasis {
+    /// As opencode (or `claude -p`) recorded it.
+    #[default]
+    Reported,
+    /// Recorded as 0 for a model that has a price: computed from the price.
+    Estimated,
+    /// The model's price is 0.
+    Free,
+    /// Recorded as 0 and the model has no known price.
+    Unknown,
+}
+
+impl CostBasis {
+    /// snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CostBasis::Reported => "reported",
+            CostBasis::Estimated => "estimated",
+            CostBasis::Free => "free",
+            CostBasis::Unknown => "unknown",
+        }
+    }
+
+    /// The basis of two usages added together: the least certain one.
+    fn join(self, other: CostBasis) -> CostBasis {
+        use CostBasis::*;
+        let rank = |b| match b {
+            Free => 0,
+            Reported => 1,
+            Estimated => 2,
+            Unknown => 3,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// What one attempt (or one task, attempts added up) used and cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens.
+    pub tokens: TokenUsage,
+    /// Cost in USD (reported or estimated, see `basis`).
+    pub cost: f64,
+    /// How `cost` was arrived at.
+    pub basis: CostBasis,
+    /// The same tokens at the compare model's price (USD); `None` when that model has no price.
+    pub claude_equivalent: Option<f64>,
+}
+
+/// One assistant message's usage, as a session's store or server reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageUsage {
+    /// `provider/model` of the message.
+    pub model: Option<String>,
+    /// Its tokens.
+    pub tokens: TokenUsage,
+    /// The cost opencode recorded.
+    pub cost: f64,
+}
+
+impl Usage {
+    /// `tokens` for which `cost` was reported, by `model` (`None`: unknown), priced with
+    /// `prices` where the report is 0, and compared with `compare`.
+    pub fn priced(
+        tokens: TokenUsage,
+        cost: f64,
+        model: Option<&str>,
+        prices: &Prices,
+        compare: Option<Price>,
+    ) -> Usage {
+        let price = model.and_then(|m| prices.get(m));
+        let used = tokens != TokenUsage::default();
+        let (cost, basis) = match price {
+            _ if cost > 0.0 => (cost, CostBasis::Reported),
+            Some(p) if p.is_free() => (0.0, CostBasis::Free),
+            Some(p) => (p.cost(&tokens), CostBasis::Estimated),
+            None if !used => (0.0, CostBasis::Reported),
+            None => (0.0, CostBasis::Unknown),
+        };
+        Usage {
+            tokens,
+            cost,
+            basis,
+            claude_equivalent: compare.map(|p| p.cost(&tokens)),
+        }
+    }
+
+    /// A session's assistant messages, each priced by its own model (see [`Usage::priced`]).
+    pub fn from_messages<'a>(
+        messages: impl IntoIterator<Item = &'a MessageUsage>,
+        prices: &Prices,
+        compare: Option<Price>,
+    ) -> Usage {
+        let mut total = Usage {
+            claude_equivalent: compare.map(|_| 0.0),
+            ..Usage::default()
+        };
+        for m in messages {
+            total.add(&Usage::priced(
+                m.tokens,
+                m.cost,
+                m.model.as_deref(),
+                prices,
+                compare,
+            ));
+        }
+        total
+    }
+
+    /// Adds `other` to this one.
+    pub fn add(&mut self, other: &Usage) {
+        let (a, b) = (&mut self.tokens, &other.tokens);
+        a.input += b.input;
+        a.output += b.output;
+        a.reasoning += b.reasoning;
+        a.cache_read += b.cache_read;
+        a.cache_write += b.cache_write;
+        self.cost += other.cost;
+        self.basis = self.basis.join(other.basis);
+        self.claude_equivalent = match (self.claude_equivalent, other.claude_equivalent) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
+    }
+
+    /// What counts against a budget: the cost, or for a cost of unknown basis the
+    /// Claude-equivalent (never 0 for tokens that were used).
+    pub fn budget_cost(&self) -> f64 {
+        match self.basis {
+            CostBasis::Unknown => self.cost.max(self.claude_equivalent.unwrap_or(0.0)),
+            _ => self.cost,
+        }
+    }
+
+    /// Claude-equivalent minus cost (`None` when there is no Claude-equivalent).
+    pub fn saved(&self) -> Option<f64> {
+        self.claude_equivalent.map(|c| c - self.cost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(input: u64, output: u64) -> TokenUsage {
+        TokenUsage {
+            input,
+            output,
+            ..TokenUsage::default()
+        }
+    }
+
+    #[test]
+    fn the_bundled_snapshot_has_the_compare_model_and_a_date() {
+        let p = Prices::bundled();
+        assert!(p.get(DEFAULT_COMPARE_MODEL).is_some());
+        assert!(matches!(&p.source, PriceSource::Bundled(d) if d.len() == 10));
+        // Bare ids and the claude runner's names find the anthropic entry.
+        assert_eq!(p.get("claude-sonnet-4-5"), p.get(DEFAULT_COMPARE_MODEL));
+        assert_eq!(
+            p.get("claude/claude-sonnet-4-5"),
+            p.get(DEFAULT_COMPARE_MODEL)
+        );
+        assert_eq!(p.get("nobody/nothing"), None);
+    }
+
+    #[test]
+    fn reported_costs_are_kept_zero_costs_of_priced_models_are_estimated() {
+        let mut prices = Prices::bundled();
+        prices.by_model.insert(
+            "fk/cheap".into(),
+            Price {
+                input: 1.0,
+                output: 2.0,
+                cache_read: None,
+                cache_write: None,
+            },
+        );
+        prices.by_model.insert("fk/free".into(), Price::default());
+        let sonnet = prices.get(DEFAULT_COMPARE_MODEL);
+        let t = toks(1_000_000, 500_000);
+        let r = Usage::priced(t, 0.25, Some("fk/cheap"), &prices, sonnet);
+        assert_eq!((r.cost, r.basis), (0.25, CostBasis::Reported));
+        assert_eq!(r.claude_equivalent, Some(3.0 + 7.5));
+        assert_eq!(r.saved(), Some(10.25));
+        let e = Usage::priced(t, 0.0, Some("fk/cheap"), &prices, sonnet);
+        assert_eq!((e.cost, e.basis), (2.0, CostBasis::Estimated));
+        let f = Usage::priced(t, 0.0, Some("fk/free"), &prices, sonnet);
+        assert_eq!((f.cost, f.basis), (0.0, CostBasis::Free));
+        assert_eq!(f.budget_cost(), 0.0);
+        let u = Usage::priced(t, 0.0, Some("fk/unpriced"), &prices, sonnet);
+        assert_eq!((u.cost, u.basis), (0.0, CostBasis::Unknown));
+        // Unknown is never free against a budget: it counts at the Claude-equivalent.
+        assert_eq!(u.budget_cost(), 10.5);
+        let mut sum = r.clone();
+        sum.add(&u);
+        assert_eq!(sum.basis, CostBasis::Unknown);
+        assert_eq!(sum.tokens.input, 2_000_000);
+        let msgs = [
+            MessageUsage {
+                model: Some("fk/cheap".into()),
+                tokens: t,
+                cost: 0.25,
+            },
+            MessageUsage {
+                model: Some("fk/cheap".into()),
+                tokens: t,
+                cost: 0.0,
+            },
+        ];
+        let m = Usage::from_messages(&msgs, &prices, sonnet);
+        assert_eq!((m.cost, m.basis), (2.25, CostBasis::Estimated));
+        assert_eq!(m.claude_equivalent, Some(21.0));
+    }
+
+    #[test]
+    fn opencode_cache_wins_over_the_snapshot_and_the_config_over_both() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("models.json"),
+            r#"{"fk":{"models":{"m":{"cost":{"input":4,"output":8}}}}}"#,
+        )
+        .unwrap();
+        let p = Prices::load(Some(dir.path()), &[]);
+        assert!(matches!(p.source, PriceSource::OpencodeCache(_)));
+        assert_eq!(p.get("fk/m").unwrap().input, 4.0);
+        let over = Price {
+            input: 9.0,
+            ..Price::default()
+        };
+        let p = Prices::load(Some(dir.path()), &[("fk/m".into(), over)]);
+        assert_eq!(p.get("fk/m").unwrap().input, 9.0);
+        let none = Prices::load(Some(&dir.path().join("absent")), &[]);
+        assert!(matches!(none.source, PriceSource::Bundled(_)));
+    }
+}
