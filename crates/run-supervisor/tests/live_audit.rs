@@ -231,3 +231,65 @@ async fn live_planted_repository_code_is_named_by_the_audit_and_never_runs_in_th
         ran()
     );
 }
+
+/// The serve engine keeps the audit and isolation: a read-only task on the warm local server is
+/// audited from the store like a run; an isolated editing task writes in its own worktree (the
+/// server for it is fenced to that worktree), the checkout stays untouched until the change is
+/// applied.
+#[tokio::test]
+async fn live_serve_tasks_are_audited_and_isolated_ones_apply_into_the_checkout() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    bridge_testkit::git_repo(&proj, &[("README.md", "# demo\n")]);
+    let state = tempfile::tempdir().unwrap();
+    let sup = Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.to_path_buf()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        max_parallel: 2,
+        kill_grace: Duration::from_secs(3),
+        quiet_after: Duration::from_secs(600),
+        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
+        state_dir: Some(state.path().to_path_buf()),
+        engine: run_supervisor::Engine::Serve,
+        ..SupervisorConfig::default()
+    });
+    let mut ro = TaskSpec::new(
+        "Read the readme.",
+        &proj,
+        "worker",
+        "LIVE/worker: serve audit",
+    );
+    ro.model = Some("fk/ok".into());
+    ro.read_only = true;
+    let ro = sup.start(ro).unwrap();
+    let mut iso = TaskSpec::new("Write the file.", &proj, "worker", "LIVE/worker: serve iso");
+    iso.model = Some("fk/toolwrite".into());
+    iso.isolation = run_supervisor::Isolation::Worktree;
+    let iso = sup.start(iso).unwrap();
+    for id in [ro, iso] {
+        let s = tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
+            .await
+            .unwrap_or_else(|_| panic!("task {id} did not finish: {:?}", sup.status(id)))
+            .unwrap();
+        assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+        assert_eq!(s.engine, "serve");
+    }
+    assert_eq!(
+        sup.result(ro, None, None).unwrap().audit.as_deref(),
+        Some("audited: agent worker, model fk/ok in 1 assistant message")
+    );
+    assert!(
+        !proj.join("hello.txt").exists(),
+        "the isolated task left the checkout alone"
+    );
+    let applied = run_supervisor::worktree::apply(state.path(), iso).unwrap();
+    assert_eq!(applied.files, vec![("hello.txt".to_owned(), "applied")]);
+    assert_eq!(
+        std::fs::read_to_string(proj.join("hello.txt")).unwrap(),
+        "hi from fake\n"
+    );
+    sup.shutdown().await;
+}
