@@ -340,7 +340,9 @@ impl App {
             Call::Policy { cwd, mode } => self.policy(cwd.as_deref(), mode).await,
             Call::Sessions(args) => self.sessions(args).await,
             Call::SessionOutput(args) => self.session_output(args).await.map(Reply::text),
-            Call::Rename { id, title } => self.rename(id, title).await.map(Reply::text),
+            Call::Rename { id, title, server } => {
+                self.rename(id, title, server).await.map(Reply::text)
+            }
             Call::Start(args) => self.start(args, &progress).await,
             Call::Usage {
                 since_ms,
@@ -988,7 +990,7 @@ impl App {
 
     /// The session a follow-up goes to, or why it cannot be used.
     async fn session_for_follow_up(&self, id: &str) -> Result<opencode_client::Session, String> {
-        let id = &self.whole_session_id(id).await?;
+        let id = &self.whole_session_id(id, None).await?;
         let liveness = self.liveness().await;
         let id = id.to_owned();
         let session = self
@@ -1103,10 +1105,10 @@ impl App {
     /// A session id, or a prefix of exactly one session's id (`ses_3f2a` for
     /// `ses_3f2a9c…`), made whole. An id that names no session is returned as given (the call
     /// then says it is unknown); a prefix of several is an error naming some of them.
-    async fn whole_session_id(&self, id: &str) -> Result<String, String> {
+    async fn whole_session_id(&self, id: &str, server: Option<&str>) -> Result<String, String> {
         let liveness = self.liveness().await;
         let id = id.trim().to_owned();
-        self.on_source(liveness, move |source, ctx| {
+        self.on_source_at(server, liveness, move |source, ctx| {
             match source.get(&id, ctx) {
                 Ok(s) => return Ok(s.id),
                 Err(ClientError::NotFound { .. }) => {}
@@ -1146,14 +1148,53 @@ impl App {
         + Send
         + 'static,
     ) -> Result<T, String> {
+        self.on_source_at(None, liveness, f).await
+    }
+
+    /// [`on_source`](Self::on_source) on a server of the config file when `server` names one
+    /// (its sessions, through its HTTP API), else on this machine's.
+    async fn on_source_at<T: Send + 'static>(
+        &self,
+        server: Option<&str>,
+        liveness: Liveness,
+        f: impl FnOnce(&dyn SessionSource, &opencode_client::ScanContext) -> Result<T, String>
+        + Send
+        + 'static,
+    ) -> Result<T, String> {
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+        let remote = match server {
+            Some(name) => Some(self.named_server(name)?),
+            None => None,
+        };
+        let timeout = self.supervisor.config().api_timeout;
         blocking(move || {
+            let ctx = cfg.scan_context(liveness);
+            if let Some(server) = remote {
+                let http = run_supervisor::server_client(&server, timeout)?;
+                let source = opencode_client::server::ServerSource::new(http);
+                return f(&source, &ctx);
+            }
             let (source, _why) =
                 choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
-            let ctx = cfg.scan_context(liveness);
             f(source.as_ref(), &ctx)
         })
         .await
+    }
+
+    /// The server of the config file of this name, or the one line that says what to do.
+    fn named_server(&self, name: &str) -> Result<bridge_config::Server, String> {
+        let file = self.settings.file.as_ref().map_err(Clone::clone)?;
+        file.server(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = file.servers.iter().map(|s| s.name.as_str()).collect();
+            format!(
+                "no server is named {name:?}: {} (servers are named in the bridge's config file)",
+                if known.is_empty() {
+                    "the config file names none".to_owned()
+                } else {
+                    format!("use one of {}", known.join(", "))
+                }
+            )
+        })
     }
 
     /// opencode's store when opencode has not run on this machine yet: the store backend would
@@ -1288,7 +1329,7 @@ impl App {
         let described = describe_filter(&args);
         let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         let not_yet = blocking(move || Ok(store_not_created_yet(&cfg))).await?;
-        if let Some(store) = not_yet {
+        if let Some(store) = not_yet.filter(|_| args.server.is_none()) {
             let none = structured::SessionsView {
                 sessions: Vec::new(),
                 scanned: 0,
@@ -1302,7 +1343,7 @@ impl App {
             });
         }
         let liveness = self.liveness().await;
-        self.on_source(liveness, move |source, ctx| {
+        self.on_source_at(args.server.as_deref(), liveness, move |source, ctx| {
             let list = source.list(&filter, ctx).map_err(|e| e.to_string())?;
             Ok(Reply {
                 text: render::session_list(&list, &described, ctx.now_ms),
@@ -1315,14 +1356,17 @@ impl App {
 
     /// `opencode_session_output`.
     pub async fn session_output(&self, mut args: OutputArgs) -> Result<String, String> {
-        args.id = self.whole_session_id(&args.id).await?;
+        args.id = self
+            .whole_session_id(&args.id, args.server.as_deref())
+            .await?;
         let mode = render::OutputMode::parse(&args.mode).unwrap_or(render::OutputMode::Tail);
         let last = match mode {
             render::OutputMode::Tail => Some(args.messages as usize),
             render::OutputMode::Last | render::OutputMode::Full => None,
         };
         let liveness = self.liveness().await;
-        self.on_source(liveness, move |source, ctx| {
+        let server = args.server.clone();
+        self.on_source_at(server.as_deref(), liveness, move |source, ctx| {
             let t = source
                 .transcript(&args.id, last, ctx)
                 .map_err(|e| e.to_string())?;
@@ -1397,8 +1441,13 @@ impl App {
     /// ([`bridge_policy::naming::clean_title`]). A session whose directory is outside the root is
     /// not renamed: every backend renames through an opencode instance of that directory
     /// (`?directory=`), which loads its plugins and MCP servers.
-    pub async fn rename(&self, id: String, title: String) -> Result<String, String> {
-        let id = self.whole_session_id(&id).await?;
+    pub async fn rename(
+        &self,
+        id: String,
+        title: String,
+        server: Option<String>,
+    ) -> Result<String, String> {
+        let id = self.whole_session_id(&id, server.as_deref()).await?;
         let stored = bridge_policy::naming::clean_title(&title);
         if stored.is_empty() {
             return Err(render::root_check::title_empty());
@@ -1416,10 +1465,24 @@ impl App {
         }
         let warning = (!warnings.is_empty()).then(|| warnings.join("\nwarning: "));
         let liveness = self.liveness().await;
-        let root = self.settings.root.clone();
-        self.on_source(liveness, move |source, ctx| {
+        // On a server of the config file, its root stands for ours.
+        let (root, remote) = match server.as_deref() {
+            Some(name) => (self.named_server(name)?.root, true),
+            None => (self.settings.root.clone(), false),
+        };
+        self.on_source_at(server.as_deref(), liveness, move |source, ctx| {
             let before = source.get(&id, ctx).map_err(|e| e.to_string())?;
-            if let Err(f) = within_root(Path::new(&before.directory), &root) {
+            if remote && !Path::new(&before.directory).starts_with(&root) {
+                return Err(render::root_check::rename_outside_root(
+                    &before.id,
+                    &before.directory,
+                    &root,
+                ));
+            }
+            if let Some(f) = (!remote)
+                .then(|| within_root(Path::new(&before.directory), &root).err())
+                .flatten()
+            {
                 return Err(match f {
                     OutsideRoot::Outside { root, .. } => render::root_check::rename_outside_root(
                         &before.id,

@@ -254,7 +254,8 @@ pub fn definitions() -> Vec<ToolDef> {
                     "title_prefix": {"type": "string", "maxLength": MAX_TITLE_CHARS, "description": "Only titles starting with this, e.g. `DOCS/` for one lane."},
                     "since_minutes": {"type": "integer", "minimum": 1, "maximum": 525600, "description": "Only sessions updated in the last N minutes."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 500, "description": "At most this many sessions (default 30)."},
-                    "children": {"type": "string", "enum": CHILDREN, "description": "Subagent (child) sessions: include (default), exclude, or only."}
+                    "children": {"type": "string", "enum": CHILDREN, "description": "Subagent (child) sessions: include (default), exclude, or only."},
+                    "server": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Read this opencode server of the bridge's config file ([[server]]) instead of this machine's sessions."}
                 },
                 "additionalProperties": false
             }),
@@ -271,7 +272,8 @@ pub fn definitions() -> Vec<ToolDef> {
                     "id": session_id("Session id (ses_...), as opencode_sessions or opencode_status show it."),
                     "mode": {"type": "string", "enum": OUTPUT_MODES, "description": "last, tail (default) or full."},
                     "messages": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Messages shown by tail (default 12)."},
-                    "max_chars": {"type": "integer", "minimum": 200, "maximum": REPLY_CAP_CHARS, "description": "Cut the text to this many characters, keeping the end (default 20000)."}
+                    "max_chars": {"type": "integer", "minimum": 200, "maximum": REPLY_CAP_CHARS, "description": "Cut the text to this many characters, keeping the end (default 20000)."},
+                    "server": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Read this opencode server of the bridge's config file ([[server]]) instead of this machine's sessions."}
                 },
                 "required": ["id"],
                 "additionalProperties": false
@@ -287,7 +289,8 @@ pub fn definitions() -> Vec<ToolDef> {
                 "type": "object",
                 "properties": {
                     "id": session_id("Session id (ses_...)."),
-                    "title": {"type": "string", "minLength": 1, "maxLength": MAX_TITLE_CHARS, "description": "The new title, e.g. `DOCS/librarian: collect API notes`."}
+                    "title": {"type": "string", "minLength": 1, "maxLength": MAX_TITLE_CHARS, "description": "The new title, e.g. `DOCS/librarian: collect API notes`."},
+                    "server": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Rename on this opencode server of the bridge's config file ([[server]]) (a session of that server)."}
                 },
                 "required": ["id", "title"],
                 "additionalProperties": false
@@ -373,6 +376,8 @@ pub enum Call {
     Rename {
         id: String,
         title: String,
+        /// A server of the config file whose session this is.
+        server: Option<String>,
     },
     Processes,
     Usage {
@@ -419,6 +424,8 @@ pub struct SessionsArgs {
     pub since_minutes: Option<u64>,
     pub limit: Option<u64>,
     pub children: Option<String>,
+    /// Read this server of the config file instead of this machine's sessions.
+    pub server: Option<String>,
 }
 
 /// Arguments of `opencode_session_output`.
@@ -428,6 +435,8 @@ pub struct OutputArgs {
     pub mode: String,
     pub messages: u64,
     pub max_chars: u64,
+    /// Read this server of the config file instead of this machine's sessions.
+    pub server: Option<String>,
 }
 
 /// Whether `name` is one of our tools.
@@ -521,6 +530,10 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             since_minutes: a.opt_int("since_minutes", 1, 525_600)?,
             limit: a.opt_int("limit", 1, 500)?,
             children: a.opt_enum("children", &CHILDREN)?,
+            server: match a.opt_nonempty("server")? {
+                Some(_) => a.opt_not_option("server", "server name")?,
+                None => None,
+            },
         }),
         "opencode_session_output" => Call::SessionOutput(OutputArgs {
             id: a.required_session_id("id")?,
@@ -533,10 +546,18 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
             max_chars: a
                 .opt_int("max_chars", 200, REPLY_CAP_CHARS as u64)?
                 .unwrap_or(OUTPUT_DEFAULT_CHARS),
+            server: match a.opt_nonempty("server")? {
+                Some(_) => a.opt_not_option("server", "server name")?,
+                None => None,
+            },
         }),
         "opencode_session_rename" => Call::Rename {
             id: a.required_session_id("id")?,
             title: a.required_str_max("title", MAX_TITLE_CHARS)?,
+            server: match a.opt_nonempty("server")? {
+                Some(_) => a.opt_not_option("server", "server name")?,
+                None => None,
+            },
         },
         "opencode_processes" => Call::Processes,
         "opencode_usage" => {

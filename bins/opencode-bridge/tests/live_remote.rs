@@ -101,6 +101,43 @@ fn live_tasks_run_on_named_servers_survive_a_bridge_restart_and_fail_cleanly_whe
     assert!(!app.join("hello.txt").exists());
     assert!(!host2.root().join("work/app/hello.txt").exists());
 
+    // That server's sessions are read, shown and renamed through it.
+    let sid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("session: "))
+        .unwrap()
+        .trim()
+        .to_owned();
+    n += 1;
+    let (list, err) = bridge.call_text(n, "opencode_sessions", json!({"server": "one"}));
+    assert!(!err && list.contains(&sid), "{list}");
+    n += 1;
+    let (out, err) = bridge.call_text(
+        n,
+        "opencode_session_output",
+        json!({"id": sid, "server": "one", "mode": "last"}),
+    );
+    assert!(
+        !err && out.contains(bridge_testkit::fake_llm::OK_TEXT),
+        "{out}"
+    );
+    n += 1;
+    let (renamed, err) = bridge.call_text(
+        n,
+        "opencode_session_rename",
+        json!({"id": sid, "server": "one", "title": "APP/build: greeting on host one"}),
+    );
+    assert!(!err, "{renamed}");
+    n += 1;
+    let (list, _) = bridge.call_text(n, "opencode_sessions", json!({"server": "one"}));
+    assert!(list.contains("APP/build: greeting on host one"), "{list}");
+    n += 1;
+    let (here, _) = bridge.call_text(n, "opencode_sessions", json!({}));
+    assert!(
+        !here.contains(&sid),
+        "this machine's sessions are its own: {here}"
+    );
+
     // Mistakes in the call: one line each, nothing started. A wrong password is one of them
     // (the server is asked for its agents before anything starts), within seconds.
     let began = Instant::now();

@@ -65,7 +65,7 @@ pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
 pub use proctable::{OpencodeProcess, ProcessKind};
 pub use runner::Runner;
-pub use runner::serve::{ServerCheck, check_server, server_agents};
+pub use runner::serve::{ServerCheck, check_server, server_agents, server_client};
 pub use spec::{Engine, SupervisorConfig, TaskSpec};
 pub use supervisor::{FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Supervisor};
 pub use task::{

@@ -90,6 +90,14 @@ pub struct ServerCheck {
 }
 
 /// A client for a server of the config file (its password read from its variable).
+pub fn server_client(
+    server: &bridge_config::Server,
+    timeout: std::time::Duration,
+) -> Result<opencode_client::http::HttpClient, String> {
+    client_for(server, timeout)
+}
+
+/// A client for a server of the config file (its password read from its variable).
 pub(crate) fn client_for(
     server: &bridge_config::Server,
     timeout: std::time::Duration,
