@@ -5,8 +5,11 @@
 //! private-key blocks), JWTs, then contextual ones: Authorization headers, connection strings and
 //! command lines with a password, values given to a secret-ish name (assignments in every config
 //! and code syntax, XML elements and attributes, tuples, setter calls, URL query parameters,
-//! prose such as "the key is …"), and a long random-looking token on a line that mentions a
-//! secret word (or right after one). Each candidate is checked against placeholder rules
+//! prose such as "the key is …"), a long random-looking token on a line that mentions a
+//! secret word (or right after one), and such a token right after any name (a service's:
+//! `cloudflare: "<token>"`, `pairing.rs`). The prompt is also read with its invisible
+//! characters taken out, and the text of each bounded base64 run is read with the same rules
+//! (`hidden.rs`). Each candidate is checked against placeholder rules
 //! (`sk-xxx`, `<API_KEY>`, `${TOKEN}`, `$(cat …)`, `your-key-here`, repeated or sequential
 //! characters, documented example values) so that ordinary coding prompts pass.
 //!
@@ -1002,6 +1005,12 @@ const PLAIN_KEY_QUALIFIERS: &[&str] = &[
     "sorted",
     "changed",
 ];
+/// After `key`: not a secret key (`key_down_event`, `keyPressed`, `keyPair`).
+const KEY_NOT_SECRET_NEXT: &[&str] = &[
+    "down", "up", "left", "right", "press", "pressed", "code", "codes", "board", "frame", "frames",
+    "stone", "word", "words", "ring", "pair", "size", "length", "mesh", "meshing", "selector",
+    "event", "events", "binding", "bindings", "stroke", "strokes", "listener",
+];
 /// Before `token`: not a secret (tokenizer and pagination tokens).
 const PLAIN_TOKEN_QUALIFIERS: &[&str] = &[
     "pad",
@@ -1235,6 +1244,8 @@ const PLAIN_LAST: &[&str] = &[
     "secretkeyref",
     "tokenizer",
     "storage",
+    "accessor",
+    "accessors",
 ];
 
 /// Splits a name at `_`, `-`, `.`, `:`, `/`, spaces and camelCase, lower-cased.
@@ -1279,7 +1290,10 @@ fn strength(name: &str) -> Strength {
     for (i, part) in parts.iter().enumerate() {
         let prev = i.checked_sub(1).map(|j| parts[j].as_str());
         let p = part.as_str();
-        let s = if p == "key" || p == "keys" {
+        let next = parts.get(i + 1).map(String::as_str);
+        let s = if p == "key" && next.is_some_and(|n| KEY_NOT_SECRET_NEXT.contains(&n)) {
+            Strength::None // `key_down_event`, `keyPressed`, `keyFrame`
+        } else if p == "key" || p == "keys" {
             match prev {
                 Some(q) if PLAIN_KEY_QUALIFIERS.contains(&q) => Strength::None,
                 Some(q) if STRONG_KEY_QUALIFIERS.contains(&q) => Strength::Strong,
@@ -1499,6 +1513,7 @@ fn strongly_random(token: &str) -> bool {
         && stats.distinct >= 12
         && stats.entropy() >= 3.7
         && !body.contains("://")
+        && !body.starts_with("//") // a URL after its scheme's `:`
         && !constant_like(body)
         && !is_placeholder(body)
 }
@@ -1513,7 +1528,7 @@ struct AsciiStats {
     /// Changes of class (lower, upper, digit) between neighbouring letters and digits.
     switches: usize,
     distinct: usize,
-    /// Only hex digits and `-`.
+    /// Only hex digits, `-` and `_` (hashes, UUIDs, UUIDs joined).
     hexish: bool,
     counts: [u16; 128],
 }
@@ -1538,7 +1553,7 @@ impl AsciiStats {
                 s.distinct += 1;
             }
             *slot = slot.saturating_add(1);
-            s.hexish &= b.is_ascii_hexdigit() || b == b'-';
+            s.hexish &= b.is_ascii_hexdigit() || b == b'-' || b == b'_';
             let class = if b.is_ascii_lowercase() {
                 s.lower += 1;
                 0
@@ -1958,6 +1973,13 @@ fn assigned_secret(value: &str, quoted: bool) -> bool {
     }
     if quoted && value.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
         return false; // the name of an env var: "OPENAI_API_KEY"
+    }
+    // an artifact and its version: `io.jsonwebtoken:jjwt-jackson-0.11.2`
+    static VERSIONED: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^[A-Za-z][A-Za-z0-9.-]*[-_@]v?\d+(?:\.\d+){1,3}$").expect("versioned pattern")
+    });
+    if VERSIONED.is_match(value) {
+        return false;
     }
     // a slug of short words: "my-bot-token", "created_at"
     if value

@@ -186,6 +186,11 @@ pub(super) fn pair_hits(
         let line_range = lines.range(line);
         let before = &text[line_range.start..range.start];
         let window = tail(before, WINDOW);
+        // an expected value (`f(x) == "<random>"`) is compared, not given
+        let gap = before.trim_end_matches([' ', '\t', '"', '\'', '`']);
+        if gap.ends_with("==") || gap.ends_with("!=") {
+            continue;
+        }
         let label = window.trim().is_empty();
         let name_text = if label {
             // the token alone on its line: a name on the line before (`# acme`, `acme:`)
@@ -200,7 +205,11 @@ pub(super) fn pair_hits(
         } else {
             window
         };
-        if named(name_text, strict, label) {
+        // the window starts inside a word
+        let cut = !label
+            && window.len() < before.len()
+            && before.as_bytes()[before.len() - window.len() - 1].is_ascii_alphanumeric();
+        if named(name_text, cut, strict, label) {
             out.push(super::Hit {
                 rule,
                 offset: range.start,
@@ -287,11 +296,20 @@ fn label_line(line: &str) -> Option<&str> {
 /// (`publicToken`, `cache_key`). For a `strict` token (hex, UUID) the name must be right before
 /// it, joined by `=`, `:` or `(` (`acme_conn = Acme("…")`), not by words, blanks or commas
 /// alone (`git show <sha>`, `Distance, "<uuid>"`), unless the name is a `label` line of its own.
-fn named(window: &str, strict: bool, label: bool) -> bool {
+fn named(window: &str, cut: bool, strict: bool, label: bool) -> bool {
     let mut any = false;
     let mut last_end = 0;
     for w in WORD.find_iter(window) {
         let word = w.as_str().trim_end_matches(['.', '-']);
+        // another token (`candidate("<random>") == "<random>"`) is no name
+        if word.len() >= 8 && word.bytes().any(|b| b.is_ascii_digit()) && super::looks_random(word)
+        {
+            continue;
+        }
+        // the tail of a word cut by the window is no name
+        if w.start() == 0 && cut {
+            continue;
+        }
         let parts = super::name_parts(word);
         if parts.is_empty() {
             continue;

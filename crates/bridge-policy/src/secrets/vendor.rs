@@ -532,6 +532,16 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
         Token,
     ),
     (
+        "Twitter access token",
+        r"\b([0-9]{15,25}-[A-Za-z0-9]{20,50})\b",
+        Random,
+    ),
+    (
+        "Sumo Logic access ID",
+        r"(?i)sumo[^\n]{0,40}?\b(su[A-Za-z0-9]{12})\b",
+        Random,
+    ),
+    (
         "Zapier webhook URL",
         r"hooks\.zapier\.com/hooks/catch/(\d{4,12}/[A-Za-z0-9]{5,40})",
         Varied(8),
