@@ -1038,31 +1038,22 @@ const PLAIN_TOKEN_QUALIFIERS: &[&str] = &[
     "csrf",
     "xsrf",
 ];
-/// A last part that makes a name not a secret (`credentialsId`, `token_url`, `password_hash`).
+/// Name parts that say what a value is, and that it is no secret: an id, a place, a hash, a
+/// version. As a name's last part they make it not a secret (`credentialsId`, `token_url`,
+/// `password_hash`); anywhere in the name before a token, they keep `pairing.rs` quiet.
+const ID_LIKE: &[&str] = &[
+    "id", "ids", "uuid", "guid", "url", "uri", "urls", "endpoint", "host", "hostname", "domain",
+    "name", "path", "file", "filename", "dir", "type", "kind", "label", "version", "hash",
+    "hashed", "hashes", "digest", "checksum", "ref", "example", "sample", "bucket", "region",
+    "zone", "user", "username", "email", "request",
+];
+/// Other last parts that make a name not a secret (`secret_client`, `token_config`).
 const PLAIN_LAST: &[&str] = &[
-    "id",
-    "ids",
-    "uuid",
-    "guid",
-    "url",
-    "uri",
-    "urls",
-    "endpoint",
-    "host",
-    "hostname",
-    "domain",
-    "name",
     "names",
-    "path",
     "paths",
-    "file",
     "files",
-    "filename",
-    "dir",
     "directory",
-    "type",
     "types",
-    "kind",
     "length",
     "len",
     "size",
@@ -1092,16 +1083,9 @@ const PLAIN_LAST: &[&str] = &[
     "expired",
     "timeout",
     "lifetime",
-    "label",
     "labels",
     "mode",
-    "version",
     "versions",
-    "hash",
-    "hashed",
-    "hashes",
-    "digest",
-    "checksum",
     "policy",
     "policies",
     "rotation",
@@ -1110,7 +1094,6 @@ const PLAIN_LAST: &[&str] = &[
     "providers",
     "store",
     "location",
-    "ref",
     "refs",
     "reference",
     "arn",
@@ -1176,8 +1159,6 @@ const PLAIN_LAST: &[&str] = &[
     "cmd",
     "script",
     "template",
-    "example",
-    "sample",
     "description",
     "desc",
     "doc",
@@ -1191,13 +1172,7 @@ const PLAIN_LAST: &[&str] = &[
     "flags",
     "setting",
     "settings",
-    "bucket",
-    "region",
-    "zone",
-    "user",
-    "username",
     "login",
-    "email",
     "owner",
     "status",
     "state",
@@ -1214,7 +1189,6 @@ const PLAIN_LAST: &[&str] = &[
     "principal",
     "subject",
     "service",
-    "endpoint",
     "mask",
     "masked",
     "visible",
@@ -1231,7 +1205,6 @@ const PLAIN_LAST: &[&str] = &[
     "entry",
     "entries",
     "output",
-    "request",
     "response",
     "result",
     "value_from",
@@ -1279,7 +1252,7 @@ fn strength(name: &str) -> Strength {
     let Some(last) = parts.last() else {
         return Strength::None;
     };
-    if PLAIN_LAST.contains(&last.as_str()) {
+    if PLAIN_LAST.contains(&last.as_str()) || ID_LIKE.contains(&last.as_str()) {
         return Strength::None;
     }
     // `keyVaultToStoreSecrets`, `key_vault_uri`: the name of a vault, not a key

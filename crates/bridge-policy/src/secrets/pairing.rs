@@ -22,33 +22,10 @@ static WORD: LazyLock<Regex> =
 /// How far before the token its name may stand, in bytes (trufflehog's prefix reaches 40).
 const WINDOW: usize = 48;
 
-/// Name parts that say the token is not a secret: a hash, an id, a place, a version.
+/// Name parts that say the token is not a secret, beyond [`super::ID_LIKE`]: a digest, an
+/// image, a public key, an example.
 const NOT_SECRET_PARTS: &[&str] = &[
-    "id",
-    "ids",
-    "uuid",
-    "guid",
-    "url",
-    "uri",
-    "urls",
-    "endpoint",
-    "host",
-    "hostname",
-    "domain",
-    "name",
-    "path",
-    "file",
-    "filename",
-    "dir",
-    "type",
-    "kind",
-    "version",
     "ver",
-    "hash",
-    "hashes",
-    "hashed",
-    "digest",
-    "checksum",
     "chksum",
     "sha",
     "sha1",
@@ -61,7 +38,6 @@ const NOT_SECRET_PARTS: &[&str] = &[
     "rev",
     "srcrev",
     "revision",
-    "ref",
     "etag",
     "nonce",
     "fingerprint",
@@ -73,21 +49,13 @@ const NOT_SECRET_PARTS: &[&str] = &[
     "img",
     "src",
     "href",
-    "region",
-    "zone",
-    "bucket",
-    "user",
-    "username",
-    "email",
     "channel",
     "trace",
     "span",
-    "request",
     "build",
     "run",
     "job",
     "tag",
-    "label",
     "branch",
     "sku",
     "blob",
@@ -107,8 +75,6 @@ const NOT_SECRET_PARTS: &[&str] = &[
     "pk",
     "iv",
     "seed",
-    "example",
-    "sample",
     "test",
     "fixture",
     "expected",
@@ -314,7 +280,10 @@ fn named(window: &str, cut: bool, strict: bool, label: bool) -> bool {
         if parts.is_empty() {
             continue;
         }
-        if parts.iter().any(|p| NOT_SECRET_PARTS.contains(&p.as_str())) {
+        if parts
+            .iter()
+            .any(|p| super::ID_LIKE.contains(&p.as_str()) || NOT_SECRET_PARTS.contains(&p.as_str()))
+        {
             return false;
         }
         // a secret word in a name that is not secret (`publicToken`, `key_id`, `max_tokens`)
