@@ -325,10 +325,15 @@ enum Scope {
 /// shapes without a literal (see [`Rule::probe`]).
 const PROBED: &[&str] = &["Mailgun signing key", "Asana token"];
 
-/// Command-line tools that take a password through a flag: where [`CMD_PASSWORD`] looks.
-const CMD_TOOLS: &str = r"(?i:mysql|mariadb|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo|wget|psql|pg_dump|sqlcmd|rabbitmqctl|keytool|jarsigner|openssl|ldap|zip|7z|rar|gpg|az\b|oc\b|cf\b)";
+/// Command-line tools that take a password through a flag: where [`CMD_PASSWORD`] looks (every
+/// match holds one of these; the two-letter ones with the blank after them).
+const CMD_TOOLS: &str = r"(?i:mysql|mariadb|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo|wget|psql|pg_dump|sqlcmd|rabbitmqctl|keytool|jarsigner|openssl|ldap|zip|7z|rar|gpg|az |oc |cf )";
 /// A password flag on the line of such a tool (`-p`, `-a`, `--password`, `-storepass` …).
-const CMD_PASSWORD: &str = r#"(?i:\b(?:mysql|mysqldump|mysqladmin|mariadb|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo|mongosh|mongodump|mongorestore|mongoexport|mongoimport|wget|psql|pg_dump|sqlcmd|rabbitmqctl|keytool|jarsigner|openssl|ldapsearch|ldapadd|ldapmodify|ldapdelete|ldapwhoami|zip|unzip|7z|7za|rar|unrar|gpg|az|oc|cf))\b[^\n]*?[ \t](?-i:-p|-a|-P|-w|--password|--pass|--passwd|--passphrase|--storepass|--keypass|-storepass|-keypass|-srcstorepass|-deststorepass|-passin|-passout|--auth)(?:=|[ \t]+)?(?P<v>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"#;
+const CMD_PASSWORD: &str = r#"(?i:\b(?:mysql|mysqldump|mysqladmin|mariadb|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo|mongosh|mongodump|mongorestore|mongoexport|mongoimport|wget|psql|pg_dump|sqlcmd|rabbitmqctl|keytool|jarsigner|openssl|ldapsearch|ldapadd|ldapmodify|ldapdelete|ldapwhoami|zip|unzip|7z|7za|rar|unrar|gpg)\b|(?:az|oc|cf) )[^\n]*?[ \t](?-i:-p|-a|-P|-w|--password|--pass|--passwd|--passphrase|--storepass|--keypass|-storepass|-keypass|-srcstorepass|-deststorepass|-passin|-passout|--auth)(?:=|[ \t]+)?(?P<v>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"#;
+
+/// Vendor formats without a literal of their own, and a word every match of theirs holds: they
+/// run only on texts that hold it.
+const VENDOR_ANCHORS: &[(&str, &str)] = &[("webhook URL", "(?i:hook)")];
 
 /// The kind of a strongly secret-named value (password, secret, token, API key …).
 const KIND_STRONG: &str = "password/API key/token assignment";
@@ -376,6 +381,8 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         .map(|(k, p, c)| {
             let scope = if PROBED.contains(k) {
                 Scope::LinesProbe
+            } else if let Some((_, anchor)) = VENDOR_ANCHORS.iter().find(|(kind, _)| kind == k) {
+                Scope::TextAnchor(anchor)
             } else {
                 Scope::Text
             };
