@@ -1704,7 +1704,9 @@ fn is_placeholder(value: &str) -> bool {
         .expect("template pattern")
     });
     if DOCUMENTED_EXAMPLES.iter().any(|e| value.contains(e))
-        || WORDS.is_match(value)
+        || WORDS
+            .find_iter(value)
+            .any(|m| !embedded_word(value, m.range()))
         || TEMPLATE.is_match(value)
     {
         return true;
@@ -1743,6 +1745,22 @@ fn is_placeholder(value: &str) -> bool {
         }
     }
     false
+}
+
+/// Whether a placeholder word found at `at` is only letters inside a long random value
+/// (`…q3rFaKezT…` in a 130-character key): a letter on each side, the word itself letters
+/// other than `x`, the value 24 characters or more and switching classes like random text.
+/// `your-key-here`, `fake_token`, `sk-fakekey…`, `thisIsWhereYourKeyGoes` keep their word.
+fn embedded_word(value: &str, at: Range<usize>) -> bool {
+    let bytes = value.as_bytes();
+    value.len() >= 24
+        && at.start > 0
+        && at.end < bytes.len()
+        && bytes[at.start - 1].is_ascii_alphabetic()
+        && bytes[at.end].is_ascii_alphabetic()
+        && value[at].bytes().all(|b| b.is_ascii_alphabetic() && b != b'x' && b != b'X')
+        // random text switches classes often; `thisIsWhereYourKeyGoes` does not
+        && class_switch_rate(value) >= 0.35
 }
 
 /// Toy values that show up in tutorials and tests.

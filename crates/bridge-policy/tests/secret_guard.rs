@@ -364,5 +364,12 @@ fn placeholders_constants_and_docs_pass() {
         "\"tokenAccessor\":\"9hmaeX3xA1Tvc0Nf\",",
         "notes = \"Maven - io.jsonwebtoken:jjwt-jackson-0.11.2\"",
         "keyUpEvent=Xk2Lp9Qm4Rt7Vw1Yz3Bc6Df8Gh0Jk5",
+        "api_key = \"thisIsWhereYourKeyGoes\"",
     ]);
+    // a placeholder word that random text happens to spell (`fAkE` inside a long key) is no
+    // placeholder
+    assert_found(&[(
+        "OPENAI_ADMIN_KEY=sk-admin-q7R2vXk9LmT3pW8zN4bY6dHfAkEc1sJ0gU5rV2xT3BlbkFJm8Qw2Er5Ty7Ui9Op1As3Df",
+        "OpenAI API key",
+    )]);
 }
