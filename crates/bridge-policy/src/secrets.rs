@@ -5,8 +5,11 @@
 //! private-key blocks), JWTs, then contextual ones: Authorization headers, connection strings and
 //! command lines with a password, values given to a secret-ish name (assignments in every config
 //! and code syntax, XML elements and attributes, tuples, setter calls, URL query parameters,
-//! prose such as "the key is …"), and a long random-looking token on a line that mentions a
-//! secret word (or right after one). Each candidate is checked against placeholder rules
+//! prose such as "the key is …"), a long random-looking token on a line that mentions a
+//! secret word (or right after one), and such a token right after any name (a service's:
+//! `cloudflare: "<token>"`, `pairing.rs`). The prompt is also read with its invisible
+//! characters taken out, and the text of each bounded base64 run is read with the same rules
+//! (`hidden.rs`). Each candidate is checked against placeholder rules
 //! (`sk-xxx`, `<API_KEY>`, `${TOKEN}`, `$(cat …)`, `your-key-here`, repeated or sequential
 //! characters, documented example values) so that ordinary coding prompts pass.
 //!
@@ -22,6 +25,8 @@
 //! assert!(scan("set OPENAI_API_KEY=sk-xxx and read it with os.environ['OPENAI_API_KEY']").is_none());
 //! ```
 
+mod hidden;
+mod pairing;
 mod prefilter;
 mod vendor;
 
@@ -181,7 +186,7 @@ pub fn scan_allowing(text: &str, allow: &Allowlist) -> Option<SecretFinding> {
 /// ```
 pub fn findings(text: &str, allow: &Allowlist) -> Vec<SecretFinding> {
     let lines = prefilter::Lines::new(text);
-    let mut best: Vec<(usize, usize)> = hits_in(text, &lines) // (line, rule)
+    let mut best: Vec<(usize, usize)> = all_hits(text, &lines) // (line, rule)
         .into_iter()
         .filter(|hit| allow.is_empty() || !allow.allows(&text[hit.value.clone()]))
         .map(|hit| (lines.index(hit.offset) + 1, hit.rule))
@@ -258,6 +263,8 @@ enum Check {
     Varied(usize),
     /// Prefix formats whose body could also be a word: varied and random-looking.
     Random,
+    /// A token inside a URL (a webhook's): varied, random-looking, not a constant's name.
+    Token,
     /// A key block body: varied enough to be key material (real headers hold runs of `A`).
     KeyBlock,
     /// A JWT: three parts, not the jwt.io example.
@@ -274,6 +281,12 @@ enum Check {
     NamedHead(ValueSyntax),
     /// An `Authorization: Bearer|Basic|token` value.
     Auth,
+    /// An `Authorization:` header of any scheme (group `scheme`, optional) and its value `v`.
+    AuthHeader,
+    /// `curl -u`/`--user` credentials, quoted or braced in any way (group `v`).
+    UserPass,
+    /// A password given to a command-line tool's flag (group `v`, maybe quoted).
+    CmdPassword,
 }
 
 struct Rule {
@@ -312,6 +325,16 @@ enum Scope {
 /// shapes without a literal (see [`Rule::probe`]).
 const PROBED: &[&str] = &["Mailgun signing key", "Asana token"];
 
+/// Command-line tools that take a password through a flag: where [`CMD_PASSWORD`] looks (every
+/// match holds one of these; the two-letter ones with the blank after them).
+const CMD_TOOLS: &str = r"(?i:mysql|mariadb|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo|wget|psql|pg_dump|sqlcmd|rabbitmqctl|keytool|jarsigner|openssl|ldap|zip|7z|rar|gpg|az |oc |cf )";
+/// A password flag on the line of such a tool (`-p`, `-a`, `--password`, `-storepass` …).
+const CMD_PASSWORD: &str = r#"(?i:\b(?:mysql|mysqldump|mysqladmin|mariadb|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo|mongosh|mongodump|mongorestore|mongoexport|mongoimport|wget|psql|pg_dump|sqlcmd|rabbitmqctl|keytool|jarsigner|openssl|ldapsearch|ldapadd|ldapmodify|ldapdelete|ldapwhoami|zip|unzip|7z|7za|rar|unrar|gpg)\b|(?:az|oc|cf) )[^\n]*?[ \t](?-i:-p|-a|-P|-w|--password|--pass|--passwd|--passphrase|--storepass|--keypass|-storepass|-keypass|-srcstorepass|-deststorepass|-passin|-passout|--auth)(?:=|[ \t]+)?(?P<v>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"#;
+
+/// Vendor formats without a literal of their own, and a word every match of theirs holds: they
+/// run only on texts that hold it.
+const VENDOR_ANCHORS: &[(&str, &str)] = &[("webhook URL", "(?i:hook)")];
+
 /// The kind of a strongly secret-named value (password, secret, token, API key …).
 const KIND_STRONG: &str = "password/API key/token assignment";
 /// The kind of a random value given to a loosely secret-ish name (`*Key`, `auth`, `sig` …).
@@ -320,6 +343,8 @@ const KIND_WEAK: &str = "high-entropy value in a secret-named setting";
 const KIND_NEAR: &str = "high-entropy token next to a secret word";
 /// The kind of a password-like word on a line that mentions a password.
 const KIND_NEAR_PASSWORD: &str = "password next to a password word";
+/// The kind of a random token right after a name that is not a secret word (a service's name).
+const KIND_PAIR: &str = "high-entropy token next to a service name";
 
 /// The name characters of an assignment: must hold a secret-ish word somewhere.
 const NAME: &str = r"[A-Za-z0-9_.-]*(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)[A-Za-z0-9_.-]*";
@@ -356,6 +381,8 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         .map(|(k, p, c)| {
             let scope = if PROBED.contains(k) {
                 Scope::LinesProbe
+            } else if let Some((_, anchor)) = VENDOR_ANCHORS.iter().find(|(kind, _)| kind == k) {
+                Scope::TextAnchor(anchor)
             } else {
                 Scope::Text
             };
@@ -364,10 +391,13 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         .collect();
     let contextual: Vec<(&'static str, String, Check, Scope)> = vec![
         ("JSON Web Token", r"\b(?:eyJ|ewog)[A-Za-z0-9_-]{8,}={0,2}\.(?:eyJ|ewo)[A-Za-z0-9_-]{8,}={0,2}\.[A-Za-z0-9_-]{16,}".into(), Check::Jwt, Scope::Text),
-        ("Authorization header", r"(?i)\b(?:authorization|proxy-authorization)\s*[:=]\s*[\x22'`]?\s*(?:bearer|basic|token|digest)\s+([A-Za-z0-9._~+/=-]{12,})".into(), Check::Auth, Scope::Text),
+        ("Authorization header", r"(?i)\b(?:proxy-)?authorization[\x22']?[ \t]*[:=][ \t]*[\x22'`]?[ \t]*(?:(?P<scheme>[A-Za-z][A-Za-z0-9_-]{1,30})[ \t]+)?(?P<v>[A-Za-z0-9._~+/=@:-]{8,300})".into(), Check::AuthHeader, Scope::TextAnchor("(?i:authorization)")),
         ("Authorization header", r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{20,}=*)".into(), Check::Auth, Scope::Text),
-        ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s/'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection, Scope::Text),
-        ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)["']?(?P<user>[^\s:"']{1,64}):(?P<pass>[^\s"']{3,128})"#.into(), Check::Connection, Scope::TextAnchor("(?:-u|--user)")),
+        ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection, Scope::Text),
+        ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)(?P<v>"[^"\n]{0,200}"(?::"[^"\n]{0,200}"|:'[^'\n]{0,200}')?|'[^'\n]{0,200}'|[^\s"']{1,200}(?:'[^'\n]{0,200}'|"[^"\n]{0,200}")?)"#.into(), Check::UserPass, Scope::TextAnchor("(?:-u|--user)")),
+        ("credentials in a command line", CMD_PASSWORD.into(), Check::CmdPassword, Scope::TextAnchor(CMD_TOOLS)),
+        ("credentials in a command line", r#"\bhtpasswd[ \t]+-[A-Za-z]*b[A-Za-z]*[ \t]+(?:-\S+[ \t]+)*[^\s-]\S*[ \t]+\S+[ \t]+(?P<v>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"#.into(), Check::CmdPassword, Scope::Text),
+        ("credentials in a command line", r#"(?:^|\s)-U[ \t]+[^\s%'"]+%(?P<v>[^\s'"]+)"#.into(), Check::CmdPassword, Scope::TextAnchor("-U")),
         ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection, Scope::Text),
         (KIND_STRONG, assignment_head(NAME), Check::NamedHead(ValueSyntax::Any), Scope::TextAnchor(NAME_WORDS)),
         (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named, Scope::LinesAnchor("(?i:key|token|secret|password)")),
@@ -404,15 +434,17 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
                 },
             }
         })
-        .chain([KIND_WEAK, KIND_NEAR, KIND_NEAR_PASSWORD].map(|kind| Rule {
-            kind,
-            regex: Regex::new(r"[^\s\S]").expect("never matches"),
-            check: Check::Varied(0),
-            literals: Some(Vec::new()),
-            one_line: false,
-            probe: None,
-            groups: None,
-        }))
+        .chain(
+            [KIND_WEAK, KIND_NEAR, KIND_NEAR_PASSWORD, KIND_PAIR].map(|kind| Rule {
+                kind,
+                regex: Regex::new(r"[^\s\S]").expect("never matches"),
+                check: Check::Varied(0),
+                literals: Some(Vec::new()),
+                one_line: false,
+                probe: None,
+                groups: None,
+            }),
+        )
         .collect()
 });
 
@@ -450,7 +482,34 @@ fn rule_of(kind: &str) -> usize {
 }
 
 fn hits(text: &str) -> Vec<Hit> {
-    hits_in(text, &prefilter::Lines::new(text))
+    all_hits(text, &prefilter::Lines::new(text))
+}
+
+/// [`hits_in`] over the text as written, over the text without its invisible characters (a
+/// zero-width space inside a token), and over the text of each base64 run that decodes to
+/// text (a known format, base64-encoded). A hit in decoded text is reported at its run.
+fn all_hits(text: &str, lines: &prefilter::Lines) -> Vec<Hit> {
+    let mut out = hits_in(text, lines);
+    if let Some((clean, map)) = hidden::without_invisible(text) {
+        for h in hits_in(&clean, &prefilter::Lines::new(&clean)) {
+            out.push(Hit {
+                rule: h.rule,
+                offset: map[h.offset],
+                value: map[h.value.start]..map[h.value.end],
+            });
+        }
+    }
+    for (run, decoded) in hidden::base64_texts(text) {
+        let found = hits_in(&decoded, &prefilter::Lines::new(&decoded));
+        if let Some(rule) = found.iter().map(|h| h.rule).min() {
+            out.push(Hit {
+                rule,
+                offset: run.start,
+                value: run,
+            });
+        }
+    }
+    out
 }
 
 /// [`hits`], given the text's line structure.
@@ -481,6 +540,7 @@ fn hits_in(text: &str, lines: &prefilter::Lines) -> Vec<Hit> {
     }
     let word_lines = PREFILTER.lines(&candidates, RULES.len()).unwrap_or(&[]);
     near_word_hits(text, lines, word_lines, &mut out);
+    pairing::pair_hits(text, lines, rule_of(KIND_PAIR), &mut out);
     out
 }
 
@@ -522,9 +582,28 @@ fn run_rule(
                     group.range(),
                     index,
                 ),
+                Check::Token => (
+                    !is_placeholder(value)
+                        && distinct(value) >= 10
+                        && looks_random(value)
+                        && !constant_like(value),
+                    group.range(),
+                    index,
+                ),
                 Check::KeyBlock => (distinct(value) >= 16, group.range(), index),
                 Check::Jwt => (jwt_ok(whole.as_str()), whole.range(), index),
                 Check::Auth => (auth_value(value), group.range(), index),
+                Check::AuthHeader | Check::UserPass | Check::CmdPassword => {
+                    let Some(v) = caps.name("v") else { continue };
+                    let ok = match rule.check {
+                        Check::AuthHeader => {
+                            auth_header(caps.name("scheme").map(|m| m.as_str()), v.as_str())
+                        }
+                        Check::UserPass => user_pass(v.as_str()),
+                        _ => cmd_password(v.as_str()),
+                    };
+                    (ok, v.range(), index)
+                }
                 Check::Connection => {
                     let user = caps.name("user").map_or("", |m| m.as_str());
                     let pass = caps.name("pass");
@@ -747,6 +826,16 @@ fn read_value(hay: &str, at: usize, syntax: ValueSyntax) -> Option<(Range<usize>
                     .then(|| (at + 1..at + 1 + close, true));
             }
             let end = bare_end("\"'`,;()[]{}<>");
+            // a password with brackets or `;` in it (`apikey = m{{h}o)p$…`): read on to the
+            // next blank or quote when what is there is such a password, not code
+            let wide = rest
+                .find(|c: char| c.is_whitespace() || "\"'`".contains(c))
+                .unwrap_or(rest.len());
+            let wide = rest[..wide].trim_end_matches([',', ';']);
+            if wide.len() > end && punctuated_secret(wide) {
+                // read as a literal: the test for code does not apply to it
+                return Some((at..at + wide.len(), true));
+            }
             (end > 0).then(|| (at..at + end, false))
         }
         ValueSyntax::Query => {
@@ -754,6 +843,36 @@ fn read_value(hay: &str, at: usize, syntax: ValueSyntax) -> Option<(Range<usize>
             (rest[..end].chars().count() >= 8).then(|| (at..at + end, false))
         }
     }
+}
+
+/// A bare value with brackets, `;` or `,` inside that reads as a password, not as code: 8-128
+/// characters, letters and digits and symbols, not a template, and not a call, an index or a
+/// literal whose brackets close at its end (`get(x)`, `cfg[key]`, `{a: 1}`).
+fn punctuated_secret(value: &str) -> bool {
+    if !(8..=128).contains(&value.len())
+        || !value.chars().any(|c| c.is_ascii_alphabetic())
+        || !value.chars().any(|c| c.is_ascii_digit())
+        || char_classes(value) < 3
+        || is_placeholder(value)
+    {
+        return false;
+    }
+    let mut depth: i32 = 0;
+    let mut balanced = true;
+    for c in value.chars() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth < 0 {
+                    balanced = false;
+                }
+            }
+            _ => {}
+        }
+    }
+    let closes = value.ends_with([')', ']', '}']);
+    !(balanced && depth == 0 && closes)
 }
 
 /// How secret-ish a name is.
@@ -893,6 +1012,12 @@ const PLAIN_KEY_QUALIFIERS: &[&str] = &[
     "sorted",
     "changed",
 ];
+/// After `key`: not a secret key (`key_down_event`, `keyPressed`, `keyPair`).
+const KEY_NOT_SECRET_NEXT: &[&str] = &[
+    "down", "up", "left", "right", "press", "pressed", "code", "codes", "board", "frame", "frames",
+    "stone", "word", "words", "ring", "pair", "size", "length", "mesh", "meshing", "selector",
+    "event", "events", "binding", "bindings", "stroke", "strokes", "listener",
+];
 /// Before `token`: not a secret (tokenizer and pagination tokens).
 const PLAIN_TOKEN_QUALIFIERS: &[&str] = &[
     "pad",
@@ -916,32 +1041,26 @@ const PLAIN_TOKEN_QUALIFIERS: &[&str] = &[
     "the",
     "a",
     "each",
+    "public",
+    "csrf",
+    "xsrf",
 ];
-/// A last part that makes a name not a secret (`credentialsId`, `token_url`, `password_hash`).
+/// Name parts that say what a value is, and that it is no secret: an id, a place, a hash, a
+/// version. As a name's last part they make it not a secret (`credentialsId`, `token_url`,
+/// `password_hash`); anywhere in the name before a token, they keep `pairing.rs` quiet.
+const ID_LIKE: &[&str] = &[
+    "id", "ids", "uuid", "guid", "url", "uri", "urls", "endpoint", "host", "hostname", "domain",
+    "name", "path", "file", "filename", "dir", "type", "kind", "label", "version", "hash",
+    "hashed", "hashes", "digest", "checksum", "ref", "example", "sample", "bucket", "region",
+    "zone", "user", "username", "email", "request",
+];
+/// Other last parts that make a name not a secret (`secret_client`, `token_config`).
 const PLAIN_LAST: &[&str] = &[
-    "id",
-    "ids",
-    "uuid",
-    "guid",
-    "url",
-    "uri",
-    "urls",
-    "endpoint",
-    "host",
-    "hostname",
-    "domain",
-    "name",
     "names",
-    "path",
     "paths",
-    "file",
     "files",
-    "filename",
-    "dir",
     "directory",
-    "type",
     "types",
-    "kind",
     "length",
     "len",
     "size",
@@ -971,16 +1090,9 @@ const PLAIN_LAST: &[&str] = &[
     "expired",
     "timeout",
     "lifetime",
-    "label",
     "labels",
     "mode",
-    "version",
     "versions",
-    "hash",
-    "hashed",
-    "hashes",
-    "digest",
-    "checksum",
     "policy",
     "policies",
     "rotation",
@@ -989,7 +1101,6 @@ const PLAIN_LAST: &[&str] = &[
     "providers",
     "store",
     "location",
-    "ref",
     "refs",
     "reference",
     "arn",
@@ -1055,8 +1166,6 @@ const PLAIN_LAST: &[&str] = &[
     "cmd",
     "script",
     "template",
-    "example",
-    "sample",
     "description",
     "desc",
     "doc",
@@ -1070,13 +1179,7 @@ const PLAIN_LAST: &[&str] = &[
     "flags",
     "setting",
     "settings",
-    "bucket",
-    "region",
-    "zone",
-    "user",
-    "username",
     "login",
-    "email",
     "owner",
     "status",
     "state",
@@ -1093,7 +1196,6 @@ const PLAIN_LAST: &[&str] = &[
     "principal",
     "subject",
     "service",
-    "endpoint",
     "mask",
     "masked",
     "visible",
@@ -1110,7 +1212,6 @@ const PLAIN_LAST: &[&str] = &[
     "entry",
     "entries",
     "output",
-    "request",
     "response",
     "result",
     "value_from",
@@ -1123,6 +1224,8 @@ const PLAIN_LAST: &[&str] = &[
     "secretkeyref",
     "tokenizer",
     "storage",
+    "accessor",
+    "accessors",
 ];
 
 /// Splits a name at `_`, `-`, `.`, `:`, `/`, spaces and camelCase, lower-cased.
@@ -1156,14 +1259,21 @@ fn strength(name: &str) -> Strength {
     let Some(last) = parts.last() else {
         return Strength::None;
     };
-    if PLAIN_LAST.contains(&last.as_str()) {
+    if PLAIN_LAST.contains(&last.as_str()) || ID_LIKE.contains(&last.as_str()) {
+        return Strength::None;
+    }
+    // `keyVaultToStoreSecrets`, `key_vault_uri`: the name of a vault, not a key
+    if parts.windows(2).any(|w| w[0] == "key" && w[1] == "vault") {
         return Strength::None;
     }
     let mut best = Strength::None;
     for (i, part) in parts.iter().enumerate() {
         let prev = i.checked_sub(1).map(|j| parts[j].as_str());
         let p = part.as_str();
-        let s = if p == "key" || p == "keys" {
+        let next = parts.get(i + 1).map(String::as_str);
+        let s = if p == "key" && next.is_some_and(|n| KEY_NOT_SECRET_NEXT.contains(&n)) {
+            Strength::None // `key_down_event`, `keyPressed`, `keyFrame`
+        } else if p == "key" || p == "keys" {
             match prev {
                 Some(q) if PLAIN_KEY_QUALIFIERS.contains(&q) => Strength::None,
                 Some(q) if STRONG_KEY_QUALIFIERS.contains(&q) => Strength::Strong,
@@ -1228,7 +1338,7 @@ fn named_strength(pre: &str, name: &str) -> Strength {
 /// `user:password`.
 fn weak_value(value: &str) -> bool {
     let value = value.trim();
-    if random_looking(value) || is_uuid(value) {
+    if random_looking(value) || is_uuid(value) && !is_placeholder(value) {
         return true;
     }
     value.len() >= 12
@@ -1363,25 +1473,108 @@ fn has_password_word(line: &str) -> bool {
 /// A token that is random enough to be a secret wherever it stands next to a secret word.
 fn strongly_random(token: &str) -> bool {
     let body = token.trim_end_matches('=');
-    // the cheap tests first: most tokens near a secret word are words, paths or hashes, and
-    // the placeholder test (40 substring searches) is the dearest (last, below)
-    if body.len() < 20 || body.contains("://") {
+    // the cheap tests first: most tokens near a secret word are words, paths or hashes; one
+    // pass counts what the tests need (every caller's tokens are ASCII), and the placeholder
+    // and constant tests (substring searches) come last
+    if body.len() < 20 || !body.is_ascii() {
         return false;
     }
-    if body.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+    let stats = AsciiStats::of(body);
+    if stats.hexish {
         return false; // hashes, UUIDs: only next to a name (`key = <hex>`)
     }
-    let alnum = body.chars().filter(char::is_ascii_alphanumeric).count();
-    let digits = body.chars().filter(char::is_ascii_digit).count();
-    let upper = body.chars().any(|c| c.is_ascii_uppercase());
-    let lower = body.chars().any(|c| c.is_ascii_lowercase());
+    let (upper, lower, digits) = (stats.upper > 0, stats.lower > 0, stats.digits);
     let mixed = upper && lower && digits > 0 || (upper ^ lower) && digits >= 4;
-    alnum * 10 >= body.len() * 8
+    // one case and digits switch less often: a quarter of the characters are digits
+    let switches = if upper && lower { 0.3 } else { 0.2 };
+    stats.alnum * 10 >= body.len() * 8
         && mixed
-        && class_switch_rate(body) >= 0.3
-        && distinct(body) >= 12
-        && entropy(body) >= 3.7
+        && stats.switch_rate() >= switches
+        && stats.distinct >= 12
+        && stats.entropy() >= 3.7
+        && !body.contains("://")
+        && !body.starts_with("//") // a URL after its scheme's `:`
+        && !constant_like(body)
         && !is_placeholder(body)
+}
+
+/// What [`strongly_random`] measures of an ASCII token, counted in one pass.
+struct AsciiStats {
+    len: usize,
+    upper: usize,
+    lower: usize,
+    digits: usize,
+    alnum: usize,
+    /// Changes of class (lower, upper, digit) between neighbouring letters and digits.
+    switches: usize,
+    distinct: usize,
+    /// Only hex digits, `-` and `_` (hashes, UUIDs, UUIDs joined).
+    hexish: bool,
+    counts: [u16; 128],
+}
+
+impl AsciiStats {
+    fn of(token: &str) -> AsciiStats {
+        let mut s = AsciiStats {
+            len: token.len(),
+            upper: 0,
+            lower: 0,
+            digits: 0,
+            alnum: 0,
+            switches: 0,
+            distinct: 0,
+            hexish: true,
+            counts: [0; 128],
+        };
+        let mut prev = None;
+        for b in token.bytes() {
+            let slot = &mut s.counts[usize::from(b & 0x7f)];
+            if *slot == 0 {
+                s.distinct += 1;
+            }
+            *slot = slot.saturating_add(1);
+            s.hexish &= b.is_ascii_hexdigit() || b == b'-' || b == b'_';
+            let class = if b.is_ascii_lowercase() {
+                s.lower += 1;
+                0
+            } else if b.is_ascii_uppercase() {
+                s.upper += 1;
+                1
+            } else if b.is_ascii_digit() {
+                s.digits += 1;
+                2
+            } else {
+                continue;
+            };
+            s.alnum += 1;
+            if prev.is_some_and(|p| p != class) {
+                s.switches += 1;
+            }
+            prev = Some(class);
+        }
+        s
+    }
+
+    /// As [`class_switch_rate`]: switches per neighbouring pair of letters and digits.
+    fn switch_rate(&self) -> f64 {
+        if self.alnum < 2 {
+            return 0.0;
+        }
+        self.switches as f64 / (self.alnum - 1) as f64
+    }
+
+    /// As [`entropy`], in bits per character.
+    fn entropy(&self) -> f64 {
+        let n = self.len as f64;
+        self.counts
+            .iter()
+            .filter(|&&k| k > 0)
+            .map(|&k| {
+                let p = f64::from(k) / n;
+                -p * p.log2()
+            })
+            .sum()
+    }
 }
 
 /// A password-like word: letters of both cases, a digit and a symbol, mostly alphanumeric.
@@ -1424,17 +1617,25 @@ fn distinct(value: &str) -> usize {
 
 /// Shannon entropy in bits per character.
 fn entropy(value: &str) -> f64 {
-    let chars: Vec<char> = value.chars().collect();
-    if chars.is_empty() {
+    if value.is_empty() {
         return 0.0;
     }
-    let mut counts = std::collections::HashMap::new();
-    for c in &chars {
-        *counts.entry(*c).or_insert(0usize) += 1;
+    // ASCII counted in an array (tokens are ASCII), anything else in a map
+    let mut ascii = [0usize; 128];
+    let mut other = std::collections::HashMap::new();
+    let mut n = 0usize;
+    for c in value.chars() {
+        n += 1;
+        match usize::try_from(u32::from(c)) {
+            Ok(i) if i < 128 => ascii[i] += 1,
+            _ => *other.entry(c).or_insert(0usize) += 1,
+        }
     }
-    let n = chars.len() as f64;
-    counts
-        .values()
+    let n = n as f64;
+    ascii
+        .iter()
+        .chain(other.values())
+        .filter(|&&k| k > 0)
         .map(|&k| {
             let p = k as f64 / n;
             -p * p.log2()
@@ -1466,11 +1667,6 @@ const PLACEHOLDER_WORDS: &[&str] = &[
     "not-a-real",
     "notreal",
     "…",
-    "<",
-    ">",
-    "${",
-    "{{",
-    "%(",
     "%s",
     "process.env",
     "os.environ",
@@ -1499,7 +1695,20 @@ fn is_placeholder(value: &str) -> bool {
             .build(PLACEHOLDER_WORDS)
             .expect("placeholder words build an automaton")
     });
-    if DOCUMENTED_EXAMPLES.iter().any(|e| value.contains(e)) || WORDS.is_match(value) {
+    // `<your key>`, `{{ .Values.x }}`, `${VAR}`, `%(name)s`: templates, not values (a random
+    // password may hold `<`, `{` or `$` on its own)
+    static TEMPLATE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(
+            r"<[A-Za-z_][\w .:/@|-]*>|^<|>$|\{\{.*\}\}|^\{\{|\$\{[A-Za-z_{]|%\([A-Za-z_]\w*\)",
+        )
+        .expect("template pattern")
+    });
+    if DOCUMENTED_EXAMPLES.iter().any(|e| value.contains(e))
+        || WORDS
+            .find_iter(value)
+            .any(|m| !embedded_word(value, m.range()))
+        || TEMPLATE.is_match(value)
+    {
         return true;
     }
     // `cmd`, $(cmd), {Name}, [Name], !vault …: a reference, not a value
@@ -1536,6 +1745,22 @@ fn is_placeholder(value: &str) -> bool {
         }
     }
     false
+}
+
+/// Whether a placeholder word found at `at` is only letters inside a long random value
+/// (`…q3rFaKezT…` in a 130-character key): a letter on each side, the word itself letters
+/// other than `x`, the value 24 characters or more and switching classes like random text.
+/// `your-key-here`, `fake_token`, `sk-fakekey…`, `thisIsWhereYourKeyGoes` keep their word.
+fn embedded_word(value: &str, at: Range<usize>) -> bool {
+    let bytes = value.as_bytes();
+    value.len() >= 24
+        && at.start > 0
+        && at.end < bytes.len()
+        && bytes[at.start - 1].is_ascii_alphabetic()
+        && bytes[at.end].is_ascii_alphabetic()
+        && value[at].bytes().all(|b| b.is_ascii_alphabetic() && b != b'x' && b != b'X')
+        // random text switches classes often; `thisIsWhereYourKeyGoes` does not
+        && class_switch_rate(value) >= 0.35
 }
 
 /// Toy values that show up in tutorials and tests.
@@ -1578,6 +1803,11 @@ const TOY_VALUES: &[&str] = &[
     "false",
     "bearer",
     "basic",
+    "foo",
+    "bar",
+    "baz",
+    "qux",
+    "foobar",
     "required",
     "optional",
     "string",
@@ -1598,6 +1828,22 @@ const TOY_VALUES: &[&str] = &[
 fn is_toy(value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
     if TOY_VALUES.contains(&lower.as_str()) {
+        return true;
+    }
+    // `P@ssw0rd`, `s3cr3t`, `adm1n`: a toy value spelt in leetspeak
+    let plain: String = lower
+        .chars()
+        .map(|c| match c {
+            '@' | '4' => 'a',
+            '0' => 'o',
+            '1' | '!' => 'i',
+            '3' => 'e',
+            '$' | '5' => 's',
+            '7' => 't',
+            c => c,
+        })
+        .collect();
+    if plain != lower && TOY_VALUES.contains(&plain.as_str()) {
         return true;
     }
     // test…, secret…, password…, my…: a toy unless the rest is random (Lob's `test_<hex>`)
@@ -1659,7 +1905,56 @@ fn is_code(value: &str) -> bool {
     if value.chars().all(|c| c.is_ascii_alphabetic() || c == '_') && !looks_random(value) {
         return true; // identifiers like user_password, API_KEY, secretValue
     }
-    CODE.is_match(value) && !looks_random(value)
+    CODE.is_match(value) && (!looks_random(value) || constant_like(value))
+}
+
+/// Whether a value is spelt like a constant's name rather than drawn at random: parts
+/// (split at `_ - . :` and camelCase) that are each a word, a word and a number, or a number
+/// (`SN_id_Gost28147_89`, `Ed25519.BlindKeySignatures`, `PdfEncryptionKeySize.Key128Bit`,
+/// `id-Gost28147-89-None-KeyMeshing`): two parts or more, a word with lower-case letters among
+/// them. Random text puts letters after digits and runs of capitals inside words (`rA1wk0Y45`,
+/// `yqDVtkq`), so it is never split into such parts.
+fn constant_like(value: &str) -> bool {
+    if !value.contains(['_', '-', '.', ':']) || !value.chars().any(|c| c.is_ascii_lowercase()) {
+        return false;
+    }
+    let mut words = 0;
+    for part in value.split(['_', '-', '.', ':']) {
+        if part.is_empty() {
+            continue;
+        }
+        // camelCase words: a new word at a capital after a lower-case letter or a digit
+        let bytes = part.as_bytes();
+        let mut start = 0;
+        for i in 1..=bytes.len() {
+            let boundary = i == bytes.len()
+                || bytes[i].is_ascii_uppercase()
+                    && (bytes[i - 1].is_ascii_lowercase() || bytes[i - 1].is_ascii_digit());
+            if !boundary {
+                continue;
+            }
+            if !word_like(&part[start..i]) {
+                return false;
+            }
+            words += 1;
+            start = i;
+        }
+    }
+    words >= 2
+}
+
+/// `Gost28147`, `Key`, `None`, `SHA256`, `89`, `u16`: letters (one capital first, or all
+/// capitals) then digits, or digits alone.
+fn word_like(word: &str) -> bool {
+    let letters = word.trim_end_matches(|c: char| c.is_ascii_digit());
+    if letters.is_empty() {
+        return true;
+    }
+    if !letters.chars().all(|c| c.is_ascii_alphabetic()) {
+        return false;
+    }
+    let rest = &letters[1..];
+    rest.chars().all(|c| c.is_ascii_lowercase()) || letters.chars().all(|c| c.is_ascii_uppercase())
 }
 
 /// The value of an explicit `password=`/`api_key=`/`token=` assignment.
@@ -1676,6 +1971,13 @@ fn assigned_secret(value: &str, quoted: bool) -> bool {
     }
     if quoted && value.chars().all(|c| c.is_ascii_uppercase() || c == '_') {
         return false; // the name of an env var: "OPENAI_API_KEY"
+    }
+    // an artifact and its version: `io.jsonwebtoken:jjwt-jackson-0.11.2`
+    static VERSIONED: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^[A-Za-z][A-Za-z0-9.-]*[-_@]v?\d+(?:\.\d+){1,3}$").expect("versioned pattern")
+    });
+    if VERSIONED.is_match(value) {
+        return false;
     }
     // a slug of short words: "my-bot-token", "created_at"
     if value
@@ -1713,7 +2015,7 @@ fn random_looking(value: &str) -> bool {
     if value.len() < 16 || value.contains(char::is_whitespace) || value.contains("://") {
         return false;
     }
-    if is_placeholder(value) || is_toy(value) || is_code(value) {
+    if is_placeholder(value) || is_toy(value) || is_code(value) || constant_like(value) {
         return false;
     }
     let hex = value.chars().all(|c| c.is_ascii_hexdigit());
@@ -1743,16 +2045,104 @@ fn auth_value(value: &str) -> bool {
     distinct(value) >= 10 && char_classes(value) >= 2
 }
 
+/// An `Authorization:` header's value, given its scheme (`Basic`, `Bearer`, `SSWS`, none …).
+fn auth_header(scheme: Option<&str>, value: &str) -> bool {
+    let value = value.trim_end_matches(['.', ',', ';', ':']);
+    match scheme.map(str::to_ascii_lowercase).as_deref() {
+        Some("basic") => basic_credentials(value),
+        // Digest's fields are a nonce and a hash; a `-H "Authorization: $X"` has no scheme
+        Some("digest") => false,
+        _ => auth_value(value),
+    }
+}
+
+/// A `Basic` value: base64 of `user:password` (a password, or a user alone that is a key).
+fn basic_credentials(value: &str) -> bool {
+    let Some(text) = base64_decode(value).and_then(|d| String::from_utf8(d).ok()) else {
+        return false;
+    };
+    let Some((user, pass)) = text.split_once(':') else {
+        return false;
+    };
+    if !text.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+        return false;
+    }
+    if pass.is_empty() {
+        return user.len() >= 3 && !is_toy(user) && !is_placeholder(user);
+    }
+    connection_password(user, pass)
+}
+
+/// `curl -u` credentials as written: `user:pass`, `"user:pass"`, `user:'pass'`,
+/// `"{user}":"{pass}"`, `":key"` (no user), `"key:"` (no password).
+fn user_pass(written: &str) -> bool {
+    let raw: String = written
+        .chars()
+        .filter(|c| !matches!(c, '"' | '\''))
+        .collect();
+    let Some((user, pass)) = raw.split_once(':') else {
+        return false;
+    };
+    let unbrace = |s: &str| -> String {
+        match s.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            Some(inner) if !inner.contains(['{', '}', '$', ' ']) => inner.to_owned(),
+            _ => s.to_owned(),
+        }
+    };
+    let (user, pass) = (unbrace(user.trim()), unbrace(pass.trim()));
+    let key_alone = |k: &str| {
+        k.len() >= 8 && !is_placeholder(k) && !is_toy(k) && (password_like(k) || looks_random(k))
+    };
+    match (user.is_empty(), pass.is_empty()) {
+        (true, true) => false,
+        (false, true) => key_alone(&user),
+        (true, false) => key_alone(&pass),
+        (false, false) => !is_placeholder(&user) && connection_password(&user, &pass),
+    }
+}
+
+/// A password given to a tool's flag (`mysql -p'…'`, `docker login -p …`, `redis-cli -a …`).
+fn cmd_password(written: &str) -> bool {
+    let quoted = written.len() >= 2
+        && (written.starts_with('"') && written.ends_with('"')
+            || written.starts_with('\'') && written.ends_with('\''));
+    let value = if quoted {
+        &written[1..written.len() - 1]
+    } else {
+        written
+    };
+    let value = value.strip_prefix("pass:").unwrap_or(value);
+    if value.starts_with(['-', '/', '~', '.'])
+        || value.contains("://")
+        || ["env:", "file:", "fd:", "stdin"]
+            .iter()
+            .any(|p| value.starts_with(p))
+        || !value.chars().any(|c| c.is_ascii_alphabetic())
+    {
+        return false;
+    }
+    assigned_secret(value, quoted)
+}
+
 fn connection_password(user: &str, pass: &str) -> bool {
-    if pass.is_empty() || is_placeholder(pass) || is_toy(pass) || pass == user {
+    if pass.len() < 4 || is_placeholder(pass) || is_toy(pass) || pass == user {
+        return false;
+    }
+    // `xxx:yyyy`, `-u 1000:1000` (a uid and gid), `host:8080`
+    let first = pass.chars().next().unwrap_or(' ');
+    if pass.chars().all(|c| c == first)
+        || pass.len() <= 6 && pass.chars().all(|c| c.is_ascii_digit())
+    {
         return false;
     }
     // ${DB_PASSWORD}, :password (a named parameter), {password}
     if pass.starts_with(['{', ':', '[']) || pass.chars().all(|c| c == '*') {
         return false;
     }
-    // host:port written without a user, e.g. "http://localhost:8080@" is not a password
-    !(pass.chars().all(|c| c.is_ascii_digit()) && user.contains('.'))
+    // host:port written without a user, e.g. "http://localhost:8080@" is not a password, nor
+    // "https://registry.example:443/@scope/pkg"
+    let port = pass.split('/').next().unwrap_or(pass);
+    !(port.chars().all(|c| c.is_ascii_digit()) && (user.contains('.') || pass.contains('/')))
 }
 
 fn jwt_ok(token: &str) -> bool {

@@ -139,3 +139,237 @@ fn secret_guard_figures_on_the_eval_set() {
         f.fp_rate
     );
 }
+
+/// `(prompt, kind)` pairs: each prompt must be refused with that kind. Every value here was
+/// typed for this test (random-looking, not a credential).
+fn assert_found(cases: &[(&str, &str)]) {
+    for (prompt, kind) in cases {
+        let found = scan(prompt);
+        assert_eq!(found.map(|f| f.kind), Some(*kind), "{prompt}");
+        let shown = found.map(|f| f.to_string()).unwrap_or_default();
+        for word in prompt.split(|c: char| c.is_whitespace() || "\"'`()".contains(c)) {
+            assert!(
+                word.len() < 12 || !shown.contains(word),
+                "the finding echoes {word}"
+            );
+        }
+    }
+}
+
+fn assert_clean(prompts: &[&str]) {
+    for prompt in prompts {
+        assert_eq!(scan(prompt), None, "{prompt}");
+    }
+}
+
+/// Issue 25: webhook URLs beyond the canonical `https://hooks.slack.com/services/T…/B…/…`.
+#[test]
+fn webhook_urls_of_every_family() {
+    assert_found(&[
+        (
+            "notify: hooks.slack.com/services/Q7WKD3LMX/ZP8RT2VNB4K/mC4vT9qLx2Rk7NpZ8sW3bY6d",
+            "Slack webhook URL",
+        ),
+        (
+            "post to http://hooks.slack.com/workflows/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",
+            "Slack webhook URL",
+        ),
+        (
+            "hook = 'https://canary.discord.com/api/v10/webhooks/918273645546372819/Xk2-Lp9Qm4Rt7Vw1Yz3Bc6Df8Gh0Jk5Mn2Pq4Rs6Tu8Vw0Xy2Za4Bc6De8Fg0Hi2Jk4Lm6No8'",
+            "Discord webhook URL",
+        ),
+        (
+            "TEAMS=https://outlook.office.com/webhook/5b1e2c3d-4f5a-6b7c-8d9e-0f1a2b3c4d5e@6c2f3d4e-5a6b-7c8d-9e0f-1a2b3c4d5e6f/IncomingWebhook/9f8e7d6c5b4a39281706f5e4d3c2b1a0/7d3e4f5a-6b7c-8d9e-0f1a-2b3c4d5e6f70",
+            "Microsoft Teams webhook URL",
+        ),
+        (
+            "url: chat.acme-corp.test/hooks/k3m9x7q2w8e4r6t1y5u0i3o7p2",
+            "webhook URL",
+        ),
+        (
+            "curl -X POST https://hooks.zapier.com/hooks/catch/4830192/b7x2k9q/",
+            "Zapier webhook URL",
+        ),
+    ]);
+    assert_clean(&[
+        "webhook: https://hooks.slack.com/services/TXXXXXXXX/BXXXXXXXX/XXXXXXXXXXXXXXXXXXXXXXXX",
+        "the handler lives at https://api.acme-corp.test/webhooks/deployment-notifications",
+    ]);
+}
+
+/// Issue 25: credentials on command lines and in `Authorization:` headers of any scheme.
+#[test]
+fn command_line_credentials_in_every_quoting() {
+    let cmd = "credentials in a command line";
+    let auth = "Authorization header";
+    assert_found(&[
+        (
+            "curl -s -u \"ops:Hk7#vR2qLw9x\" https://api.acme-corp.test",
+            cmd,
+        ),
+        (
+            "curl -u \":Zq8mT3vX7kLp!\" https://search.acme-corp.test:9200",
+            cmd,
+        ),
+        (
+            "curl -u \"Zq8mT3vX7kLp!:\" https://search.acme-corp.test:9200",
+            cmd,
+        ),
+        (
+            "curl --user \"{9c1d7e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f}\":\"{Wq4LzR8kT2vN6m}\" https://gw.acme-corp.test",
+            cmd,
+        ),
+        (
+            "curl --user ana:'pX7vK2mQ9tL4wR8z' -X PATCH https://api.acme-corp.test/me",
+            cmd,
+        ),
+        (
+            "curl -k https://cache.acme-corp.test/x \\\n  -d 'v' \\\n  -u builder:qHvTnKwPzLmRxYsB",
+            cmd,
+        ),
+        (
+            "mysql -h db.acme-corp.test -u root -p'Vr7#kQ2mLx9w' app",
+            cmd,
+        ),
+        (
+            "docker login -u deploy -p Tz8qLw3Xm7Kv2R registry.acme-corp.test",
+            cmd,
+        ),
+        ("redis-cli -h cache -a 'Pm4#xQ8vLk2Z' ping", cmd),
+        (
+            "curl --header 'Authorization:  8e2f4a6c-1b3d-4e5f-9a7b-2c4d6e8f0a1b'",
+            auth,
+        ),
+        (
+            "curl -H \"Authorization: sha256~Qk3vT9mL@=-.a+/x2Rz7\"",
+            auth,
+        ),
+        (
+            "curl -H \"Authorization: Api-Token 5d8e2f7a9c1b3e6f0a4d8c2b7e5f9a1c3d6b8e0f\" https://x.acme-corp.test",
+            auth,
+        ),
+        (
+            "Authorization: SSWS 00Kx7vQ2mT9pL4wR8zN3bY6dF1gH5jC0sE2rU4i",
+            auth,
+        ),
+        // `Basic` of a user alone: the key is the user
+        (
+            "curl -H 'Authorization: Basic cTdrMm14OXZ0Og==' https://x",
+            auth,
+        ),
+    ]);
+    assert_clean(&[
+        "curl --user \"xxx:yyy\" https://api.acme-corp.test",
+        "curl -u 'demo:demo' https://localhost:9200",
+        "curl -u ccc:ddd https://localhost:9200",
+        "curl -sL --user \"$1:$2\" \"$3\"",
+        "curl -u \"${ci_user}:${ci_pass}\" https://x",
+        "curl -u \"{{ .Values.user }}:{{ .Values.pass }}\" https://x",
+        "curl -u \"$(cat user.txt):$(cat pass.txt)\" https://x",
+        "curl -u ops:[SECRET] https://x",
+        "curl -H \"Authorization: Bearer ZZZZZZZZZZZZZZZZ\" https://x",
+        "curl -H \"Authorization: Token ************\" https://x",
+        "curl -H \"Authorization: Basic {base64(login:secret)}\" https://x",
+        "curl -H \"Authorization: Basic dXNlcjpwYXNzd29yZA==\" https://x",
+        "docker run -d -p 8080:8080 -u 1000:1000 ci/runner:lts",
+        "mysql -u root -p -h db.acme-corp.test app",
+    ]);
+}
+
+/// Issue 25: a service's name (any name) right before a high-entropy token, the way the
+/// public detectors pair a vendor keyword with a token shape; and passwords with brackets.
+#[test]
+fn service_names_next_to_random_tokens() {
+    let pair = "high-entropy token next to a service name";
+    assert_found(&[
+        (
+            "cloudflare: \"Rv7Kq2mXz9Lp4Tn8Wb3Yc6Hd1Fg5Js0AeQ2uI4o\"",
+            pair,
+        ),
+        (
+            "init_cloudflare(\"Tq9Lm3Xk8Pz2Wn7Bc4Rd6Fs1Gh5Jy0KaE3uV7i\")",
+            pair,
+        ),
+        (
+            "export ZORBLAT=9f3a7c1e5b8d2f4a6c0e3b9d7f1a5c8e2b4d6f0a",
+            pair,
+        ),
+        ("# quexify\nmK4vT9qLx2Rk7NpZ8sW3bY6dH1jF5gC0", pair),
+        (
+            "set the nimbusly value to q8m2x7k4w9z3t6p1r5v0n8b2 in staging",
+            pair,
+        ),
+        (
+            "apikey = m{{h}o)p$3Kq9!vL2x",
+            "password/API key/token assignment",
+        ),
+        (
+            "db_pass: Xw4;r}+k2|q)Zp*",
+            "password/API key/token assignment",
+        ),
+    ]);
+    assert_clean(&[
+        "git show 9f3a7c1e5b8d2f4a6c0e3b9d7f1a5c8e2b4d6f0a broke the build",
+        "MaxKeyframeInterval, \"5b1e2c3d-4f5a-6b7c-8d9e-0f1a2b3c4d5e\"",
+        "cloudflare zone_id: 9f3a7c1e5b8d2f4a6c0e3b9d7f1a5c8e",
+        "zorblat image: ghcr.io/acme/zorblat@sha256:9f3a7c1e5b8d2f4a6c0e3b9d7f1a5c8e2b4d6f0a9f3a7c1e5b8d2f4a6c0e3b9d",
+        "assert candidate(\"aB3dE5gH7jK9mN1pQ3sT5vX7\") == \"Ab3De5Gh7Jk9Mn1Pq3St5Vx7\"",
+        "publicToken = \"Rv7Kq2mXz9Lp4Tn8Wb3Yc6Hd1Fg5Js0AeQ2uI4o\"",
+        "password = get_secret(name);",
+    ]);
+}
+
+/// Issue 25: a token with an invisible character inside, and a known format base64-encoded,
+/// are found; the title text replaces the whole token, the invisible character included.
+#[test]
+fn invisible_characters_and_base64_do_not_hide_a_secret() {
+    let zw = "push with ghp_4Fq9ZtL2mXc7\u{200b}RbN1sV8kD3wJ0yHa6PeU5gTi today";
+    assert_eq!(
+        scan(zw).map(|f| (f.kind, f.line)),
+        Some(("GitHub token", 1))
+    );
+    let redacted = bridge_policy::secrets::redact(zw);
+    assert!(!redacted.contains("ghp_"), "{redacted}");
+    assert!(!redacted.contains("RbN1"), "{redacted}");
+    // "ghp_4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi", and an AWS key ID in an env line
+    let b64 =
+        "first line\necho Z2hwXzRGcTladEwybVhjN1JiTjFzVjhrRDN3SjB5SGE2UGVVNWdUaQ== | base64 -d";
+    assert_eq!(
+        scan(b64).map(|f| (f.kind, f.line)),
+        Some(("GitHub token", 2))
+    );
+    assert!(scan("blob: QVdTX0FDQ0VTU19LRVlfSUQ9QUtJQVo3UTRNMktEOFhXM1BMNlQ=").is_some());
+    // base64 of ordinary text stays ordinary
+    assert_clean(&[
+        "expected = \"dGhlIHF1aWNrIGJyb3duIGZveCBqdW1wcyBvdmVyIHRoZSBsYXp5IGRvZw==\"",
+        "a\u{200b}b zero\u{200d}width joiners in prose are fine",
+    ]);
+}
+
+/// Issue 25: placeholders in the shape of a real format, constant names that look random and
+/// documentation snippets pass.
+#[test]
+fn placeholders_constants_and_docs_pass() {
+    assert_clean(&[
+        "use xoxb-12345-abcd234 in the docs",
+        "SLACK_TOKEN=xoxb-1111111111-1111111111",
+        "RUNNER_TOKEN=GR134894111111111111111111111",
+        "RUNNER_TOKEN=GR13489411234567890123456789",
+        "pub const SN_id_Magma3412_15_None_KeyWrap = \"id-Magma3412-15-None-KeyWrap\"",
+        "RingKeySignatures = X448.RingKeySignatures",
+        "cfg.Crypto.KeyLength = AesKeyLength.Key256Bit;",
+        "keyVaultForSecrets: kv-prod-2291837465",
+        "client_secret = \"00000000-0000-0000-0000-000000000000\"",
+        "password: \"P@ssw0rd\" # the documentation example",
+        "\"tokenAccessor\":\"9hmaeX3xA1Tvc0Nf\",",
+        "notes = \"Maven - io.jsonwebtoken:jjwt-jackson-0.11.2\"",
+        "keyUpEvent=Xk2Lp9Qm4Rt7Vw1Yz3Bc6Df8Gh0Jk5",
+        "api_key = \"thisIsWhereYourKeyGoes\"",
+    ]);
+    // a placeholder word that random text happens to spell (`fAkE` inside a long key) is no
+    // placeholder
+    assert_found(&[(
+        "OPENAI_ADMIN_KEY=sk-admin-q7R2vXk9LmT3pW8zN4bY6dHfAkEc1sJ0gU5rV2xT3BlbkFJm8Qw2Er5Ty7Ui9Op1As3Df",
+        "OpenAI API key",
+    )]);
+}

@@ -4,7 +4,7 @@
 //! value checked and the value an allowlist entry is compared with. Shapes are the vendors'
 //! documented formats as public scanners describe them; the patterns are this project's own.
 
-use super::Check::{self, KeyBlock, Random, Varied};
+use super::Check::{self, KeyBlock, Random, Token, Varied};
 
 /// The vendor formats, most specific first.
 pub(super) const VENDOR: &[(&str, &str, Check)] = &[
@@ -85,7 +85,7 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
     ),
     (
         "Atlassian API token",
-        r"\b(ATATT3[A-Za-z0-9_=.-]{100,})",
+        r"\b(AT[AC]TT3[A-Za-z0-9_=.-]{100,})",
         Varied(10),
     ),
     ("npm token", r"\b(npm_[A-Za-z0-9]{36})\b", Varied(10)),
@@ -237,7 +237,7 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
     ),
     (
         "Slack token",
-        r"\b(xox[abposre]-\d[0-9A-Za-z-]{8,})",
+        r"\b(xox[abposre]-\d[0-9A-Za-z-]*-[0-9A-Za-z]{12,})",
         Varied(8),
     ),
     (
@@ -252,12 +252,12 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
     ),
     (
         "Slack webhook URL",
-        r"hooks\.slack\.com/(?:services|workflows|triggers)/(T[A-Za-z0-9_]{6,}/[A-Za-z0-9_/-]{16,})",
-        Varied(8),
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_]{6,}/[A-Za-z0-9_/-]{16,})",
+        Varied(10),
     ),
     (
         "Discord webhook URL",
-        r"discord(?:app)?\.com/api/webhooks/\d{15,20}/([A-Za-z0-9_-]{50,})",
+        r"discord(?:app)?\.com/api/(?:v\d{1,2}/)?webhooks/\d{15,20}/([A-Za-z0-9_-]{50,})",
         Varied(10),
     ),
     (
@@ -272,7 +272,7 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
     ),
     (
         "Microsoft Teams webhook URL",
-        r"webhook\.office\.com/webhookb2/([A-Za-z0-9-]{20,}@[A-Za-z0-9-]{20,}/IncomingWebhook/[A-Za-z0-9]{20,}/[A-Za-z0-9-]{20,})",
+        r"(?:webhook\.office\.com/webhookb2|outlook\.office(?:365)?\.com/webhook)/([A-Za-z0-9-]{20,}@[A-Za-z0-9-]{20,}/IncomingWebhook/[A-Za-z0-9]{20,}/[A-Za-z0-9-]{20,})",
         Varied(8),
     ),
     ("Twilio API key", r"\b(SK[0-9a-fA-F]{32})\b", Varied(8)),
@@ -525,6 +525,52 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
         "Jenkins encrypted secret",
         r"\{(AQAAABAAAA[A-Za-z0-9+/=]{20,})\}",
         KeyBlock,
+    ),
+    (
+        "webhook URL",
+        r"(?i)\b(?:https?://)?[a-z0-9.-]+\.[a-z]{2,}(?::\d{1,5})?/(?:[A-Za-z0-9._~-]+/){0,3}?(?:web)?hooks?/(?:[A-Za-z0-9._~-]{1,40}/){0,3}?([A-Za-z0-9_-]{16,128}(?:/[A-Za-z0-9_-]{16,128})?)",
+        Token,
+    ),
+    (
+        "Twitter access token",
+        r"\b([0-9]{15,25}-[A-Za-z0-9]{20,50})\b",
+        Random,
+    ),
+    (
+        "Sumo Logic access ID",
+        r"(?i)sumo[^\n]{0,40}?\b(su[A-Za-z0-9]{12})\b",
+        Random,
+    ),
+    (
+        "Zapier webhook URL",
+        r"hooks\.zapier\.com/hooks/catch/(\d{4,12}/[A-Za-z0-9]{5,40})",
+        Varied(8),
+    ),
+    (
+        "IFTTT webhook key",
+        r"maker\.ifttt\.com/trigger/[^/\s]{1,100}/with/key/([A-Za-z0-9_-]{16,})",
+        Varied(10),
+    ),
+    (
+        "Pipedream webhook URL",
+        r"\b(e[nob][a-z0-9]{10,40})\.m\.pipedream\.net",
+        Varied(10),
+    ),
+    (
+        "Yandex token",
+        r"\b(y[0-3]_[A-Za-z0-9_-]{40,100}|AQVN[A-Za-z0-9_-]{35,38}|t1\.[A-Za-z0-9_-]{10,}={0,2}\.[A-Za-z0-9_-]{86}={0,2})",
+        Varied(12),
+    ),
+    ("Yandex token", r"\b(YC[A-Za-z0-9_-]{38})\b", Random),
+    (
+        "Twilio auth token",
+        r"(?i)twilio[^\n]{0,80}?\b([0-9a-f]{32})\b",
+        Varied(10),
+    ),
+    (
+        "Facebook app access token",
+        r"\b(\d{15,16}(?:\||%7C)[0-9A-Za-z_-]{27,40})\b",
+        Varied(12),
     ),
     (
         "Asana token",
