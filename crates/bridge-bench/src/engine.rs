@@ -29,20 +29,15 @@ fn time_engine(
     engine: &str,
     runs: usize,
 ) -> Result<Timed, String> {
-    let mut env: Vec<(String, String)> = sb
-        .env()
-        .into_iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "PWD" | "XDG_STATE_HOME"))
-        .collect();
-    env.push(("OPENCODE_BIN".into(), oc.display().to_string()));
-    env.push((
-        "OPENCODE_BRIDGE_ROOT".into(),
-        sb.project_dir().display().to_string(),
-    ));
-    env.push(("OPENCODE_BRIDGE_ENGINE".into(), engine.into()));
-    env.push(("OPENCODE_BRIDGE_MODEL".into(), "fk/ok".into()));
-    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    let mut b = Bridge::start(bin, &env)?;
+    let mut b = crate::flood::real_opencode_bridge(
+        bin,
+        sb,
+        oc,
+        &[
+            ("OPENCODE_BRIDGE_ENGINE", engine.into()),
+            ("OPENCODE_BRIDGE_MODEL", "fk/ok".into()),
+        ],
+    )?;
     let pid = b.pid();
     let cwd = sb.project_dir().display().to_string();
     let one = |b: &mut Bridge, n: usize| -> Result<f64, String> {

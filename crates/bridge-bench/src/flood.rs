@@ -239,20 +239,7 @@ fn real_opencode_share(bin: &Path) -> Result<Row, String> {
     };
     let llm = FakeLlm::start().map_err(|e| format!("fake LLM: {e}"))?;
     let sb = OpencodeSandbox::new(&llm.base_url()).map_err(|e| format!("sandbox: {e}"))?;
-    // The sandbox's data, config and cache dirs and opencode switches; the bridge keeps its own
-    // HOME and state dir.
-    let mut env: Vec<(String, String)> = sb
-        .env()
-        .into_iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "PWD" | "XDG_STATE_HOME"))
-        .collect();
-    env.push(("OPENCODE_BIN".into(), oc.display().to_string()));
-    env.push((
-        "OPENCODE_BRIDGE_ROOT".into(),
-        sb.project_dir().display().to_string(),
-    ));
-    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    let mut b = Bridge::start(bin, &env)?;
+    let mut b = real_opencode_bridge(bin, &sb, &oc, &[])?;
     let pid = b.pid();
     let before = Cpu::of(pid)?;
     let t = Instant::now();
@@ -313,4 +300,28 @@ fn task_id_of(answer: &str) -> Result<String, String> {
         .and_then(|r| r.split(':').next())
         .map(str::to_owned)
         .ok_or_else(|| format!("unexpected start answer: {answer}"))
+}
+
+/// A bridge whose runs are the real opencode `oc` in sandbox `sb` (its data, config and cache
+/// dirs and opencode switches; the bridge keeps its own HOME and state dir), rooted at the
+/// sandbox's project, with `extra` variables.
+pub(crate) fn real_opencode_bridge(
+    bin: &Path,
+    sb: &OpencodeSandbox,
+    oc: &Path,
+    extra: &[(&str, String)],
+) -> Result<Bridge, String> {
+    let mut env: Vec<(String, String)> = sb
+        .env()
+        .into_iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "HOME" | "PWD" | "XDG_STATE_HOME"))
+        .collect();
+    env.push(("OPENCODE_BIN".into(), oc.display().to_string()));
+    env.push((
+        "OPENCODE_BRIDGE_ROOT".into(),
+        sb.project_dir().display().to_string(),
+    ));
+    let mut env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    env.extend(extra.iter().cloned());
+    Bridge::start(bin, &env)
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
@@ -13,13 +13,11 @@ use tokio::sync::watch;
 use super::output::{enlarge_pipe, follow_output, follower, output_file, read_stream};
 use super::record::Save;
 use super::{Shared, StopReason, persist};
-use crate::capture::HeadTail;
 use crate::classify::ExitInfo;
 use crate::command::{Capabilities, LaunchContext, PrivateTmp, TMP_VARS};
-use crate::events::RunSummary;
 use crate::runner::backend;
 use crate::spec::TaskSpec;
-use crate::task::{TaskId, TaskState};
+use crate::task::TaskId;
 use bridge_proc::{self as procs, ProcId};
 
 /// What every attempt of one task runs with.
@@ -144,19 +142,8 @@ pub(super) async fn run_attempt(
     // Last, so the run is confined from its first instruction (see `bridge_fence`).
     fence.apply_to(cmd.as_std_mut());
     shared.with(id, |r| {
-        r.keep_attempt_usage();
-        r.rec.sandbox = Some(fence.confinement().to_string());
-        r.state = TaskState::Running;
-        r.attempts = attempt;
-        r.attempt_started = Some(Instant::now());
-        r.last_event = None;
-        r.summary = RunSummary::new(cfg.output_cap);
-        r.durable_session = shared.writer.is_none();
-        r.stream = backend(r.runner).stream();
-        r.stderr = HeadTail::new(cfg.output_cap);
-        r.exit = None;
-        r.retry_at = None;
-        r.failure = None;
+        let fenced = fence.confinement().to_string();
+        r.begin_attempt(attempt, fenced, cfg.output_cap, shared.writer.is_none());
     });
     let mut child = match cmd.spawn() {
         Ok(c) => c,

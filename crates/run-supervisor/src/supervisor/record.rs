@@ -159,6 +159,31 @@ impl Record {
         total
     }
 
+    /// A new attempt begins (its process spawned, or its session about to be prompted): the
+    /// last attempt's usage is kept, its parser, output and outcome start afresh, and `sandbox`
+    /// says how this one is confined.
+    pub(super) fn begin_attempt(
+        &mut self,
+        attempt: u32,
+        sandbox: String,
+        output_cap: usize,
+        durable_session: bool,
+    ) {
+        self.keep_attempt_usage();
+        self.rec.sandbox = Some(sandbox);
+        self.state = TaskState::Running;
+        self.attempts = attempt;
+        self.attempt_started = Some(Instant::now());
+        self.last_event = None;
+        self.summary = RunSummary::new(output_cap);
+        self.durable_session = durable_session;
+        self.stream = backend(self.runner).stream();
+        self.stderr = HeadTail::new(output_cap);
+        self.exit = None;
+        self.retry_at = None;
+        self.failure = None;
+    }
+
     /// The task's record as it is now, in `state`: what is persisted, and what a snapshot is
     /// made of. `version` is the opencode version in use (kept for runs of opencode only).
     pub(super) fn record(&self, state: TaskState, version: Option<&str>) -> TaskRecord {

@@ -17,15 +17,12 @@ use super::child::{AttemptCtx, AttemptEnd, world_for};
 use super::output::{finish_stdout, fold_stdout};
 use super::record::Save;
 use super::{StopReason, persist};
-use crate::capture::{HeadTail, LineSplitter};
+use crate::capture::LineSplitter;
 use crate::classify::ExitInfo;
 use crate::command::{LaunchContext, build_launch};
-use crate::events::RunSummary;
-use crate::runner::backend;
 use crate::runner::serve::events::{Action, Follow};
 use crate::runner::serve::pool::Lease;
 use crate::runner::serve::{Place, map_dir, session};
-use crate::task::TaskState;
 
 /// How long a local server may take to listen.
 const SERVER_STARTUP: Duration = Duration::from_secs(60);
@@ -73,19 +70,13 @@ pub(super) async fn run_served_attempt(
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
     let cfg = &shared.config;
     shared.with(id, |r| {
-        r.rec.sandbox = Some(server.confinement.clone());
+        r.begin_attempt(
+            attempt,
+            server.confinement.clone(),
+            cfg.output_cap,
+            shared.writer.is_none(),
+        );
         r.rec.engine = Some(place.engine_name());
-        r.state = TaskState::Running;
-        r.attempts = attempt;
-        r.attempt_started = Some(Instant::now());
-        r.last_event = None;
-        r.summary = RunSummary::new(cfg.output_cap);
-        r.durable_session = shared.writer.is_none();
-        r.stream = backend(r.runner).stream();
-        r.stderr = HeadTail::new(cfg.output_cap);
-        r.exit = None;
-        r.retry_at = None;
-        r.failure = None;
         persist(shared, r, Save::Record);
     });
     let http = server.http.clone();
