@@ -19,6 +19,20 @@ fn task_id(started: &str) -> String {
         .to_owned()
 }
 
+/// Polls the task's status until it runs with its session known.
+fn running_with_session(bridge: &mut Server, id: &str, n: &mut i64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        *n += 1;
+        let (s, _) = bridge.call_text(*n, "opencode_status", json!({"id": id}));
+        if s.contains("session: ses_") && s.contains("running") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn live_tasks_run_on_named_servers_survive_a_bridge_restart_and_fail_cleanly_when_a_server_dies() {
     let oc = require_opencode!();
@@ -171,16 +185,7 @@ fn live_tasks_run_on_named_servers_survive_a_bridge_restart_and_fail_cleanly_whe
         json!({"server": "one", "model": "fk/slow", "prompt": "Take a while."}),
     );
     let slow = task_id(&t);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        n += 1;
-        let (s, _) = bridge.call_text(n, "opencode_status", json!({"id": slow}));
-        if s.contains("session: ses_") && s.contains("running") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{s}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    running_with_session(&mut bridge, &slow, &mut n);
     bridge.close_stdin();
     assert!(bridge.wait_exit(Duration::from_secs(30)).is_some());
     let mut bridge = Server::start(&world, &env);
@@ -198,16 +203,7 @@ fn live_tasks_run_on_named_servers_survive_a_bridge_restart_and_fail_cleanly_whe
         json!({"server": "one", "model": "fk/slow", "prompt": "Take long."}),
     );
     let doomed = task_id(&t);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        n += 1;
-        let (s, _) = bridge.call_text(n, "opencode_status", json!({"id": doomed}));
-        if s.contains("session: ses_") && s.contains("running") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{s}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    running_with_session(&mut bridge, &doomed, &mut n);
     let killed = Instant::now();
     one.kill();
     let status = common::until_ended(&mut bridge, &doomed, &mut n);
