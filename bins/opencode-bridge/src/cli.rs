@@ -207,17 +207,60 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
         }
     };
     let sup = app.supervisor();
-    let engine = match sup.config().engine {
-        run_supervisor::Engine::Run => format!(
-            "run: an `opencode run` process per attempt ({}=serve keeps a warm local opencode serve instead)",
-            bridge_env::ENGINE.name
-        ),
-        run_supervisor::Engine::Serve => format!(
-            "serve: tasks are sessions on a warm local opencode serve (started on the first task, stopped after {} min idle); a machine where it cannot start runs `opencode run` instead",
-            sup.config().serve_idle.as_secs() / 60
-        ),
-    };
-    lines.push(("ok", "engine", engine));
+    match sup.config().engine {
+        run_supervisor::Engine::Run => lines.push((
+            "ok",
+            "engine",
+            format!(
+                "run: an `opencode run` process per attempt ({}=serve keeps a warm local opencode serve instead)",
+                bridge_env::ENGINE.name
+            ),
+        )),
+        run_supervisor::Engine::Serve => {
+            // Whether an opencode serve starts here at all (fenced like a read-only run in the
+            // root, stopped at once): where it cannot, tasks run as `opencode run`.
+            let probe = match app.client_config() {
+                Ok(cfg) => {
+                    let (cfg, root) = (cfg.clone(), app.settings.root.clone());
+                    tokio::task::spawn_blocking(move || {
+                        opencode_client::backend::with_temporary_server(
+                            &cfg,
+                            &root,
+                            &opencode_client::backend::ChildEnv::default(),
+                            std::time::Duration::from_secs(60),
+                            None,
+                            "doctor's check of the serve engine",
+                            |http| {
+                                http.get_json("/global/health")
+                                    .map(|_| ())
+                            },
+                        )
+                        .map_err(|e| e.to_string())
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                }
+                Err(e) => Err(e),
+            };
+            let idle = sup.config().serve_idle.as_secs() / 60;
+            lines.push(match probe {
+                Ok(()) => (
+                    "ok",
+                    "engine",
+                    format!(
+                        "serve: tasks are sessions on a warm local opencode serve (started on the first task, stopped after {idle} min idle)"
+                    ),
+                ),
+                Err(e) => (
+                    "warn",
+                    "engine",
+                    format!(
+                        "serve was asked for, but opencode serve does not start here ({e}): tasks run as `opencode run` instead"
+                    ),
+                ),
+            });
+        }
+    }
     let timeout = sup
         .config()
         .api_timeout

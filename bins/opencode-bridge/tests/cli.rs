@@ -244,3 +244,34 @@ fn check_secrets_reports_kind_and_line_never_the_value() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
 }
+
+/// With the serve engine asked for, doctor starts an opencode serve to see that it can: a binary
+/// that cannot serve gets a warning that tasks run as `opencode run` instead.
+#[test]
+fn doctor_warns_when_the_serve_engine_cannot_start_here() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::new();
+    let broken = world.path("no-serve");
+    std::fs::write(
+        &broken,
+        "#!/bin/sh\necho 'this opencode cannot serve' >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = common::run_cli(
+        &world,
+        &[
+            ("OPENCODE_BIN", broken.to_string_lossy().into_owned()),
+            ("OPENCODE_BRIDGE_ENGINE", "serve".into()),
+            ("OPENCODE_BRIDGE_SANDBOX", "off".into()),
+        ],
+        &["doctor"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("engine"))
+        .unwrap_or_else(|| panic!("no engine line: {text}"));
+    assert!(line.starts_with("warn"), "{line}");
+    assert!(line.contains("run as `opencode run` instead"), "{line}");
+}

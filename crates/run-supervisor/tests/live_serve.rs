@@ -92,6 +92,43 @@ async fn live_serve_runs_answers_edits_follow_ups_and_keeps_read_only_agents_rea
         "the prompt reached the model"
     );
 
+    // The warm server is fenced like a run: an editing agent writes its project, and nothing
+    // outside the root, by the write tool or the shell.
+    let outside = tempfile::tempdir().unwrap();
+    let escape = spec(
+        &sub,
+        "script",
+        &[
+            call(
+                "write",
+                json!({"filePath": outside.path().join("tool.txt"), "content": "x"}),
+            ),
+            call(
+                "bash",
+                json!({"command": format!("echo x > {}", outside.path().join("shell.txt").display()), "description": "w"}),
+            ),
+            call(
+                "write",
+                json!({"filePath": sub.join("inside.txt"), "content": "in"}),
+            ),
+        ]
+        .concat(),
+    );
+    let escape = sup.start(escape).unwrap();
+    let s = done(&sup, escape).await;
+    assert_eq!(s.engine, "serve");
+    assert_eq!(
+        std::fs::read_to_string(sub.join("inside.txt")).unwrap(),
+        "in",
+        "the project is written: {s:?}"
+    );
+    for f in ["tool.txt", "shell.txt"] {
+        assert!(
+            !outside.path().join(f).exists(),
+            "{f} was written outside the root"
+        );
+    }
+
     // A follow-up in the first task's session.
     let first = sup.status(ok).unwrap().session_id.unwrap();
     let mut again = spec(&sub, "ok", "And once more.");
