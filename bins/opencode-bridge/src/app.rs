@@ -120,6 +120,7 @@ pub fn within_root(dir: &Path, root: &Path) -> Result<InRoot, OutsideRoot> {
 pub struct Reply {
     pub text: String,
     pub structured: Option<serde_json::Value>,
+    /// The resource URI of the session the reply is about (linked after its text).
     pub session: Option<String>,
 }
 
@@ -377,7 +378,11 @@ impl App {
                 Ok(Reply {
                     text: render::tasks::status(&snap) + &note,
                     structured: Some(structured::to_value(&structured::TaskView::from(&snap))),
-                    session: snap.session_id.clone().or(snap.continues.clone()),
+                    session: snap
+                        .session_id
+                        .as_deref()
+                        .or(snap.continues.as_deref())
+                        .map(|s| crate::mcp_resources::task_uri(s, &snap.engine)),
                 })
             }
             Call::Result { id, head, tail } => {
@@ -400,8 +405,9 @@ impl App {
                     session: out
                         .snapshot
                         .session_id
-                        .clone()
-                        .or(out.snapshot.continues.clone()),
+                        .as_deref()
+                        .or(out.snapshot.continues.as_deref())
+                        .map(|s| crate::mcp_resources::task_uri(s, &out.snapshot.engine)),
                 })
             }
             Call::Apply { id, discard } => self.apply(&id, discard).await.map(Reply::text),
@@ -502,10 +508,12 @@ impl App {
             Some(wait_s) => self.sync_wait(id, wait_s, started).await,
             None => started,
         };
-        let session = self
-            .supervisor
-            .status(id)
-            .and_then(|s| s.session_id.or(s.continues));
+        let session = self.supervisor.status(id).and_then(|s| {
+            let engine = s.engine.clone();
+            s.session_id
+                .or(s.continues)
+                .map(|sid| crate::mcp_resources::task_uri(&sid, &engine))
+        });
         Ok(Reply {
             text,
             structured: None,
@@ -1411,9 +1419,30 @@ impl App {
     /// A whole session's transcript (MCP `resources/read`): what `opencode_session_output
     /// mode=full` shows, cut to [`REPLY_CAP_CHARS`] keeping the end; `Ok(None)` when no session
     /// has this exact id.
-    pub async fn session_transcript(&self, id: &str) -> Result<Option<String>, String> {
-        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+    pub async fn session_transcript(
+        &self,
+        id: &str,
+        server: Option<&str>,
+    ) -> Result<Option<String>, String> {
         let liveness = self.liveness().await;
+        if server.is_some() {
+            let id = id.to_owned();
+            return self
+                .on_source_at(server, liveness, move |source, ctx| {
+                    match source.transcript(&id, None, ctx) {
+                        Ok(t) => Ok(Some(render::transcript(
+                            &t,
+                            render::OutputMode::Full,
+                            REPLY_CAP_CHARS,
+                            ctx.now_ms,
+                        ))),
+                        Err(ClientError::NotFound { .. }) => Ok(None),
+                        Err(e) => Err(e.to_string()),
+                    }
+                })
+                .await;
+        }
+        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
         let id = id.to_owned();
         blocking(move || {
             if store_not_created_yet(&cfg).is_some() {

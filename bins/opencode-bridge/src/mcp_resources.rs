@@ -23,16 +23,31 @@ pub const LISTED: usize = 50;
 /// Transcripts are plain text.
 pub const MIME: &str = "text/plain";
 
+/// How a session on a server of the config file is named.
+pub const SERVER_PREFIX: &str = "opencode://server/";
+/// The template of a session on a server of the config file.
+pub const SERVER_TEMPLATE: &str = "opencode://server/{server}/session/{id}";
+
 /// The URI of a session.
 pub fn uri(session_id: &str) -> String {
     format!("{PREFIX}{session_id}")
 }
 
-/// A `resource_link` content item to a session.
-pub fn link(session_id: &str) -> ContentBlock {
+/// The URI of the session a task ran in: on this machine, or on the server of the config file
+/// its engine names (`serve:<name>`).
+pub fn task_uri(session_id: &str, engine: &str) -> String {
+    match engine.strip_prefix("serve:") {
+        Some(server) => format!("{SERVER_PREFIX}{server}/session/{session_id}"),
+        None => uri(session_id),
+    }
+}
+
+/// A `resource_link` content item to the session at `uri` ([`uri`], [`task_uri`]).
+pub fn link(uri: &str) -> ContentBlock {
+    let id = uri.rsplit('/').next().unwrap_or(uri);
     ContentBlock::resource_link(
-        Resource::new(uri(session_id), session_id)
-            .with_title(format!("opencode session {session_id}"))
+        Resource::new(uri, id)
+            .with_title(format!("opencode session {id}"))
             .with_description("The session's transcript (resources/read)")
             .with_mime_type(MIME),
     )
@@ -45,6 +60,12 @@ pub fn templates() -> ListResourceTemplatesResult {
             .with_title("opencode session transcript")
             .with_description(
                 "What an opencode session did: its header (state, agent, tokens, directory) and every message condensed, with `-> tool(input) [status] => result` lines; cut to 100000 characters keeping the end. {id} is a session id (ses_...), as opencode_sessions, opencode_status and resources/list show it.",
+            )
+            .with_mime_type(MIME),
+        ResourceTemplate::new(SERVER_TEMPLATE, "opencode-server-session")
+            .with_title("opencode session on a server of the bridge's config file")
+            .with_description(
+                "The same transcript, of a session on {server}, a [[server]] of the bridge's config file (opencode_doctor lists them).",
             )
             .with_mime_type(MIME),
     ])
@@ -131,8 +152,8 @@ async fn fetch(app: &App) -> Result<Vec<Resource>, McpError> {
 
 /// `resources/read`.
 pub async fn read(app: &App, uri: &str) -> Result<ResourceContents, McpError> {
-    let id = session_id(uri)?;
-    match app.session_transcript(id).await {
+    let (server, id) = session_id(uri)?;
+    match app.session_transcript(id, server).await {
         Ok(Some(text)) => Ok(ResourceContents::text(text, uri).with_mime_type(MIME)),
         Ok(None) => Err(McpError::new(
             ErrorCode::INVALID_PARAMS,
@@ -149,19 +170,36 @@ pub async fn read(app: &App, uri: &str) -> Result<ResourceContents, McpError> {
     }
 }
 
-/// The session id of a session URI, or a one-line `-32602` saying what a good URI looks like.
-fn session_id(uri: &str) -> Result<&str, McpError> {
+/// The server (for `opencode://server/{server}/session/{id}`) and session id of a session URI,
+/// or a one-line `-32602` saying what a good URI looks like.
+fn session_id(uri: &str) -> Result<(Option<&str>, &str), McpError> {
     let bad = |what: &str| {
         McpError::new(
             ErrorCode::INVALID_PARAMS,
             format!(
-                "bad resource uri `{}`: {what}; use {TEMPLATE} with a session id such as ses_3f2a9c… (resources/list shows them)",
+                "bad resource uri `{}`: {what}; use {TEMPLATE} (or {SERVER_TEMPLATE}) with a session id such as ses_3f2a9c… (resources/list shows them)",
                 crate::stdio_guard::clip(uri)
             ),
             Some(json!({"uri": uri})),
         )
     };
-    let Some(id) = uri.strip_prefix(PREFIX) else {
+    let (server, id) = if let Some(id) = uri.strip_prefix(PREFIX) {
+        (None, id)
+    } else if let Some(rest) = uri.strip_prefix(SERVER_PREFIX) {
+        match rest.split_once("/session/") {
+            Some((server, id))
+                if !server.is_empty()
+                    && server.len() <= 64
+                    && !server.starts_with('-')
+                    && server
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) =>
+            {
+                (Some(server), id)
+            }
+            _ => return Err(bad("that is not a server's session")),
+        }
+    } else {
         return Err(bad("this server only has opencode session resources"));
     };
     let well_formed = id.len() > 4
@@ -171,7 +209,7 @@ fn session_id(uri: &str) -> Result<&str, McpError> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if well_formed {
-        Ok(id)
+        Ok((server, id))
     } else {
         Err(bad("that is not a session id"))
     }
@@ -185,7 +223,19 @@ mod tests {
     fn session_uris_are_parsed_strictly() {
         assert_eq!(
             session_id("opencode://session/ses_abc123").unwrap(),
-            "ses_abc123"
+            (None, "ses_abc123")
+        );
+        assert_eq!(
+            session_id("opencode://server/devbox/session/ses_abc123").unwrap(),
+            (Some("devbox"), "ses_abc123")
+        );
+        assert_eq!(
+            task_uri("ses_abc123", "serve:devbox"),
+            "opencode://server/devbox/session/ses_abc123"
+        );
+        assert_eq!(
+            task_uri("ses_abc123", "run"),
+            "opencode://session/ses_abc123"
         );
         for bad in [
             "opencode://session/",
@@ -194,6 +244,10 @@ mod tests {
             "opencode://session/ses_ x",
             "file:///etc/passwd",
             "opencode://task/3",
+            "opencode://server//session/ses_abc",
+            "opencode://server/-x/session/ses_abc",
+            "opencode://server/a b/session/ses_abc",
+            "opencode://server/devbox/ses_abc",
         ] {
             let e = session_id(bad).unwrap_err();
             assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{bad}");

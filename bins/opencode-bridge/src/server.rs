@@ -439,8 +439,8 @@ impl Bridge {
 /// session it is about, and the structured result for tools that declare an `outputSchema`.
 fn success_result(reply: crate::app::Reply) -> CallToolResponse {
     let mut content = vec![ContentBlock::text(reply.text)];
-    if let Some(session) = &reply.session {
-        content.push(crate::mcp_resources::link(session));
+    if let Some(uri) = &reply.session {
+        content.push(crate::mcp_resources::link(uri));
     }
     let mut result = CallToolResult::success(content);
     result.structured_content = reply.structured;

@@ -135,6 +135,15 @@ fn live_tasks_run_on_named_servers_survive_a_bridge_restart_and_fail_cleanly_whe
         !err && out.contains(bridge_testkit::fake_llm::OK_TEXT),
         "{out}"
     );
+    // As a resource too, and the task's status links it there.
+    let uri = format!("opencode://server/one/session/{sid}");
+    n += 1;
+    let read = bridge.request(n, "resources/read", json!({"uri": uri}));
+    let text = read["result"]["contents"][0]["text"].as_str().unwrap_or("");
+    assert!(text.contains(bridge_testkit::fake_llm::OK_TEXT), "{read}");
+    n += 1;
+    let linked = bridge.call(n, "opencode_status", json!({"id": id}));
+    assert!(linked.to_string().contains(&uri), "{linked}");
     n += 1;
     let (renamed, err) = bridge.call_text(
         n,

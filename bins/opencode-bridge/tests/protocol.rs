@@ -811,9 +811,13 @@ fn sessions_are_resources_listed_read_and_refused_with_one_line_errors() {
     let templates = t["result"]["resourceTemplates"]
         .as_array()
         .unwrap_or_else(|| panic!("{t}"));
-    assert_eq!(templates.len(), 1, "{t}");
+    assert_eq!(templates.len(), 2, "{t}");
     assert_eq!(
         templates[0]["uriTemplate"], "opencode://session/{id}",
+        "{t}"
+    );
+    assert_eq!(
+        templates[1]["uriTemplate"], "opencode://server/{server}/session/{id}",
         "{t}"
     );
     assert_eq!(templates[0]["mimeType"], "text/plain", "{t}");
