@@ -207,6 +207,12 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
         }
     };
     let sup = app.supervisor();
+    if let Some(Err(e)) = std::env::var(bridge_env::ENGINE.name)
+        .ok()
+        .map(|v| run_supervisor::Engine::parse(&v))
+    {
+        lines.push(("warn", "engine", format!("{e} (run is used)")));
+    }
     match sup.config().engine {
         run_supervisor::Engine::Run => lines.push((
             "ok",

@@ -275,3 +275,19 @@ fn doctor_warns_when_the_serve_engine_cannot_start_here() {
     assert!(line.starts_with("warn"), "{line}");
     assert!(line.contains("run as `opencode run` instead"), "{line}");
 }
+
+/// A value of OPENCODE_BRIDGE_ENGINE that is not accepted is named by doctor (run is used).
+#[test]
+fn doctor_names_an_engine_it_does_not_know() {
+    let world = World::new();
+    let out = common::run_cli(
+        &world,
+        &[("OPENCODE_BRIDGE_ENGINE", "serv".into())],
+        &["doctor"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("warn") && l.contains("OPENCODE_BRIDGE_ENGINE=\"serv\" is not accepted; use run or serve (run is used)")),
+        "{text}"
+    );
+}
