@@ -225,11 +225,41 @@ pub fn redact(text: &str) -> String {
     static LOOSE: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/=_~.-]{20,}").expect("loose token pattern"));
     let mut spans = secret_spans(text);
-    for m in LOOSE.find_iter(text) {
-        let t = m.as_str().trim_matches(['.', '-', '=']);
+    let loose = |t: &str| {
+        let t = t.trim_matches(['.', '-', '=']);
         let digits = t.chars().filter(char::is_ascii_digit).count();
-        if digits >= 2 && t.chars().any(|c| c.is_ascii_alphabetic()) && looks_random(t) {
-            spans.push(m.range());
+        t.len() >= 20
+            && digits >= 2
+            && t.chars().any(|c| c.is_ascii_alphabetic())
+            && looks_random(t)
+    };
+    for m in LOOSE.find_iter(text) {
+        let run = m.as_str();
+        // A path (`/tmp/.tmp2dD5vV/out`, `--dir=/srv/x`, `~/a/b`) is judged by its parts: a
+        // random directory name is no secret, a long random part still is.
+        let path_at = ["=/", ":/", "=~/"]
+            .iter()
+            .filter_map(|p| run.find(p).map(|i| i + 1))
+            .chain(
+                (run.starts_with('/') || run.starts_with("~/") || run.starts_with("./"))
+                    .then_some(0),
+            )
+            .min();
+        match path_at {
+            Some(at) => {
+                if loose(&run[..at]) {
+                    spans.push(m.start()..m.start() + at);
+                }
+                let mut start = m.start() + at;
+                for part in run[at..].split('/') {
+                    if loose(part) {
+                        spans.push(start..start + part.len());
+                    }
+                    start += part.len() + 1;
+                }
+            }
+            None if loose(run) => spans.push(m.range()),
+            None => {}
         }
     }
     spans.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));

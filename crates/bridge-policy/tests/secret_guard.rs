@@ -373,3 +373,28 @@ fn placeholders_constants_and_docs_pass() {
         "OpenAI API key",
     )]);
 }
+
+/// Titles and labels are redacted loosely (any long random run), but a path is judged by its
+/// parts: a random temporary directory's name is no secret, a long random part still is.
+#[test]
+fn redaction_judges_a_path_by_its_parts() {
+    use bridge_policy::secrets::{redact, scan};
+    for path in [
+        "Look in ~/work/a1b2c3d4e5/proj for the notes",
+        "cwd /tmp/.tmp2dD5vV9/elsewhere",
+    ] {
+        assert!(scan(path).is_none(), "{path}: {:?}", scan(path));
+    }
+    for kept in [
+        "--add-dir=/tmp/.tmp2dD5vV/elsewhere",
+        "/tmp/tmp8xK2pQzR9/out/file.txt",
+        "cwd ~/work/a1b2c3d4e5/proj",
+        "DOCS/librarian: notes in ./build-2024-11-03/out",
+    ] {
+        assert_eq!(redact(kept), kept);
+    }
+    let token = "q8Zt3vLm9XwR2pK7sJd4Fh6N";
+    assert_eq!(redact(&format!("/srv/{token}/x")), "/srv/[secret]/x");
+    assert!(!redact(&format!("use {token} now")).contains(token));
+    assert!(!redact(&format!("--dir=/tmp/x --key={token}")).contains(token));
+}

@@ -139,6 +139,11 @@ pub(super) fn pair_hits(
         if token.len() > 200 {
             continue;
         }
+        // a path of its own (`~/work/a1b2c3d4e5/proj`, `/tmp/.tmp2dD5vV`, `./out/x9`): its
+        // random-looking directory names are no token
+        if token.starts_with(['/', '~']) || token.starts_with("./") || token.starts_with("../") {
+            continue;
+        }
         // hex and UUIDs (hashes, ids) only right after `=`, `:` or `(` (see [`named`]): a cheap
         // look back before anything else, most runs of 20 characters are hashes
         let hexish = token.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
