@@ -61,7 +61,8 @@ async def run(mode):
 
         # Resources: the template, the list, a read, a bad id.
         templates = (await client.list_resource_templates()).resource_templates
-        check([t.uri_template for t in templates] == ["opencode://session/{id}"],
+        check([t.uri_template for t in templates]
+              == ["opencode://session/{id}", "opencode://server/{server}/session/{id}"],
               f"{mode}: templates {templates}")
         resources = (await client.list_resources()).resources
         check(0 < len(resources) <= 50, f"{mode}: {len(resources)} resources")
