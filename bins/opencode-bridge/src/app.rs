@@ -1425,33 +1425,18 @@ impl App {
         server: Option<&str>,
     ) -> Result<Option<String>, String> {
         let liveness = self.liveness().await;
-        if server.is_some() {
-            let id = id.to_owned();
-            return self
-                .on_source_at(server, liveness, move |source, ctx| {
-                    match source.transcript(&id, None, ctx) {
-                        Ok(t) => Ok(Some(render::transcript(
-                            &t,
-                            render::OutputMode::Full,
-                            REPLY_CAP_CHARS,
-                            ctx.now_ms,
-                        ))),
-                        Err(ClientError::NotFound { .. }) => Ok(None),
-                        Err(e) => Err(e.to_string()),
-                    }
-                })
-                .await;
-        }
-        let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
-        let id = id.to_owned();
-        blocking(move || {
-            if store_not_created_yet(&cfg).is_some() {
+        if server.is_none() {
+            let cfg = self.client.as_ref().map_err(|e| e.to_string())?.clone();
+            if blocking(move || Ok(store_not_created_yet(&cfg)))
+                .await?
+                .is_some()
+            {
                 return Ok(None);
             }
-            let (source, _why) =
-                choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;
-            let ctx = cfg.scan_context(liveness);
-            match source.transcript(&id, None, &ctx) {
+        }
+        let id = id.to_owned();
+        self.on_source_at(server, liveness, move |source, ctx| {
+            match source.transcript(&id, None, ctx) {
                 Ok(t) => Ok(Some(render::transcript(
                     &t,
                     render::OutputMode::Full,

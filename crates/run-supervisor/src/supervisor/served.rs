@@ -211,6 +211,14 @@ pub(super) async fn run_served_attempt(
     };
     let mut lines = LineSplitter::new(MAX_LINE);
     let text = shared.with(id, |r| r.summary.text_buffer());
+    // A `run` line, folded as a run's stdout line is.
+    let fold_line = |lines: &mut LineSplitter, line: String| {
+        if let Some(text) = &text {
+            let mut bytes = line.into_bytes();
+            bytes.push(b'\n');
+            fold_stdout(shared, id, (runner, text), lines, &bytes);
+        }
+    };
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticks: u64 = 0;
@@ -225,13 +233,7 @@ pub(super) async fn run_served_attempt(
                 Some(Ok(frame)) => match follow.on_event(&frame) {
                     // A resumed turn is read whole from its messages at its end.
                     Some(Action::Line(_)) if resume => {}
-                    Some(Action::Line(line)) => {
-                        if let Some(text) = &text {
-                            let mut bytes = line.into_bytes();
-                            bytes.push(b'\n');
-                            fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
-                        }
-                    }
+                    Some(Action::Line(line)) => fold_line(&mut lines, line),
                     Some(Action::Permission { id: request, reply, stderr }) => {
                         if let Some(line) = stderr {
                             shared.with(id, |r| {
@@ -296,11 +298,8 @@ pub(super) async fn run_served_attempt(
                         while let Ok(Ok(frame)) = rx.try_recv() {
                             if let Some(Action::Line(line)) = follow.on_event(&frame)
                                 && !resume
-                                && let Some(text) = &text
                             {
-                                let mut bytes = line.into_bytes();
-                                bytes.push(b'\n');
-                                fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
+                                fold_line(&mut lines, line);
                             }
                         }
                         break exited(&follow);
@@ -345,12 +344,8 @@ pub(super) async fn run_served_attempt(
             match read {
                 Ok(Ok(messages)) => {
                     let replayed = follow.replay(&messages, since.saturating_sub(2_000));
-                    if let Some(text) = &text {
-                        for line in replayed {
-                            let mut bytes = line.into_bytes();
-                            bytes.push(b'\n');
-                            fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
-                        }
+                    for line in replayed {
+                        fold_line(&mut lines, line);
                     }
                     exited(&follow)
                 }
