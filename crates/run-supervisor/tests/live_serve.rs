@@ -1,7 +1,8 @@
 //! The serve engine with the real `opencode serve` 1.18.33 and our fake LLM: tasks as sessions
 //! on the bridge's warm local server. Answers, edits in the task's directory, a read-only agent
 //! made by its model to write (write tool, shell, an allowlisted shell command) writing nothing,
-//! follow-ups, cancel leaving no busy session, the time limit, a provider error's kind.
+//! follow-ups, cancel and the time limit ending the task (a follow-up in its session answers,
+//! though not necessarily at once: see issue 23), a provider error's kind.
 
 use crate::common;
 
