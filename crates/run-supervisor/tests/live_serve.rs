@@ -200,29 +200,57 @@ async fn live_serve_runs_answers_edits_follow_ups_and_keeps_read_only_agents_rea
     assert_eq!(s.failure.as_ref().unwrap().kind, FailureKind::Auth, "{s:?}");
 }
 
+const SLOW_START_PLUGIN: &str = r#"export const SlowStart = async () => ({
+  "chat.message": async () => { await new Promise((r) => setTimeout(r, 2000)); },
+});
+"#;
+
 #[tokio::test]
 async fn live_serve_cancel_and_time_limit_leave_no_busy_session() {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
-    llm.set_slow_secs(120);
+    // Far longer than the test: a turn the stop does not end keeps the session busy to the end.
+    llm.set_slow_secs(600);
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    // A user plugin that takes 2 s over each new message, before the server's loop for the
+    // turn begins: the window a loaded machine opens by chance, held open.
+    let plugins = sb.config_home().join("opencode/plugin");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(plugins.join("slow-start.js"), SLOW_START_PLUGIN).unwrap();
     let proj = sb.project_dir().to_path_buf();
     let sup = supervisor(&oc, &sb);
 
+    // Cancelled as soon as its session exists: the stop comes right after `prompt_async`'s
+    // reply, before the server's loop for the turn has begun, where an abort alone is answered
+    // `true` and lost (the turn then runs on).
     let slow = sup.start(spec(&proj, "slow", "Take your time.")).unwrap();
-    wait_until(&sup, slow, LIMIT, |s| {
-        s.session_id.is_some() && s.state == TaskState::Running
-    })
-    .await;
+    wait_until(&sup, slow, LIMIT, |s| s.session_id.is_some()).await;
     assert!(matches!(sup.cancel(slow).await, CancelOutcome::Cancelled));
     let session = sup.status(slow).unwrap().session_id.unwrap();
-    // The session is free again: a follow-up in it answers at once.
+    // The session is free again: a follow-up in it answers (a turn the stop missed would hold
+    // the session for the slow model's 600 s).
     let mut next = spec(&proj, "ok", "Still there?");
     next.session = Some(session.clone());
     let next = sup.start(next).unwrap();
     let s = done(&sup, next).await;
     assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
     assert_eq!(sup.result(next, None, None).unwrap().final_text, OK_TEXT);
+
+    // Again in the same session, cancelled while the model streams.
+    let mut again = spec(&proj, "slow", "Take your time again.");
+    again.session = Some(session.clone());
+    let again = sup.start(again).unwrap();
+    let s = wait_until(&sup, again, LIMIT, |s| {
+        s.last_event_age.is_some() || s.state.is_finished()
+    })
+    .await;
+    assert_eq!(s.state, TaskState::Running, "{s:?}");
+    assert!(matches!(sup.cancel(again).await, CancelOutcome::Cancelled));
+    let mut next = spec(&proj, "ok", "And now?");
+    next.session = Some(session.clone());
+    let next = sup.start(next).unwrap();
+    let s = done(&sup, next).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
 
     let mut timed = spec(&proj, "slow", "Take longer.");
     timed.timeout = Some(Duration::from_secs(4));

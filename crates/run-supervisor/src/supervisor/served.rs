@@ -20,7 +20,7 @@ use super::{StopReason, persist};
 use crate::capture::LineSplitter;
 use crate::classify::ExitInfo;
 use crate::command::{LaunchContext, build_launch};
-use crate::runner::serve::events::{Action, Follow};
+use crate::runner::serve::events::{Action, Follow, turn_done_in};
 use crate::runner::serve::pool::Lease;
 use crate::runner::serve::{Place, map_dir, session};
 
@@ -29,6 +29,10 @@ const SERVER_STARTUP: Duration = Duration::from_secs(60);
 
 /// A stream silent this long means the server is gone (it sends a heartbeat every 10 s).
 const STREAM_IDLE: Duration = Duration::from_secs(35);
+
+/// How long a stop waits for the aborted turn to end (it ends within a second once the abort
+/// reaches it; this bounds a server that never starts or never ends the turn).
+const STOP_WAIT: Duration = Duration::from_secs(30);
 
 /// Longest event line folded (as for a run's stdout).
 const MAX_LINE: usize = 8 * 1024 * 1024;
@@ -203,6 +207,7 @@ pub(super) async fn run_served_attempt(
         }
     };
     let prompted = Instant::now();
+    let prompted_ms = now_ms();
     let approve = spec.auto_approve && !spec.read_only;
     let mut follow = if resume {
         Follow::resumed(&sid, approve, still_busy)
@@ -293,6 +298,20 @@ pub(super) async fn run_served_attempt(
                         Ok(Ok(false)) => idle_polls += 1,
                         _ => idle_polls = 0,
                     }
+                    // Idle before the turn was seen to begin is a turn not begun yet (the
+                    // loop can start seconds after `prompt_async`'s reply on a loaded
+                    // machine), unless the session already holds its finished reply.
+                    if idle_polls >= 2 && !follow.started() {
+                        let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
+                        let since = prompted_ms.saturating_sub(2_000);
+                        let done = tokio::task::spawn_blocking(move || {
+                            session::messages(&h, &d, &s).map(|m| turn_done_in(&m, since))
+                        })
+                        .await;
+                        if !matches!(done, Ok(Ok(true))) {
+                            idle_polls = 0;
+                        }
+                    }
                     if idle_polls >= 2 {
                         // Let frames already on their way be folded first.
                         while let Ok(Ok(frame)) = rx.try_recv() {
@@ -320,17 +339,7 @@ pub(super) async fn run_served_attempt(
             | AttemptEnd::OverBudget(_)
     );
     if turn_open && !keep_running {
-        let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
-        let _ = tokio::task::spawn_blocking(move || {
-            let _ = session::abort(&h, &d, &s);
-            // Until the session is idle again (bounded): a cancelled task leaves no busy
-            // session behind.
-            let until = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < until && session::busy(&h, &d, &s).unwrap_or(false) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-        .await;
+        stop_turn(&mut rx, &mut follow, (&http, &dir, &sid), prompted_ms).await;
     }
     if let Some(c) = &closer {
         c.close();
@@ -473,6 +482,92 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                 who: format!("the local opencode serve (pid {})", lease.pid()),
                 lease: Some(lease),
             })
+        }
+    }
+}
+
+/// Milliseconds since the epoch, now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Aborts the session's turn and waits (at most [`STOP_WAIT`]) until it has ended, so a stopped
+/// task leaves no busy session behind.
+///
+/// The abort reaches a turn only once the server's loop for it runs. One sent between
+/// `prompt_async`'s reply and the loop's start is answered `true` and does nothing, and the turn
+/// then runs to its own end (seen on a loaded machine: a follow-up in the session waited for it).
+/// So an abort sent before the turn was seen to begin is sent again once it begins.
+async fn stop_turn(
+    rx: &mut tokio::sync::mpsc::Receiver<Result<serde_json::Value, String>>,
+    follow: &mut Follow,
+    (http, dir, sid): (&HttpClient, &Path, &str),
+    prompted_ms: u64,
+) {
+    let until = Instant::now() + STOP_WAIT;
+    let abort = || {
+        let (h, d, s) = (http.clone(), dir.to_path_buf(), sid.to_owned());
+        tokio::task::spawn_blocking(move || session::abort(&h, &d, &s))
+    };
+    let busy = || {
+        let (h, d, s) = (http.clone(), dir.to_path_buf(), sid.to_owned());
+        tokio::task::spawn_blocking(move || session::busy(&h, &d, &s))
+    };
+    // An abort was sent after the turn was seen to begin: it reaches the turn.
+    let mut landed = false;
+    let mut stream_open = true;
+    let mut quiet = 0u32;
+    while !follow.ended() && Instant::now() < until {
+        if !landed {
+            landed = follow.started();
+            let _ = abort().await;
+        }
+        let frame = if stream_open {
+            match tokio::time::timeout(Duration::from_millis(250), rx.recv()).await {
+                Ok(Some(Ok(frame))) => Some(frame),
+                Ok(_) => {
+                    stream_open = false;
+                    None
+                }
+                Err(_) => None,
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            None
+        };
+        if let Some(frame) = frame {
+            quiet = 0;
+            // Asks made while stopping are refused; the turn's last words are not kept.
+            if let Some(Action::Permission { id, .. }) = follow.on_event(&frame) {
+                let (h, d) = (http.clone(), dir.to_path_buf());
+                tokio::task::spawn_blocking(move || session::reply(&h, &d, &id, "reject"));
+            }
+            continue;
+        }
+        // No word from the stream for a second (or no stream): the server says whether the
+        // session is still busy. Idle once an abort has reached the turn means it ended; idle
+        // before the turn was seen to begin may be a turn not begun yet, so that waits.
+        quiet += 1;
+        if quiet.is_multiple_of(4) || !stream_open {
+            let idle = matches!(busy().await, Ok(Ok(false)));
+            if idle && landed {
+                break;
+            }
+            if idle && !follow.started() {
+                // Unless the turn began and ended with its frames unseen.
+                let (h, d, s) = (http.clone(), dir.to_path_buf(), sid.to_owned());
+                let since = prompted_ms.saturating_sub(2_000);
+                let done = tokio::task::spawn_blocking(move || {
+                    session::messages(&h, &d, &s).map(|m| turn_done_in(&m, since))
+                })
+                .await;
+                if matches!(done, Ok(Ok(true))) {
+                    break;
+                }
+            }
         }
     }
 }

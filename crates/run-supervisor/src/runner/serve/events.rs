@@ -29,7 +29,10 @@ pub(crate) struct Follow {
     session: String,
     /// The session and every child session opened under it (the `task` tool's subagents).
     family: HashSet<String>,
+    /// The turn began: the session was seen busy (or retrying).
     busy: bool,
+    /// The turn ended: the session went idle after being seen busy.
+    ended: bool,
     errors: usize,
     /// Permission asks are approved once (`run --auto`) rather than rejected.
     approve: bool,
@@ -43,6 +46,7 @@ impl Follow {
             session: session.to_owned(),
             family: HashSet::from([session.to_owned()]),
             busy: false,
+            ended: false,
             errors: 0,
             approve,
         }
@@ -89,6 +93,17 @@ impl Follow {
         lines
     }
 
+    /// Whether the turn has begun on the server: its loop is running, so an abort reaches it.
+    /// Between `prompt_async`'s reply and this, an abort finds nothing to stop and is lost.
+    pub(crate) fn started(&self) -> bool {
+        self.busy
+    }
+
+    /// Whether the turn has ended (idle after busy).
+    pub(crate) fn ended(&self) -> bool {
+        self.ended
+    }
+
     /// `session.error` events seen for the session (`run` exits 1 after any).
     pub(crate) fn errors(&self) -> usize {
         self.errors
@@ -131,12 +146,17 @@ impl Follow {
                         self.busy = true;
                         None
                     }
-                    "idle" if self.busy => Some(Action::Idle),
+                    "idle" if self.busy => {
+                        self.ended = true;
+                        Some(Action::Idle)
+                    }
                     _ => None,
                 }
             }
             "session.idle" => {
-                (sid(props)?.as_str() == self.session && self.busy).then_some(Action::Idle)
+                let idle = sid(props)?.as_str() == self.session && self.busy;
+                self.ended |= idle;
+                idle.then_some(Action::Idle)
             }
             "session.created" | "session.updated" => {
                 let info = props.get("info")?;
@@ -185,6 +205,25 @@ impl Follow {
     }
 }
 
+/// Whether `messages` (`GET /session/{id}/message`) hold a finished assistant message created at
+/// or after `since_ms`: a turn that began and ended (completed, or ended by an error).
+pub(crate) fn turn_done_in(messages: &Value, since_ms: u64) -> bool {
+    messages.as_array().into_iter().flatten().any(|m| {
+        let info = m.get("info").unwrap_or(&Value::Null);
+        let created = info
+            .pointer("/time/created")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let finished = info
+            .pointer("/time/completed")
+            .is_some_and(|v| !v.is_null())
+            || info.get("error").is_some_and(|e| !e.is_null());
+        info.get("role").and_then(Value::as_str) == Some("assistant")
+            && created >= since_ms
+            && finished
+    })
+}
+
 /// The `run` line type of a finished part (`None`: `run` prints nothing for it).
 fn run_type(part: &Value) -> Option<&'static str> {
     match part.get("type")?.as_str()? {
@@ -213,7 +252,8 @@ mod tests {
     #[test]
     fn the_sessions_parts_become_run_lines_and_the_turn_ends_on_idle() {
         let mut f = Follow::new("ses_a", true);
-        // Idle before busy is a previous turn's.
+        // Idle before busy is a previous turn's, or an abort's that came before the turn began.
+        assert!(!f.started() && !f.ended());
         assert_eq!(
             f.on_event(&ev(
                 "session.status",
@@ -225,6 +265,7 @@ mod tests {
             "session.status",
             json!({"sessionID": "ses_a", "status": {"type": "busy"}}),
         ));
+        assert!(f.started() && !f.ended());
         let text = json!({"sessionID": "ses_a", "type": "text", "text": "hi", "time": {"start": 1, "end": 2}});
         let Some(Action::Line(line)) = f.on_event(&ev(
             "message.part.updated",
@@ -265,6 +306,25 @@ mod tests {
             f.on_event(&ev("session.idle", json!({"sessionID": "ses_a"}))),
             Some(Action::Idle)
         );
+        assert!(f.ended());
+    }
+
+    #[test]
+    fn a_finished_turn_is_found_in_the_messages_only_from_its_start() {
+        let messages = json!([
+            {"info": {"role": "assistant", "time": {"created": 5, "completed": 6}}},
+            {"info": {"role": "user", "time": {"created": 10}}},
+        ]);
+        // The user message alone: the turn has not begun (or not ended).
+        assert!(!turn_done_in(&messages, 10));
+        let mut more = messages.as_array().unwrap().clone();
+        more.push(json!({"info": {"role": "assistant", "time": {"created": 11}}}));
+        assert!(!turn_done_in(&Value::from(more.clone()), 10));
+        more.push(json!({"info": {"role": "assistant", "time": {"created": 12}, "error": {"name": "MessageAbortedError"}}}));
+        assert!(turn_done_in(&Value::from(more), 10));
+        // An earlier turn's finished reply counts only when asked from before it.
+        assert!(turn_done_in(&messages, 0));
+        assert!(!turn_done_in(&json!({"not": "a list"}), 0));
     }
 
     #[test]
