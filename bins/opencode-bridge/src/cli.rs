@@ -211,14 +211,21 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
         .ok()
         .map(|v| run_supervisor::Engine::parse(&v))
     {
-        lines.push(("warn", "engine", format!("{e} (run is used)")));
+        lines.push((
+            "warn",
+            "engine",
+            format!(
+                "{e} ({} is used)",
+                run_supervisor::Engine::default().as_str()
+            ),
+        ));
     }
     match sup.config().engine {
         run_supervisor::Engine::Run => lines.push((
             "ok",
             "engine",
             format!(
-                "run: an `opencode run` process per attempt ({}=serve keeps a warm local opencode serve instead)",
+                "run: an `opencode run` process per attempt ({}=serve, the default, keeps a warm local opencode serve instead)",
                 bridge_env::ENGINE.name
             ),
         )),
@@ -261,7 +268,8 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
                     "warn",
                     "engine",
                     format!(
-                        "serve was asked for, but opencode serve does not start here ({e}): tasks run as `opencode run` instead"
+                        "serve, but opencode serve does not start here ({e}): tasks run as `opencode run` instead ({}=run says so at once)",
+                        bridge_env::ENGINE.name
                     ),
                 ),
             });

@@ -245,8 +245,9 @@ fn check_secrets_reports_kind_and_line_never_the_value() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
 }
 
-/// With the serve engine asked for, doctor starts an opencode serve to see that it can: a binary
-/// that cannot serve gets a warning that tasks run as `opencode run` instead.
+/// With the serve engine (the default: the variable is empty), doctor starts an opencode serve to
+/// see that it can: a binary that cannot serve gets a warning that tasks run as `opencode run`
+/// instead.
 #[test]
 fn doctor_warns_when_the_serve_engine_cannot_start_here() {
     use std::os::unix::fs::PermissionsExt;
@@ -262,7 +263,7 @@ fn doctor_warns_when_the_serve_engine_cannot_start_here() {
         &world,
         &[
             ("OPENCODE_BIN", broken.to_string_lossy().into_owned()),
-            ("OPENCODE_BRIDGE_ENGINE", "serve".into()),
+            ("OPENCODE_BRIDGE_ENGINE", String::new()),
             ("OPENCODE_BRIDGE_SANDBOX", "off".into()),
         ],
         &["doctor"],
@@ -276,7 +277,8 @@ fn doctor_warns_when_the_serve_engine_cannot_start_here() {
     assert!(line.contains("run as `opencode run` instead"), "{line}");
 }
 
-/// A value of OPENCODE_BRIDGE_ENGINE that is not accepted is named by doctor (run is used).
+/// A value of OPENCODE_BRIDGE_ENGINE that is not accepted is named by doctor (the default,
+/// serve, is used).
 #[test]
 fn doctor_names_an_engine_it_does_not_know() {
     let world = World::new();
@@ -287,7 +289,7 @@ fn doctor_names_an_engine_it_does_not_know() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.lines().any(|l| l.starts_with("warn") && l.contains("OPENCODE_BRIDGE_ENGINE=\"serv\" is not accepted; use run or serve (run is used)")),
+        text.lines().any(|l| l.starts_with("warn") && l.contains("OPENCODE_BRIDGE_ENGINE=\"serv\" is not accepted; use run or serve (serve is used)")),
         "{text}"
     );
 }

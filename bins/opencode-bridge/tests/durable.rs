@@ -414,6 +414,16 @@ impl Live {
         s.initialize();
         s
     }
+
+    /// A bridge on the run engine: its tasks are `opencode run` processes, which outlive a
+    /// killed bridge (a served task's turn lives in the warm server instead).
+    fn run_server(&self) -> Server {
+        let mut env = self.env();
+        env.push(("OPENCODE_BRIDGE_ENGINE", "run".into()));
+        let mut s = Server::start_in(&self.world, &env, self.sb.project_dir());
+        s.initialize();
+        s
+    }
 }
 
 fn session_of(status: &str) -> String {
@@ -564,7 +574,7 @@ fn live_a_real_run_outlives_a_killed_bridge_and_is_cancelled_after_restart() {
     let oc = require_opencode!();
     let live = Live::new(oc);
     live.llm.set_slow_secs(300);
-    let mut first = live.server();
+    let mut first = live.run_server();
     for id in 1..=2 {
         let (t, _) = first.call_text(
             id,
@@ -608,7 +618,7 @@ fn live_a_real_run_outlives_a_killed_bridge_and_is_cancelled_after_restart() {
         (!group_alive(pid2)).then_some(())
     });
 
-    let mut second = live.server();
+    let mut second = live.run_server();
     let (list, _) = second.call_text(2, "opencode_list", json!({}));
     assert!(list.contains(&format!("orphaned (pid {pid}")), "{list}");
     assert!(list.contains(&session), "{list}");

@@ -200,6 +200,9 @@ fn live_claude_drives_every_tool_on_a_real_opencode_run() {
     env.push(("OPENCODE_BRIDGE_MODEL", "fk/ok".into()));
     env.push(("OPENCODE_BRIDGE_KILL_GRACE_MS", "1000".into()));
     env.push(("RUST_LOG", "opencode_bridge=debug".into()));
+    // A run engine task has the pid and process-table row this script waits for; the other
+    // Claude Code tests here delegate on the default engine, serve.
+    env.push(("OPENCODE_BRIDGE_ENGINE", "run".into()));
     world.register(&env);
 
     let script: Vec<Step> = vec![

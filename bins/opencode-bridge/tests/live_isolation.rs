@@ -34,8 +34,18 @@ fn fixed(dir: &Path) -> (String, String, Vec<u8>) {
     )
 }
 
+// On both engines: an `opencode run` per task, and sessions on the warm local `opencode serve`.
 #[test]
-fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_meanwhile() {
+fn live_run_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_meanwhile() {
+    an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_meanwhile("run");
+}
+
+#[test]
+fn live_serve_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_meanwhile() {
+    an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_meanwhile("serve");
+}
+
+fn an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_meanwhile(engine: &str) {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
@@ -52,6 +62,7 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
     env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
     env.push(("OPENCODE_BRIDGE_ROOT", proj.to_string_lossy().into_owned()));
     env.push(("OPENCODE_BRIDGE_MODEL", "fk/toolwrite".into()));
+    env.push(("OPENCODE_BRIDGE_ENGINE", engine.into()));
     let mut server = Server::start_in(&world, &env, &proj);
     server.initialize();
     let mut next = 100;
@@ -74,6 +85,8 @@ fn live_an_isolated_task_is_applied_or_discarded_and_never_touches_the_checkout_
         .to_owned();
     let status = common::until_ended(&mut server, &id, &mut next);
     assert!(status.contains("succeeded"), "{status}");
+    // Run where asked (a server that did not start would have fallen back to `run`).
+    assert!(status.contains(&format!("engine: {engine}")), "{status}");
     assert!(
         !proj.join("hello.txt").exists(),
         "the checkout is not touched"

@@ -65,8 +65,18 @@ fn deps_cache() -> Option<PathBuf> {
 
 const DEPS: [&str; 3] = ["package.json", "package-lock.json", "node_modules"];
 
+// On both engines: an `opencode run` per task, and sessions on the warm local `opencode serve`.
 #[test]
-fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
+fn live_run_a_read_only_task_is_default_deny_whatever_the_project_configures() {
+    a_read_only_task_is_default_deny_whatever_the_project_configures("run");
+}
+
+#[test]
+fn live_serve_a_read_only_task_is_default_deny_whatever_the_project_configures() {
+    a_read_only_task_is_default_deny_whatever_the_project_configures("serve");
+}
+
+fn a_read_only_task_is_default_deny_whatever_the_project_configures(engine: &str) {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let sb = OpencodeSandbox::with_config(&llm.base_url(), json!({})).unwrap();
@@ -130,6 +140,7 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
     // The config layer on its own: with the kernel fence on, these writes would be refused by
     // the kernel whatever the config said (tests/live_fence.rs, run-supervisor's live_fence).
     env.push(("OPENCODE_BRIDGE_SANDBOX", "off".into()));
+    env.push(("OPENCODE_BRIDGE_ENGINE", engine.into()));
     let mut server = Server::start_in(&world, &env, &proj);
     server.initialize();
     let mut next = 1;
@@ -159,6 +170,8 @@ fn live_a_read_only_run_is_default_deny_whatever_the_project_configures() {
     next += 1;
     let (result, _) = server.call_text(next, "opencode_result", json!({"id": id}));
     eprintln!("{text}\n{result}");
+    // Run where asked (a server that did not start would have fallen back to `run`).
+    assert!(result.contains(&format!("engine: {engine}")), "{result}");
 
     // The model did try every way (it reached its last turn) ...
     assert!(

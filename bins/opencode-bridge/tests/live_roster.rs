@@ -149,12 +149,22 @@ fn wait_all(server: &mut Server, ids: &[String], next: &mut i64) -> String {
     }
 }
 
+// On both engines: an `opencode run` per task, and sessions on the warm local `opencode serve`.
 #[test]
-fn live_the_roster_comes_from_opencode_and_read_only_runs_write_nothing() {
+fn live_run_the_roster_comes_from_opencode_and_read_only_tasks_write_nothing() {
+    the_roster_comes_from_opencode_and_read_only_tasks_write_nothing("run");
+}
+
+#[test]
+fn live_serve_the_roster_comes_from_opencode_and_read_only_tasks_write_nothing() {
+    the_roster_comes_from_opencode_and_read_only_tasks_write_nothing("serve");
+}
+
+fn the_roster_comes_from_opencode_and_read_only_tasks_write_nothing(engine: &str) {
     let oc = require_opencode!();
     let live = Live::new(oc);
     let proj = live.sb.project_dir().to_path_buf();
-    let mut server = live.server(&[]);
+    let mut server = live.server(&[("OPENCODE_BRIDGE_ENGINE", engine.into())]);
     let mut next = 1;
 
     // The roster is opencode's: plugin agents present and usable, the hidden one marked.
@@ -221,6 +231,11 @@ fn live_the_roster_comes_from_opencode_and_read_only_runs_write_nothing() {
     for (name, id, dir) in &ids {
         next += 1;
         let (result, _) = server.call_text(next, "opencode_result", json!({"id": id}));
+        // Run where asked (a server that did not start would have fallen back to `run`).
+        assert!(
+            result.contains(&format!("engine: {engine}")),
+            "{name}: {result}"
+        );
         let written = escaped_files(dir);
         if READ_ONLY.contains(name) {
             assert!(

@@ -85,6 +85,8 @@ fn sixty_four_tasks_while_status_is_polled_every_millisecond() {
         .env("RUST_LOG", "warn")
         .env("OPENCODE_BIN", &fake)
         .env("FAKE_OPENCODE_SCENARIO", "ok")
+        // The fake stands for `opencode run` processes; it cannot serve.
+        .env("OPENCODE_BRIDGE_ENGINE", "run")
         .env("OPENCODE_BRIDGE_MAX_PARALLEL", TASKS.to_string())
         .current_dir(world.root())
         .stdin(Stdio::piped())

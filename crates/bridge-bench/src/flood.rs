@@ -95,6 +95,8 @@ pub(crate) fn flood_bridge(bin: &Path, mb: usize, parallel: usize) -> Result<Bri
         ("OPENCODE_BIN", fake.display().to_string()),
         ("FAKE_OPENCODE_SCENARIO", "flood".into()),
         ("FAKE_OPENCODE_FLOOD_MB", mb.to_string()),
+        // The fake floods as an `opencode run` process; it cannot serve.
+        ("OPENCODE_BRIDGE_ENGINE", "run".into()),
         ("OPENCODE_BRIDGE_MAX_PARALLEL", parallel.to_string()),
     ];
     // The bridge starts with a cleared environment; a run priority set for the bench (e.g.
@@ -239,7 +241,8 @@ fn real_opencode_share(bin: &Path) -> Result<Row, String> {
     };
     let llm = FakeLlm::start().map_err(|e| format!("fake LLM: {e}"))?;
     let sb = OpencodeSandbox::new(&llm.base_url()).map_err(|e| format!("sandbox: {e}"))?;
-    let mut b = real_opencode_bridge(bin, &sb, &oc, &[])?;
+    // The run engine: the share is of an `opencode run` process tree the bridge follows.
+    let mut b = real_opencode_bridge(bin, &sb, &oc, &[("OPENCODE_BRIDGE_ENGINE", "run".into())])?;
     let pid = b.pid();
     let before = Cpu::of(pid)?;
     let t = Instant::now();

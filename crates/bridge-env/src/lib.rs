@@ -171,8 +171,8 @@ pub const SANDBOX: EnvVar = EnvVar::new(
 /// `OPENCODE_BRIDGE_ENGINE`.
 pub const ENGINE: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_ENGINE",
-    "run",
-    "how opencode tasks run: `run` (an `opencode run` process per attempt) or `serve` (sessions on a warm local `opencode serve` the bridge starts and stops)",
+    "serve",
+    "how opencode tasks run: `serve` (sessions on a warm local `opencode serve` the bridge starts and stops; where none starts, tasks run as `run`) or `run` (an `opencode run` process per attempt)",
 );
 /// `OPENCODE_BRIDGE_SERVE_IDLE_MIN`.
 pub const SERVE_IDLE_MIN: EnvVar = EnvVar::new(

@@ -215,7 +215,7 @@ impl Default for SupervisorConfig {
             state_dir: None,
             prune_after: Duration::from_secs(env::PRUNE_DAYS.default_number() * 24 * 3600),
             session_reader: None,
-            engine: Engine::Run,
+            engine: Engine::default(),
             servers: Vec::new(),
             serve_idle: Duration::from_secs(env::SERVE_IDLE_MIN.default_number() * 60),
             api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
@@ -276,7 +276,7 @@ impl SupervisorConfig {
             c.prune_after = Duration::from_secs(n.min(36_500) * 24 * 3600);
         }
         if let Some(v) = get(env::ENGINE.name) {
-            // A value that cannot be read keeps `run` (doctor and the start line say why).
+            // A value that cannot be read keeps the default (doctor says why).
             c.engine = Engine::parse(&v).unwrap_or_default();
         }
         if let Some(n) = num(env::SERVE_IDLE_MIN.name).filter(|&n| n > 0) {

@@ -51,6 +51,8 @@ impl World {
 fn sup_config(w: &World) -> SupervisorConfig {
     SupervisorConfig {
         opencode_bin: Some(bridge_testkit::bins::fake_opencode()),
+        // Our fake opencode stands for `opencode run` processes; it cannot serve.
+        engine: run_supervisor::Engine::Run,
         root: w.root.path().to_path_buf(),
         kill_grace: Duration::from_millis(400),
         prompt_dir: w.root.path().join("prompts"),

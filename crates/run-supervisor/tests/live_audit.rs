@@ -60,6 +60,9 @@ fn audited_supervisor(oc: &std::path::Path, sb: &OpencodeSandbox) -> Supervisor 
         quiet_after: Duration::from_secs(600),
         session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
         sandbox: run_supervisor::Sandbox::Off,
+        // The hole is a run's: on a server the session's default-deny rules stand before the
+        // fence and the audit (live_serve.rs, and the served audit below).
+        engine: run_supervisor::Engine::Run,
         ..SupervisorConfig::default()
     })
 }

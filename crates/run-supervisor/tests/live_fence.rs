@@ -7,10 +7,17 @@ use std::path::Path;
 use std::time::Duration;
 
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use run_supervisor::{Sandbox, Supervisor, SupervisorConfig, TaskSpec, TaskState};
+use run_supervisor::{Engine, Sandbox, Supervisor, SupervisorConfig, TaskSpec, TaskState};
 
-fn supervisor(oc: &Path, sb: &OpencodeSandbox, root: &Path, sandbox: Sandbox) -> Supervisor {
+fn supervisor(
+    oc: &Path,
+    sb: &OpencodeSandbox,
+    root: &Path,
+    sandbox: Sandbox,
+    engine: Engine,
+) -> Supervisor {
     Supervisor::new(SupervisorConfig {
+        engine,
         opencode_bin: Some(oc.to_path_buf()),
         root: root.to_path_buf(),
         env: sb.env(),
@@ -117,8 +124,40 @@ fn world(llm: &FakeLlm) -> World {
     }
 }
 
+// Each attack runs on both engines: an `opencode run` per task, and a session on the warm
+// local `opencode serve` (started inside the same fence, with the project's plugin loaded by
+// the server).
 #[tokio::test]
-async fn live_a_read_only_run_writes_nothing_and_reads_nothing_outside_its_project() {
+async fn live_run_a_read_only_task_writes_nothing_and_reads_nothing_outside_its_project() {
+    read_only_task_writes_nothing_and_reads_nothing_outside_its_project(Engine::Run).await;
+}
+
+#[tokio::test]
+async fn live_serve_a_read_only_task_writes_nothing_and_reads_nothing_outside_its_project() {
+    read_only_task_writes_nothing_and_reads_nothing_outside_its_project(Engine::Serve).await;
+}
+
+#[tokio::test]
+async fn live_run_an_editing_task_writes_its_project_and_nothing_else() {
+    editing_task_writes_its_project_and_nothing_else(Engine::Run).await;
+}
+
+#[tokio::test]
+async fn live_serve_an_editing_task_writes_its_project_and_nothing_else() {
+    editing_task_writes_its_project_and_nothing_else(Engine::Serve).await;
+}
+
+#[tokio::test]
+async fn live_run_with_the_fence_off_the_same_write_lands_and_the_status_says_so() {
+    fence_off_the_same_write_lands(Engine::Run).await;
+}
+
+#[tokio::test]
+async fn live_serve_with_the_fence_off_the_same_write_lands_and_the_status_says_so() {
+    fence_off_the_same_write_lands(Engine::Serve).await;
+}
+
+async fn read_only_task_writes_nothing_and_reads_nothing_outside_its_project(engine: Engine) {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let w = world(&llm);
@@ -140,13 +179,15 @@ async fn live_a_read_only_run_writes_nothing_and_reads_nothing_outside_its_proje
         ),
     ]
     .concat();
-    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Auto);
+    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Auto, engine);
     let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: fence read-only");
     spec.model = Some("fk/script".into());
     spec.read_only = true;
     // The hole: asks approved, no read-only overlay.
     spec.auto_approve = true;
     let out = run(&sup, spec).await;
+    // Run where asked: a server that did not start would have fallen back to `run`.
+    assert_eq!(out.snapshot.engine, engine.as_str(), "{:?}", out.snapshot);
     let s = &out.snapshot;
     assert!(
         s.sandbox
@@ -177,14 +218,19 @@ async fn live_a_read_only_run_writes_nothing_and_reads_nothing_outside_its_proje
         !sent.contains("SIBLING-CONTENT-7q"),
         "the sibling repository reached the model"
     );
+    // The kernel's refusals (a run, where the hole leaves only the fence), or on a server also
+    // the session's default-deny rules, which stand before the fence there.
     assert!(
-        sent.contains("Permission denied") || sent.contains("PermissionDenied"),
-        "the denials came back to the model as tool errors"
+        sent.contains("Permission denied")
+            || sent.contains("PermissionDenied")
+            || (engine == Engine::Serve
+                && sent.contains("prevents you from using this specific tool call")),
+        "the denials came back to the model as tool errors: {}",
+        &sent[sent.len().saturating_sub(3000)..]
     );
 }
 
-#[tokio::test]
-async fn live_an_editing_run_writes_its_project_and_nothing_else() {
+async fn editing_task_writes_its_project_and_nothing_else(engine: Engine) {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let w = world(&llm);
@@ -204,11 +250,13 @@ async fn live_an_editing_run_writes_its_project_and_nothing_else() {
         )),
     ]
     .concat();
-    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Auto);
+    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Auto, engine);
     let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: fence editing");
     spec.model = Some("fk/script".into());
     spec.auto_approve = true;
     let out = run(&sup, spec).await;
+    // Run where asked: a server that did not start would have fallen back to `run`.
+    assert_eq!(out.snapshot.engine, engine.as_str(), "{:?}", out.snapshot);
     assert_eq!(
         out.snapshot.state,
         TaskState::Succeeded,
@@ -260,17 +308,18 @@ async fn live_an_editing_run_writes_its_project_and_nothing_else() {
     assert_eq!(denied, 2, "{:?}", out.tool_calls);
 }
 
-#[tokio::test]
-async fn live_with_the_fence_off_the_same_write_lands_and_the_status_says_so() {
+async fn fence_off_the_same_write_lands(engine: Engine) {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let w = world(&llm);
     let prompt = write(&w.outside.join("abs.txt"), "x");
-    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Off);
+    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Off, engine);
     let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: fence off");
     spec.model = Some("fk/script".into());
     spec.auto_approve = true;
     let out = run(&sup, spec).await;
+    // Run where asked: a server that did not start would have fallen back to `run`.
+    assert_eq!(out.snapshot.engine, engine.as_str(), "{:?}", out.snapshot);
     assert_eq!(
         out.snapshot.sandbox.as_deref(),
         Some("not confined: OPENCODE_BRIDGE_SANDBOX=off")

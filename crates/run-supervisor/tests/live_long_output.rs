@@ -34,6 +34,8 @@ async fn run_model(
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
     let sup = Supervisor::new(SupervisorConfig {
         opencode_bin: Some(oc),
+        // These are `opencode run`'s own tests (processes, stdout); live_serve.rs is the server's.
+        engine: run_supervisor::Engine::Run,
         root: sb.root().to_path_buf(),
         env: sb.env(),
         kill_grace: Duration::from_secs(3),

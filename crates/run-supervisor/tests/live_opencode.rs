@@ -24,6 +24,8 @@ const RUN_LIMIT: Duration = Duration::from_secs(240);
 fn supervisor(oc: &Path, sb: &OpencodeSandbox, max_parallel: usize) -> Supervisor {
     Supervisor::new(SupervisorConfig {
         opencode_bin: Some(oc.to_path_buf()),
+        // These are `opencode run`'s own tests (processes, stdout); live_serve.rs is the server's.
+        engine: run_supervisor::Engine::Run,
         root: sb.root().to_path_buf(),
         env: sb.env(),
         max_parallel,

@@ -57,6 +57,8 @@ async fn live_costs_budgets_and_max_cost() {
     let state = tempfile::tempdir().unwrap();
     let config = |day_usd: Option<f64>| SupervisorConfig {
         opencode_bin: Some(oc.clone()),
+        // These are `opencode run`'s own tests (processes, stdout); live_serve.rs is the server's.
+        engine: run_supervisor::Engine::Run,
         root: sb.root().to_path_buf(),
         env: sb.env(),
         max_parallel: 3,

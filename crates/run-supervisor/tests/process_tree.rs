@@ -34,6 +34,8 @@ impl World {
     fn config(&self) -> SupervisorConfig {
         SupervisorConfig {
             opencode_bin: Some(bridge_testkit::bins::fake_opencode()),
+            // Our fake opencode stands for `opencode run` processes; it cannot serve.
+            engine: run_supervisor::Engine::Run,
             root: self.root.path().to_path_buf(),
             kill_grace: Duration::from_millis(400),
             retry_delay: Duration::from_millis(50),

@@ -12,6 +12,8 @@ use run_supervisor::{FailureKind, Supervisor, SupervisorConfig, TaskSpec, TaskSt
 fn sup(root: &Path, prompts: &Path) -> Supervisor {
     Supervisor::new(SupervisorConfig {
         opencode_bin: Some(bridge_testkit::bins::fake_opencode()),
+        // Our fake opencode stands for `opencode run` processes; it cannot serve.
+        engine: run_supervisor::Engine::Run,
         root: root.to_path_buf(),
         kill_grace: Duration::from_millis(400),
         prompt_dir: prompts.to_path_buf(),

@@ -73,6 +73,17 @@ fn runs_a_fake(extra_env: &[(&str, String)]) -> bool {
             .any(|(k, _)| *k == "OPENCODE_BRIDGE_SANDBOX")
 }
 
+/// Whether `extra_env` names an opencode binary that is not the real one of
+/// `OPENCODE_BRIDGE_TEST_OPENCODE`: ours stand for `opencode run` processes (trees, hangs,
+/// floods) and cannot serve, so such a bridge runs the `run` engine unless the test says
+/// otherwise. The serve engine is tested against the real `opencode serve`.
+fn fake_opencode_named(extra_env: &[(&str, String)]) -> bool {
+    let real = std::env::var(bridge_testkit::sandbox::OPENCODE_ENV).unwrap_or_default();
+    extra_env
+        .iter()
+        .any(|(k, v)| *k == "OPENCODE_BIN" && *v != real)
+}
+
 /// A running server and its stdout lines.
 pub struct Server {
     pub child: Child,
@@ -120,6 +131,9 @@ impl Server {
         cmd.env_clear().envs(world.env());
         if runs_a_fake(extra_env) {
             cmd.env("OPENCODE_BRIDGE_SANDBOX", "off");
+        }
+        if fake_opencode_named(extra_env) {
+            cmd.env("OPENCODE_BRIDGE_ENGINE", "run");
         }
         cmd.envs(extra_env.iter().map(|(k, v)| (k.to_string(), v.clone())))
             .current_dir(cwd)
@@ -354,10 +368,12 @@ exit {code}
 
 /// Runs the binary with a subcommand in `world` (its environment plus `env`, cwd the root).
 pub fn run_cli(world: &World, env: &[(&str, String)], args: &[&str]) -> std::process::Output {
-    Command::new(binary())
-        .env_clear()
-        .envs(world.env())
-        .envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
+    let mut cmd = Command::new(binary());
+    cmd.env_clear().envs(world.env());
+    if fake_opencode_named(env) {
+        cmd.env("OPENCODE_BRIDGE_ENGINE", "run");
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k.to_string(), v.clone())))
         .current_dir(world.root())
         .args(args)
         .output()

@@ -20,10 +20,11 @@ use std::path::{Path, PathBuf};
 /// How opencode tasks are run ([`bridge_env::ENGINE`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Engine {
-    /// An `opencode run` process per attempt.
-    #[default]
+    /// An `opencode run` process per attempt (what a machine where no server starts falls back
+    /// to).
     Run,
-    /// A session on a warm local `opencode serve`.
+    /// A session on a warm local `opencode serve` (the default).
+    #[default]
     Serve,
 }
 
@@ -31,8 +32,8 @@ impl Engine {
     /// The variable's value, or why it is not accepted.
     pub fn parse(value: &str) -> Result<Engine, String> {
         match value.trim().to_ascii_lowercase().as_str() {
-            "" | "run" => Ok(Engine::Run),
-            "serve" => Ok(Engine::Serve),
+            "run" => Ok(Engine::Run),
+            "" | "serve" => Ok(Engine::Serve),
             _ => Err(format!(
                 "{}={value:?} is not accepted; use run or serve",
                 bridge_env::ENGINE.name
@@ -204,7 +205,9 @@ mod tests {
 
     #[test]
     fn engines_and_places_read_and_show() {
-        assert_eq!(Engine::parse(""), Ok(Engine::Run));
+        assert_eq!(Engine::parse(""), Ok(Engine::Serve));
+        assert_eq!(Engine::parse("RUN"), Ok(Engine::Run));
+        assert_eq!(Engine::default(), Engine::Serve);
         assert_eq!(Engine::parse(" Serve "), Ok(Engine::Serve));
         assert!(
             Engine::parse("server")
