@@ -51,6 +51,14 @@ impl SessionReader for StoreReader {
 /// are refused before the audit could see them (tests/live_fence.rs), so here a hole in both
 /// lets them through and the audit must name them.
 fn audited_supervisor(oc: &std::path::Path, sb: &OpencodeSandbox) -> Supervisor {
+    audited_supervisor_on(oc, sb, run_supervisor::Engine::Run)
+}
+
+fn audited_supervisor_on(
+    oc: &std::path::Path,
+    sb: &OpencodeSandbox,
+    engine: run_supervisor::Engine,
+) -> Supervisor {
     Supervisor::new(SupervisorConfig {
         opencode_bin: Some(oc.to_path_buf()),
         root: sb.root().to_path_buf(),
@@ -60,9 +68,7 @@ fn audited_supervisor(oc: &std::path::Path, sb: &OpencodeSandbox) -> Supervisor 
         quiet_after: Duration::from_secs(600),
         session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
         sandbox: run_supervisor::Sandbox::Off,
-        // The hole is a run's: on a server the session's default-deny rules stand before the
-        // fence and the audit (live_serve.rs, and the served audit below).
-        engine: run_supervisor::Engine::Run,
+        engine,
         ..SupervisorConfig::default()
     })
 }
@@ -133,15 +139,32 @@ async fn live_a_read_only_run_that_changed_a_file_fails_closed_naming_it() {
     assert!(out.changed_files.is_none());
 }
 
-/// The attack of issue 22 through the real opencode: a run the policy believed read-only (its
-/// permissions did not hold) plants repository code into `.git` with one `bash` call
-/// (`core.fsmonitor`, a filter named in `.git/info/attributes`, a `post-checkout` hook) and writes
-/// an ignored file. Its task fails naming every one of those files; and nothing planted runs in
-/// the bridge afterwards: not in the next editing task's before/after snapshots, not in an
-/// isolated worktree made, collected and discarded in that repository. A plain `git status` at
-/// the end shows the planted code is live.
+/// The attack of issue 22 through the real opencode: repository code is planted into `.git`
+/// while a task the policy believes read-only runs (`core.fsmonitor`, a filter named in
+/// `.git/info/attributes`, a `post-checkout` hook) and an ignored file is written. Its task fails
+/// naming every one of those files; and nothing planted runs in the bridge afterwards: not in the
+/// next editing task's before/after snapshots, not in an isolated worktree made, collected and
+/// discarded in that repository. A plain `git status` at the end shows the planted code is live.
+///
+/// On `run` the agent plants it with one `bash` call (its permissions did not hold: the hole of
+/// [`audited_supervisor`]). On a server the session's default-deny rules refuse that call, so the
+/// plant comes from beside the agent, which is the same to the audit: a read-only task counts
+/// every change made in its tree while it runs, whoever made it.
 #[tokio::test]
-async fn live_planted_repository_code_is_named_by_the_audit_and_never_runs_in_the_bridge() {
+async fn live_run_planted_repository_code_is_named_by_the_audit_and_never_runs_in_the_bridge() {
+    planted_code_is_named_by_the_audit_and_never_runs_in_the_bridge(run_supervisor::Engine::Run)
+        .await;
+}
+
+#[tokio::test]
+async fn live_serve_planted_repository_code_is_named_by_the_audit_and_never_runs_in_the_bridge() {
+    planted_code_is_named_by_the_audit_and_never_runs_in_the_bridge(run_supervisor::Engine::Serve)
+        .await;
+}
+
+async fn planted_code_is_named_by_the_audit_and_never_runs_in_the_bridge(
+    engine: run_supervisor::Engine,
+) {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
@@ -150,7 +173,7 @@ async fn live_planted_repository_code_is_named_by_the_audit_and_never_runs_in_th
         &proj,
         &[("README.md", "# demo\n"), (".gitignore", "target/\n")],
     );
-    let sup = audited_supervisor(&oc, &sb);
+    let sup = audited_supervisor_on(&oc, &sb, engine);
     let ran = || -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(&proj)
             .unwrap()
@@ -181,8 +204,29 @@ async fn live_planted_repository_code_is_named_by_the_audit_and_never_runs_in_th
         }
     };
 
-    let planted = sup.start(task("toolplant", true)).unwrap();
-    wait(planted).await;
+    let planted = if engine == run_supervisor::Engine::Run {
+        let id = sup.start(task("toolplant", true)).unwrap();
+        wait(id).await;
+        id
+    } else {
+        llm.set_slow_secs(10);
+        let id = sup.start(task("slow", true)).unwrap();
+        // Planted once the model is answering (the task's footprint was taken before).
+        let deadline = std::time::Instant::now() + Duration::from_secs(240);
+        while sup.status(id).unwrap().last_event_age.is_none() {
+            assert!(std::time::Instant::now() < deadline, "{:?}", sup.status(id));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let planted = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(bridge_testkit::fake_llm::PLANT_COMMAND)
+            .current_dir(&proj)
+            .status()
+            .unwrap();
+        assert!(planted.success());
+        wait(id).await;
+        id
+    };
     let config = std::fs::read_to_string(proj.join(".git/config")).unwrap();
     assert!(
         config.contains("ran-fsmonitor"),
@@ -190,6 +234,7 @@ async fn live_planted_repository_code_is_named_by_the_audit_and_never_runs_in_th
     );
     let s = sup.status(planted).unwrap();
     assert_eq!(s.state, TaskState::Failed, "{s:?}");
+    assert_eq!(s.engine, engine.as_str(), "{s:?}");
     let f = s.failure.unwrap();
     assert_eq!(f.kind, FailureKind::Agent);
     assert_eq!(
