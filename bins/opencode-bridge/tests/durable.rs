@@ -700,3 +700,75 @@ fn live_a_cancelled_run_s_session_is_interrupted_at_once_and_known_early() {
     assert!(status.starts_with("task 1  cancelled"), "{status}");
     assert_eq!(session_of(&status), session, "{status}");
 }
+
+/// Whether the process `pid` with start time `start` (from `/proc/<pid>/stat`, field 22) is
+/// still running (not a zombie).
+fn running(pid: i32, start: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let after = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields.first() != Some(&"Z") && fields.get(19).and_then(|s| s.parse().ok()) == Some(start)
+}
+
+/// A warm `opencode serve` outlives a SIGKILLed bridge (nothing of the bridge is left to stop
+/// it), and the next bridge on the same state directory stops it; a bridge that starts while
+/// the server's own bridge is alive leaves it alone.
+#[test]
+fn live_a_warm_server_left_by_a_killed_bridge_is_stopped_by_the_next_bridge() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    let mut first = live.server();
+    let (t, _) = first.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Say hello", "wait_s": 55}),
+    );
+    assert!(t.contains("engine: serve"), "{t}");
+    let notes = live.world.path("xdg/state/opencode-bridge/serve");
+    let note: Value = {
+        let files: Vec<PathBuf> = std::fs::read_dir(&notes)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap()
+    };
+    let (pid, start) = (
+        note["pid"].as_i64().unwrap() as i32,
+        note["start_time"].as_u64().unwrap(),
+    );
+    assert!(running(pid, start), "the warm server runs: {note}");
+
+    // Another bridge on the same state directory, while the first is alive: not its to stop.
+    let mut second = live.server();
+    let (list, _) = second.call_text(2, "opencode_list", json!({}));
+    assert!(list.contains("1 delegated task(s)"), "{list}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(running(pid, start), "a live bridge's server was stopped");
+    second.close_stdin();
+    assert!(second.wait_exit(Duration::from_secs(20)).is_some());
+    assert!(running(pid, start), "a live bridge's server was stopped");
+
+    // The first bridge dies without a word: its server is left running ...
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(running(pid, start), "the server should outlive a SIGKILLed bridge");
+    // ... until the next bridge starts.
+    let mut third = live.server();
+    wait_for("the left server stopped", Duration::from_secs(20), || {
+        (!running(pid, start)).then_some(())
+    });
+    let left: Vec<_> = std::fs::read_dir(&notes)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "notes left: {left:?}");
+    let (list, _) = third.call_text(3, "opencode_list", json!({}));
+    assert!(list.contains("1 delegated task(s)"), "{list}");
+}

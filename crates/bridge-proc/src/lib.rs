@@ -38,6 +38,6 @@ pub use group::GroupChild;
 pub use ident::{ProcId, start_time};
 pub use info::{BootClock, ProcInfo};
 pub use tree::{
-    become_subreaper, reap_if_our_zombie, refresh_known, refresh_known_recent, sweep,
-    terminate_tree,
+    become_subreaper, reap_if_our_zombie, refresh_known, refresh_known_recent, stop_left_group,
+    sweep, terminate_tree,
 };

@@ -234,6 +234,40 @@ pub async fn sweep(known: &BTreeSet<ProcId>, wait: Duration) {
     }
 }
 
+/// Stops the process group that `leader` leads, for a bridge that started it and died without
+/// stopping it (a warm `opencode serve` left by a SIGKILLed bridge): SIGTERM to the group while
+/// `leader` is still that process and still leads its own group, up to `grace` for the group to
+/// empty, then SIGKILL to each member left (a process of that group started no earlier than the
+/// leader, each after its start-time check). The leader is not our child: whoever adopted it
+/// reaps it. Blocks up to `grace`. Returns whether the group was signalled.
+pub fn stop_left_group(leader: ProcId, grace: Duration) -> bool {
+    let leads = matches!(stat_of(leader.pid), Some(s)
+        if s.start_time == leader.start_time && s.pgrp == leader.pid && s.state != 'Z');
+    if !leads || killpg(Pid::from_raw(leader.pid), Signal::SIGTERM).is_err() {
+        return false;
+    }
+    let members = || -> Vec<ProcId> {
+        all_stats()
+            .into_iter()
+            .filter(|(_, s)| {
+                s.pgrp == leader.pid && s.start_time >= leader.start_time && s.state != 'Z'
+            })
+            .map(|(pid, s)| ProcId {
+                pid,
+                start_time: s.start_time,
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && !members().is_empty() {
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    for p in members() {
+        p.signal(Signal::SIGKILL);
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +304,40 @@ mod tests {
         refresh_known_recent(root, &mut known, Duration::from_secs(60));
         assert!(known.iter().any(|p| p.pid == kid), "{known:?}");
         child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_left_group_is_stopped_whole_and_a_wrong_id_is_not_signalled() {
+        use std::os::unix::process::CommandExt;
+        // A leader ignoring SIGTERM and a member that does not: SIGKILL ends what is left.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "trap '' TERM; sleep 60 & sleep 60; wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let leader = ProcId::of(child.id() as i32).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let wrong = ProcId {
+            start_time: leader.start_time + 1,
+            ..leader
+        };
+        assert!(!stop_left_group(wrong, Duration::from_millis(100)));
+        assert!(leader.is_alive());
+        assert!(stop_left_group(leader, Duration::from_millis(300)));
+        // SIGKILL was sent to each member left (`trap '' TERM` is inherited by `sleep`); the
+        // kernel ends them at once, but not before the call returns.
+        let left = || {
+            all_stats()
+                .into_iter()
+                .filter(|(_, s)| s.pgrp == leader.pid && s.state != 'Z')
+                .count()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while left() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(left(), 0, "members of the group are left");
         child.wait().unwrap();
     }
 }

@@ -157,6 +157,24 @@ impl Supervisor {
                 let pid = std::process::id() as i32;
                 ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 })
             });
+            // Warm servers are noted beside the registry; those a dead bridge left are stopped
+            // (off the start path: a stop may wait its grace).
+            let serve_pool = match config.state_dir.as_deref() {
+                Some(dir) => {
+                    let notes = dir.join("serve");
+                    let sweep = notes.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("serve-sweep".into())
+                        .spawn(move || {
+                            let stopped = crate::runner::serve::pool::stop_left_servers(&sweep);
+                            if stopped > 0 {
+                                tracing::info!(stopped, "warm servers left by a bridge that died were stopped");
+                            }
+                        });
+                    Arc::new(crate::runner::serve::pool::Pool::noting_in(notes, me))
+                }
+                None => Arc::default(),
+            };
             Shared {
                 config,
                 me,
@@ -167,7 +185,7 @@ impl Supervisor {
                 caps: OnceCell::new(),
                 registry,
                 writer,
-                serve_pool: Arc::default(),
+                serve_pool,
             }
         });
         Supervisor { shared }

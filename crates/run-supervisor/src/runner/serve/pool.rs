@@ -3,14 +3,71 @@
 //! opencode's config are per process. Started on the first task that needs it, shared by the
 //! tasks that follow, restarted when it died, stopped once idle for the idle time and when the
 //! supervisor ends (dropping a [`opencode_client::backend::ServeProcess`] stops and reaps it).
+//!
+//! A bridge that dies without stopping them (SIGKILL, a crash) cannot stop them: each server it
+//! starts is noted in `<state>/serve/<pid>.json` (its id and the bridge's), and the next bridge
+//! on that state directory stops the servers whose bridge is gone ([`stop_left_servers`]).
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bridge_proc::ProcId;
 use opencode_client::backend::ServeProcess;
 use opencode_client::http::HttpClient;
+use serde::{Deserialize, Serialize};
+
+/// What is noted of a warm server: its id and the id of the bridge that started it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Note {
+    pid: i32,
+    start_time: u64,
+    bridge_pid: i32,
+    bridge_start_time: u64,
+}
+
+/// Stops the warm servers noted in `dir` whose bridge is gone (SIGTERM to each one's process
+/// group, SIGKILL after 3 s; only while the noted pid is still that process, leading its own
+/// group), and removes their notes. A server of a live bridge is left alone. Returns how many
+/// were stopped.
+pub(crate) fn stop_left_servers(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut stopped = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Some(note) = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Note>(&b).ok())
+        else {
+            // Torn or foreign: nothing in it can be signalled.
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        let bridge = ProcId {
+            pid: note.bridge_pid,
+            start_time: note.bridge_start_time,
+        };
+        if bridge.exists() {
+            continue;
+        }
+        let server = ProcId {
+            pid: note.pid,
+            start_time: note.start_time,
+        };
+        if bridge_proc::stop_left_group(server, Duration::from_secs(3)) {
+            stopped += 1;
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    stopped
+}
 
 /// One warm server.
 #[derive(Debug)]
@@ -21,6 +78,8 @@ pub(crate) struct Warm {
     pid: u32,
     users: AtomicUsize,
     idle_since: Mutex<Instant>,
+    /// Its note (`<state>/serve/<pid>.json`), removed once it is stopped.
+    note: Option<PathBuf>,
 }
 
 impl Warm {
@@ -39,6 +98,15 @@ impl Warm {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         drop(p);
+        if let Some(note) = &self.note {
+            let _ = std::fs::remove_file(note);
+        }
+    }
+}
+
+impl Drop for Warm {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -77,9 +145,39 @@ impl Drop for Lease {
 pub(crate) struct Pool {
     servers: tokio::sync::Mutex<HashMap<String, Arc<Warm>>>,
     reaper: std::sync::OnceLock<()>,
+    /// Where each server started is noted, and the bridge's own id (`None`: no state directory,
+    /// nothing noted).
+    notes: Option<(PathBuf, ProcId)>,
 }
 
 impl Pool {
+    /// A pool noting its servers in `dir` as started by `bridge`.
+    pub(crate) fn noting_in(dir: PathBuf, bridge: ProcId) -> Pool {
+        Pool {
+            servers: tokio::sync::Mutex::default(),
+            reaper: std::sync::OnceLock::new(),
+            notes: Some((dir, bridge)),
+        }
+    }
+
+    /// Notes a server just started; the note's path.
+    fn note(&self, pid: u32) -> Option<PathBuf> {
+        let (dir, bridge) = self.notes.as_ref()?;
+        let server = ProcId::of(pid as i32)?;
+        let note = Note {
+            pid: server.pid,
+            start_time: server.start_time,
+            bridge_pid: bridge.pid,
+            bridge_start_time: bridge.start_time,
+        };
+        std::fs::create_dir_all(dir).ok()?;
+        let path = dir.join(format!("{pid}.json"));
+        let tmp = dir.join(format!(".{pid}.json.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec(&note).ok()?).ok()?;
+        std::fs::rename(&tmp, &path).ok()?;
+        Some(path)
+    }
+
     /// The server for `key`, started with `start` (on the blocking pool) when there is none or
     /// it died. Starts are serialised: two first tasks share one start.
     pub(crate) async fn acquire(
@@ -105,6 +203,7 @@ impl Pool {
             http: process.http().clone(),
             confinement: process.confinement().to_owned(),
             pid: process.pid(),
+            note: self.note(process.pid()),
             process: Mutex::new(Some(process)),
             users: AtomicUsize::new(1),
             idle_since: Mutex::new(Instant::now()),
