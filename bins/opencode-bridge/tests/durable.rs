@@ -757,7 +757,10 @@ fn live_a_warm_server_left_by_a_killed_bridge_is_stopped_by_the_next_bridge() {
     first.child.kill().unwrap();
     first.child.wait().unwrap();
     std::thread::sleep(Duration::from_secs(1));
-    assert!(running(pid, start), "the server should outlive a SIGKILLed bridge");
+    assert!(
+        running(pid, start),
+        "the server should outlive a SIGKILLed bridge"
+    );
     // ... until the next bridge starts.
     let mut third = live.server();
     wait_for("the left server stopped", Duration::from_secs(20), || {

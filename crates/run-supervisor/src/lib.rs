@@ -99,6 +99,18 @@ pub enum StartError {
         /// Its `max_parallel`.
         limit: usize,
     },
+    /// The follow-up's session is the session of an unfinished task of this bridge: a second
+    /// prompt would not run beside that turn (a server queues it behind the turn; a second
+    /// `opencode run` would write into it).
+    #[error(
+        "session {session} is in use by task {task}, which has not finished: wait for it (opencode_wait) or cancel it (opencode_cancel), then send the follow-up"
+    )]
+    SessionInUse {
+        /// The session.
+        session: String,
+        /// The unfinished task working in it.
+        task: TaskId,
+    },
     /// The working directory resolves outside the allowed root.
     #[error("cwd {} is outside OPENCODE_BRIDGE_ROOT ({}): use a directory inside it, or start the bridge with a wider OPENCODE_BRIDGE_ROOT", cwd.display(), root.display())]
     CwdOutsideRoot {

@@ -661,3 +661,34 @@ async fn option_like_models_agents_and_sessions_are_refused_before_any_run() {
     assert_eq!(report_field(&r, "file"), "-", "{r}");
     assert!(r.contains("title=--file=/etc/passwd "), "{r}");
 }
+
+/// A follow-up into the session of an unfinished task is refused, naming the task (a server
+/// would queue it behind that turn; a second run would write into it); once the task has ended
+/// the same follow-up starts.
+#[tokio::test]
+async fn a_follow_up_into_a_session_in_use_is_refused_until_its_task_ends() {
+    let _g = SERIAL.lock().await;
+    let w = World::new();
+    let sup = Supervisor::new(w.config());
+    let id = sup.start(w.spec("hang")).unwrap();
+    let s = wait_until(&sup, id, Duration::from_secs(20), |s| {
+        s.session_id.is_some()
+    })
+    .await;
+    let session = s.session_id.unwrap();
+    let mut follow_up = w.spec("ok");
+    follow_up.session = Some(format!(" {session} "));
+    match sup.start(follow_up.clone()) {
+        Err(e @ StartError::SessionInUse { .. }) => assert_eq!(
+            e.to_string(),
+            format!(
+                "session {session} is in use by task {id}, which has not finished: wait for it (opencode_wait) or cancel it (opencode_cancel), then send the follow-up"
+            )
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sup.cancel(id).await, CancelOutcome::Cancelled);
+    let next = sup.start(follow_up).unwrap();
+    let s = finish(&sup, next, Duration::from_secs(20)).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+}

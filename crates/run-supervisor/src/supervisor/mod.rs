@@ -168,7 +168,10 @@ impl Supervisor {
                         .spawn(move || {
                             let stopped = crate::runner::serve::pool::stop_left_servers(&sweep);
                             if stopped > 0 {
-                                tracing::info!(stopped, "warm servers left by a bridge that died were stopped");
+                                tracing::info!(
+                                    stopped,
+                                    "warm servers left by a bridge that died were stopped"
+                                );
                             }
                         });
                     Arc::new(crate::runner::serve::pool::Pool::noting_in(notes, me))
@@ -288,6 +291,22 @@ impl Supervisor {
                 return Err(StartError::Busy {
                     running,
                     limit: cfg.max_parallel,
+                });
+            }
+            if let Some(session) = spec
+                .session
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                && let Some((&task, _)) = inner.tasks.iter().find(|(_, r)| {
+                    !r.state.is_finished()
+                        && (r.summary.session_id().as_deref() == Some(session)
+                            || r.rec.session_id.as_deref() == Some(session))
+                })
+            {
+                return Err(StartError::SessionInUse {
+                    session: session.to_owned(),
+                    task,
                 });
             }
             if let Some(Place::Remote(name)) = &place
