@@ -3,10 +3,9 @@
 //! source it reads, so a policy call stays fast. The bridge's own reading of the agent files is
 //! the fallback when opencode cannot be asked, and is then labelled so.
 //!
-//! Identity ([`fingerprint`]): for each existing configuration file and agent/mode/plugin directory
-//! opencode reads for the directory (global, `OPENCODE_CONFIG`, `OPENCODE_CONFIG_DIR`, every
-//! `opencode.json(c)` and `.opencode/` from the worktree root down, `~/.opencode`), its path,
-//! size, mtime and inode; the files named by `{file:…}` references in those configs; every
+//! Identity ([`fingerprint`]): the identity of every configuration source opencode reads for the
+//! directory ([`opencode_client::config_files`]: paths, sizes, mtimes and inodes of the config
+//! files, agent, mode, plugin, tool and command directories and `{file:…}` references); every
 //! `OPENCODE_*` variable; and the opencode binary itself. Answers are kept in memory and in
 //! `<state dir>/roster-cache/` (a new bridge or a CLI call reuses them).
 
@@ -17,10 +16,10 @@ use bridge_render::tasks::ReadOnlyRefusal;
 use opencode_client::ClientError;
 use opencode_client::agents::{ASK_STARTUP_TIMEOUT, AgentReport, ask_agents, ask_run_permissions};
 use opencode_client::backend::{ChildEnv, ClientConfig};
+use opencode_client::config_files;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -482,19 +481,8 @@ pub fn fingerprint(cwd: &Path, root: &Path, opencode_bin: &Path) -> u64 {
     vars.sort();
     vars.hash(&mut h);
     let bin = which(opencode_bin);
-    stat_into(&bin, &mut h);
-    // Only sources that exist count, so directories of one project with the same sources share
-    // one answer; a source that appears changes the set.
-    for path in config_sources(cwd, root).into_iter().filter(|p| p.exists()) {
-        stat_into(&path, &mut h);
-        if path.is_dir() {
-            walk_into(&path, 0, &mut h);
-        } else if let Ok(text) = std::fs::read_to_string(&path) {
-            for referenced in file_references(&text, path.parent().unwrap_or(Path::new("/"))) {
-                stat_into(&referenced, &mut h);
-            }
-        }
-    }
+    config_files::stat_into(&bin, &mut h);
+    config_files::identity_into(cwd, root, &|k| std::env::var(k).ok(), &mut h);
     h.finish()
 }
 
@@ -504,7 +492,7 @@ pub fn fingerprint(cwd: &Path, root: &Path, opencode_bin: &Path) -> u64 {
 fn permission_source(cwd: &Path, root: &Path, agent: &str, key: &str) -> Option<PathBuf> {
     let leaf = agent.rsplit('/').next().unwrap_or(agent);
     let mut found = None;
-    for path in config_sources(cwd, root) {
+    for path in config_files::sources(cwd, root, &|k| std::env::var(k).ok()) {
         let candidates: Vec<PathBuf> = if path.is_dir() {
             vec![
                 path.join(format!("{agent}.md")),
@@ -533,113 +521,6 @@ fn permission_source(cwd: &Path, root: &Path, agent: &str, key: &str) -> Option<
     found
 }
 
-/// The files and directories opencode reads configuration and agents from, for `cwd` (the
-/// project's from the worktree root, or `root` when that is lower, down to `cwd`).
-fn config_sources(cwd: &Path, root: &Path) -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let var = |k: &str| {
-        std::env::var(k)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .map(PathBuf::from)
-    };
-    let global = var("XDG_CONFIG_HOME")
-        .map(|x| x.join("opencode"))
-        .or_else(|| home.as_ref().map(|h| h.join(".config/opencode")));
-    let mut out = Vec::new();
-    let dir_sources = |dir: &Path, out: &mut Vec<PathBuf>| {
-        for f in [
-            "config.json",
-            "opencode.json",
-            "opencode.jsonc",
-            "package.json",
-            "agent",
-            "agents",
-            "mode",
-            "modes",
-            "plugin",
-            "plugins",
-        ] {
-            out.push(dir.join(f));
-        }
-    };
-    if let Some(g) = &global {
-        dir_sources(g, &mut out);
-    }
-    if let Some(c) = var(bridge_env::OPENCODE_CONFIG.name) {
-        out.push(c);
-    }
-    if let Some(d) = var(bridge_env::OPENCODE_CONFIG_DIR.name) {
-        dir_sources(&d, &mut out);
-    }
-    let worktree = cwd
-        .ancestors()
-        .find(|d| d.join(".git").exists())
-        .unwrap_or_else(|| cwd.ancestors().last().unwrap_or(cwd));
-    for dir in cwd
-        .ancestors()
-        .take_while(|d| d.starts_with(worktree) && d.starts_with(root))
-    {
-        out.push(dir.join("opencode.json"));
-        out.push(dir.join("opencode.jsonc"));
-        dir_sources(&dir.join(".opencode"), &mut out);
-    }
-    if let Some(h) = &home {
-        dir_sources(&h.join(".opencode"), &mut out);
-    }
-    out
-}
-
-/// `{file:PATH}` references in a config text, resolved against its directory (`~/` from home).
-fn file_references(text: &str, base: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("{file:") {
-        rest = &rest[at + 6..];
-        let Some(end) = rest.find('}') else { break };
-        let raw = rest[..end].trim();
-        let path = match raw.strip_prefix("~/") {
-            Some(r) => std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_default()
-                .join(r),
-            None => base.join(raw),
-        };
-        out.push(path);
-        rest = &rest[end..];
-    }
-    out
-}
-
-fn stat_into(path: &Path, h: &mut impl Hasher) {
-    path.hash(h);
-    match std::fs::metadata(path) {
-        Ok(m) => (m.len(), m.mtime(), m.mtime_nsec(), m.ino()).hash(h),
-        Err(_) => 0u8.hash(h),
-    }
-}
-
-/// Every entry below an agent, mode or plugin directory (bounded; `node_modules` skipped).
-fn walk_into(dir: &Path, depth: usize, h: &mut impl Hasher) {
-    if depth > 6 {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).take(4000).collect();
-    paths.sort();
-    for p in paths {
-        if p.file_name().is_some_and(|n| n == "node_modules") {
-            continue;
-        }
-        stat_into(&p, h);
-        if p.is_dir() {
-            walk_into(&p, depth + 1, h);
-        }
-    }
-}
-
 /// The binary `bin` names, found as everywhere else ([`bridge_env::Program::find`]); as given
 /// when it cannot be found.
 fn which(bin: &Path) -> PathBuf {
@@ -651,16 +532,6 @@ fn which(bin: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn file_references_resolve_against_the_config_and_home() {
-        let refs = file_references(
-            r#"{"a": "{file:./prompts/a.md}", "k": "{file:~/.secrets/key}"}"#,
-            Path::new("/cfg"),
-        );
-        assert_eq!(refs[0], PathBuf::from("/cfg/./prompts/a.md"));
-        assert!(refs[1].ends_with(".secrets/key"));
-    }
 
     #[test]
     fn the_fingerprint_changes_with_an_agent_file() {
@@ -679,24 +550,5 @@ mod tests {
         let c = fingerprint(&proj, bin);
         std::fs::write(proj.join("missing"), "now here").unwrap();
         assert_ne!(c, fingerprint(&proj, bin));
-    }
-
-    #[test]
-    fn the_walk_stops_at_the_root() {
-        // A worktree whose top lies above the root: its configuration there is not looked at.
-        let tmp = tempfile::tempdir().unwrap();
-        let top = tmp.path().join("repo");
-        let root = top.join("root");
-        let proj = root.join("p");
-        std::fs::create_dir_all(top.join(".git")).unwrap();
-        std::fs::create_dir_all(&proj).unwrap();
-        let sources = config_sources(&proj, &root);
-        assert!(sources.contains(&proj.join("opencode.json")));
-        assert!(sources.contains(&root.join("opencode.json")));
-        assert!(
-            !sources
-                .iter()
-                .any(|s| s.starts_with(&top) && !s.starts_with(&root))
-        );
     }
 }

@@ -14,6 +14,7 @@
 pub mod agents;
 pub mod api;
 pub mod backend;
+pub mod config_files;
 pub mod decode;
 pub mod error;
 pub mod filter;

@@ -1,8 +1,8 @@
 //! The serve engine with the real `opencode serve` 1.18.33 and our fake LLM: tasks as sessions
 //! on the bridge's warm local server. Answers, edits in the task's directory, a read-only agent
 //! made by its model to write (write tool, shell, an allowlisted shell command) writing nothing,
-//! follow-ups, cancel and the time limit ending the task (a follow-up in its session answers,
-//! though not necessarily at once: see issue 23), a provider error's kind.
+//! follow-ups, cancel and the time limit ending the task and freeing its session, a provider
+//! error's kind, and a configuration changed between two tasks seen by the second.
 
 use crate::common;
 
@@ -262,5 +262,65 @@ async fn live_serve_cancel_and_time_limit_leave_no_busy_session() {
     after.session = Some(session);
     let after = sup.start(after).unwrap();
     assert_eq!(done(&sup, after).await.state, TaskState::Succeeded);
+    sup.shutdown().await;
+}
+
+/// opencode loads a directory's configuration once per server: a warm server would keep
+/// serving what the project said when it first worked there. A permission the user tightens
+/// between two tasks holds for the second, as it would for a new `opencode run`: the server that
+/// loaded the old configuration is retired and a new one started.
+#[tokio::test]
+async fn live_serve_a_configuration_changed_between_tasks_holds_for_the_next_one() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    bridge_testkit::git_repo(&proj, &[("README.md", "# app\n")]);
+    let config = |bash: &str| {
+        json!({"agent": {"scribe": {"mode": "primary", "description": "writes",
+                                    "permission": {"edit": "allow", "bash": bash}}}})
+        .to_string()
+    };
+    std::fs::write(proj.join("opencode.json"), config("allow")).unwrap();
+    let sup = supervisor(&oc, &sb);
+    let task = |file: &str| {
+        let mut s = spec(
+            &proj,
+            "script",
+            &call(
+                "bash",
+                json!({"command": format!("echo x > {file}"), "description": "write"}),
+            ),
+        );
+        s.agent = "scribe".into();
+        s.auto_approve = true;
+        s
+    };
+    let first = sup.start(task("before.txt")).unwrap();
+    let s = done(&sup, first).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    assert_eq!(s.engine, "serve");
+    assert!(proj.join("before.txt").exists(), "the shell was allowed");
+
+    // The user denies the shell to that agent.
+    std::fs::write(proj.join("opencode.json"), config("deny")).unwrap();
+    let second = sup.start(task("after.txt")).unwrap();
+    let s = done(&sup, second).await;
+    assert_eq!(s.engine, "serve");
+    assert!(
+        !proj.join("after.txt").exists(),
+        "the shell ran under the old configuration: {s:?}"
+    );
+    let out = sup.result(second, None, None).unwrap();
+    // The model did call it; a tool its permissions deny outright is not offered, so the call
+    // is `invalid` (under the old configuration it was `bash`, completed).
+    assert!(!out.tool_calls.is_empty(), "{s:?}");
+    assert!(
+        out.tool_calls
+            .iter()
+            .all(|c| c.tool == "invalid" || c.status == "error"),
+        "{:?}",
+        out.tool_calls
+    );
     sup.shutdown().await;
 }

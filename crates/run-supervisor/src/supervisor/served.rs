@@ -365,7 +365,8 @@ pub(super) async fn run_served_attempt(
         other => other,
     };
     finish_stdout(shared, id, &mut lines);
-    drop(server);
+    // The lease may be the last of a retired server, whose stop waits for it to exit.
+    tokio::task::spawn_blocking(move || drop(server));
     end
 }
 
@@ -444,6 +445,22 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                 set,
                 launch.env_remove
             );
+            // What opencode would load for the task's directory, as that process sees its
+            // environment: a server that loaded an older version of it is not used.
+            let identity = {
+                let (set, remove) = (&set, &launch.env_remove);
+                let env = |k: &str| -> Option<String> {
+                    if let Some((_, v)) = set.iter().rev().find(|(n, _)| n == k) {
+                        return Some(v.clone());
+                    }
+                    if remove.iter().any(|r| r == k) {
+                        return None;
+                    }
+                    std::env::var(k).ok()
+                };
+                let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
+                opencode_client::config_files::identity(ctx.cwd, &root, &env)
+            };
             set.push(("PWD".into(), project.to_string_lossy().into_owned()));
             let env = ChildEnv {
                 set,
@@ -472,7 +489,7 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                 .map_err(|e| e.to_string())
             };
             let lease = Arc::clone(&ctx.shared.serve_pool)
-                .acquire(key, cfg.serve_idle, start)
+                .acquire(key, (ctx.cwd, identity), cfg.serve_idle, start)
                 .await
                 .map_err(|e| format!("the local opencode serve could not start: {e}"))?;
             Ok(Server {

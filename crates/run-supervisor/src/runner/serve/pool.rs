@@ -80,9 +80,18 @@ pub(crate) struct Warm {
     idle_since: Mutex<Instant>,
     /// Its note (`<state>/serve/<pid>.json`), removed once it is stopped.
     note: Option<PathBuf>,
+    /// The identity of each task directory's configuration when the server first worked there
+    /// ([`opencode_client::config_files`]): opencode loads a directory's configuration once.
+    loaded: Mutex<HashMap<PathBuf, u64>>,
 }
 
 impl Warm {
+    /// Whether the server's configuration of `dir` is still `identity` (first use: noted).
+    fn current_for(&self, dir: &Path, identity: u64) -> bool {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        *loaded.entry(dir.to_path_buf()).or_insert(identity) == identity
+    }
+
     fn alive(&self) -> bool {
         self.process
             .lock()
@@ -178,23 +187,34 @@ impl Pool {
         Some(path)
     }
 
-    /// The server for `key`, started with `start` (on the blocking pool) when there is none or
-    /// it died. Starts are serialised: two first tasks share one start.
+    /// The server for `key` to work in `dir`, whose configuration's identity is `identity`;
+    /// started with `start` (on the blocking pool) when there is none, it died, or the
+    /// configuration of `dir` changed since the server loaded it: that one is retired (no new
+    /// task goes to it; it is stopped once its running tasks are done) so the task sees the
+    /// configuration a new `opencode run` would. Starts are serialised: two first tasks share
+    /// one start.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         key: String,
+        (dir, identity): (&Path, u64),
         idle: Duration,
         start: impl FnOnce() -> Result<ServeProcess, String> + Send + 'static,
     ) -> Result<Lease, String> {
         self.start_reaper(idle);
         let mut servers = self.servers.lock().await;
         if let Some(w) = servers.get(&key) {
-            if w.alive() {
+            if w.alive() && w.current_for(dir, identity) {
                 w.users.fetch_add(1, Ordering::SeqCst);
                 return Ok(Lease(Arc::clone(w)));
             }
-            // Died (or was stopped): its leases see it gone; a new one takes its place.
-            servers.remove(&key);
+            // Died, was stopped, or holds an older configuration: a new one takes its place.
+            // The old one stops when its last lease goes (`Warm`'s drop), or now when it has
+            // none.
+            if let Some(old) = servers.remove(&key)
+                && old.users.load(Ordering::SeqCst) == 0
+            {
+                tokio::task::spawn_blocking(move || old.stop());
+            }
         }
         let process = tokio::task::spawn_blocking(start)
             .await
@@ -207,6 +227,7 @@ impl Pool {
             process: Mutex::new(Some(process)),
             users: AtomicUsize::new(1),
             idle_since: Mutex::new(Instant::now()),
+            loaded: Mutex::new(HashMap::from([(dir.to_path_buf(), identity)])),
         });
         servers.insert(key, Arc::clone(&warm));
         Ok(Lease(warm))
