@@ -180,6 +180,12 @@ pub const SERVE_IDLE_MIN: EnvVar = EnvVar::new(
     "10",
     "the serve engine stops a warm local server idle for this many minutes (it starts again on the next task)",
 );
+/// `OPENCODE_BRIDGE_SERVE_MAX`.
+pub const SERVE_MAX: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_SERVE_MAX",
+    "4",
+    "the serve engine keeps at most this many warm local servers (one per project, access and environment; 1-64): starting another first stops the one idle longest; a server with a task running is never stopped for it",
+);
 /// `OPENCODE_BRIDGE_CONFIG`.
 pub const CONFIG: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_CONFIG",
@@ -320,6 +326,7 @@ pub const ALL: &[EnvVar] = &[
     SANDBOX,
     ENGINE,
     SERVE_IDLE_MIN,
+    SERVE_MAX,
     CONFIG,
     STATE_DIR,
     ROSTER,

@@ -176,6 +176,9 @@ pub struct SupervisorConfig {
     pub servers: Vec<bridge_config::Server>,
     /// A warm local server idle this long is stopped.
     pub serve_idle: Duration,
+    /// [`env::SERVE_MAX`]: at most this many warm local servers; starting another first stops
+    /// the one idle longest (never one with a task running).
+    pub serve_max: usize,
     /// [`env::API_TIMEOUT_MS`]: the limit of each call to a server.
     pub api_timeout: Duration,
     /// [`env::CLAUDE_SESSION`]: the Claude Code session this bridge serves, recorded with each
@@ -218,6 +221,7 @@ impl Default for SupervisorConfig {
             engine: Engine::default(),
             servers: Vec::new(),
             serve_idle: Duration::from_secs(env::SERVE_IDLE_MIN.default_number() * 60),
+            serve_max: env::SERVE_MAX.default_number() as usize,
             api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
             client_session: None,
             pricing: crate::usage::Pricing::default(),
@@ -281,6 +285,9 @@ impl SupervisorConfig {
         }
         if let Some(n) = num(env::SERVE_IDLE_MIN.name).filter(|&n| n > 0) {
             c.serve_idle = Duration::from_secs(n * 60);
+        }
+        if let Some(n) = num(env::SERVE_MAX.name) {
+            c.serve_max = n.clamp(1, 64) as usize;
         }
         if let Some(n) = num(env::API_TIMEOUT_MS.name).filter(|&n| n > 0) {
             c.api_timeout = Duration::from_millis(n);

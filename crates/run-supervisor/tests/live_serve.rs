@@ -324,3 +324,79 @@ async fn live_serve_a_configuration_changed_between_tasks_holds_for_the_next_one
     );
     sup.shutdown().await;
 }
+
+/// The notes of the warm servers running (`<state>/serve/<pid>.json`): their pids.
+fn noted_servers(state: &Path) -> Vec<i32> {
+    let mut pids: Vec<i32> = std::fs::read_dir(state.join("serve"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_suffix(".json")?.parse().ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort();
+    pids
+}
+
+/// At most `OPENCODE_BRIDGE_SERVE_MAX` warm servers: a task in another project stops the server
+/// idle longest first; a server with a task running is kept even past the limit.
+#[tokio::test]
+async fn live_serve_keeps_at_most_serve_max_warm_servers() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    llm.set_slow_secs(600);
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let one = sb.project_dir().to_path_buf();
+    let two = sb.root().join("two");
+    let three = sb.root().join("three");
+    for p in [&one, &two, &three] {
+        std::fs::create_dir_all(p).unwrap();
+        bridge_testkit::git_repo(p, &[("README.md", "# app\n")]);
+    }
+    let state = tempfile::tempdir().unwrap();
+    let sup = Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.to_path_buf()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        max_parallel: 4,
+        quiet_after: Duration::from_secs(600),
+        engine: Engine::Serve,
+        state_dir: Some(state.path().to_path_buf()),
+        serve_max: 1,
+        ..SupervisorConfig::default()
+    });
+    let first = sup.start(spec(&one, "ok", "Hello?")).unwrap();
+    assert_eq!(done(&sup, first).await.state, TaskState::Succeeded);
+    let after_one = noted_servers(state.path());
+    assert_eq!(after_one.len(), 1, "{after_one:?}");
+    // Another project: the first project's idle server makes room.
+    let slow = sup.start(spec(&two, "slow", "Take your time.")).unwrap();
+    wait_until(&sup, slow, LIMIT, |s| s.last_event_age.is_some()).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while noted_servers(state.path()).contains(&after_one[0]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle server was not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{}", after_one[0])).exists(),
+        "the idle server still runs"
+    );
+    // A third project while the second's server works: that one stays, the limit is passed.
+    let third = sup.start(spec(&three, "ok", "Hello?")).unwrap();
+    assert_eq!(done(&sup, third).await.state, TaskState::Succeeded);
+    assert_eq!(sup.status(slow).unwrap().state, TaskState::Running);
+    assert_eq!(noted_servers(state.path()).len(), 2);
+    assert!(matches!(sup.cancel(slow).await, CancelOutcome::Cancelled));
+    sup.shutdown().await;
+    assert_eq!(
+        noted_servers(state.path()),
+        Vec::<i32>::new(),
+        "shutdown stops them all"
+    );
+}

@@ -489,7 +489,12 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                 .map_err(|e| e.to_string())
             };
             let lease = Arc::clone(&ctx.shared.serve_pool)
-                .acquire(key, (ctx.cwd, identity), cfg.serve_idle, start)
+                .acquire(
+                    key,
+                    (ctx.cwd, identity),
+                    (cfg.serve_idle, cfg.serve_max),
+                    start,
+                )
                 .await
                 .map_err(|e| format!("the local opencode serve could not start: {e}"))?;
             Ok(Server {

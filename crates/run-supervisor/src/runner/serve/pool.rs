@@ -197,7 +197,7 @@ impl Pool {
         self: &Arc<Self>,
         key: String,
         (dir, identity): (&Path, u64),
-        idle: Duration,
+        (idle, max): (Duration, usize),
         start: impl FnOnce() -> Result<ServeProcess, String> + Send + 'static,
     ) -> Result<Lease, String> {
         self.start_reaper(idle);
@@ -215,6 +215,19 @@ impl Pool {
             {
                 tokio::task::spawn_blocking(move || old.stop());
             }
+        }
+        // Room for one more: the servers idle longest go first; one with a task running stays
+        // (the limit is then passed rather than a task stopped).
+        while servers.len() >= max.max(1) {
+            let oldest = servers
+                .iter()
+                .filter(|(_, w)| w.users.load(Ordering::SeqCst) == 0)
+                .min_by_key(|(_, w)| *w.idle_since.lock().unwrap_or_else(|e| e.into_inner()))
+                .map(|(k, _)| k.clone());
+            let Some(old) = oldest.and_then(|k| servers.remove(&k)) else {
+                break;
+            };
+            tokio::task::spawn_blocking(move || old.stop());
         }
         let process = tokio::task::spawn_blocking(start)
             .await
