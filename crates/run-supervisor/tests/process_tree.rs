@@ -692,3 +692,55 @@ async fn a_follow_up_into_a_session_in_use_is_refused_until_its_task_ends() {
     let s = finish(&sup, next, Duration::from_secs(20)).await;
     assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
 }
+
+/// Where `opencode serve` cannot start, a task runs as `opencode run` and says why; the next
+/// tasks do not try the server again (one that hangs at start would cost each task the whole
+/// startup limit) and say so too.
+#[tokio::test]
+async fn a_local_server_that_cannot_start_is_not_tried_again_for_each_task() {
+    use std::os::unix::fs::PermissionsExt;
+    let _g = SERIAL.lock().await;
+    let w = World::new();
+    let tries = w.root.path().join("serve-tries");
+    let wrapper = w.root.path().join("opencode");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = serve ]; then echo try >> '{}'; fi\nexec '{}' \"$@\"\n",
+            tries.display(),
+            bridge_testkit::bins::fake_opencode().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cfg = w.config();
+    cfg.opencode_bin = Some(wrapper);
+    cfg.engine = run_supervisor::Engine::Serve;
+    let sup = Supervisor::new(cfg);
+    for n in 0..3 {
+        let id = sup.start(w.spec("ok")).unwrap();
+        let s = finish(&sup, id, Duration::from_secs(30)).await;
+        assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+        assert_eq!(s.engine, "run", "task {n}");
+        let out = sup.result(id, None, None).unwrap();
+        assert!(
+            out.stderr_tail
+                .contains("the local opencode serve could not start")
+                && out
+                    .stderr_tail
+                    .contains("this task runs as `opencode run` instead"),
+            "task {n}: {}",
+            out.stderr_tail
+        );
+        if n > 0 {
+            assert!(
+                out.stderr_tail
+                    .contains("the bridge tries again 300 s after that"),
+                "{}",
+                out.stderr_tail
+            );
+        }
+    }
+    let tried = std::fs::read_to_string(&tries).unwrap_or_default();
+    assert_eq!(tried.lines().count(), 1, "serve was tried {tried:?}");
+}

@@ -311,19 +311,24 @@ async fn run_task_inner(
             .with(id, |r| r.rec.engine.clone())
             .flatten()
             .and_then(|e| crate::runner::serve::Place::of_engine_name(&e));
-        let end = match &place {
-            Some(place) => {
+        // A local server that could not start a moment ago is not tried again for each task.
+        let down = matches!(place, Some(crate::runner::serve::Place::Local))
+            .then(|| shared.serve_pool.down_recently())
+            .flatten();
+        let end = match (&place, &down) {
+            (_, Some(why)) => AttemptEnd::NoLocalServer(why.clone()),
+            (Some(place), None) => {
                 super::served::run_served_attempt(&ctx, attempt, place, &mut stop_rx).await
             }
-            None => run_attempt(&ctx, attempt, &mut stop_rx).await,
+            (None, None) => run_attempt(&ctx, attempt, &mut stop_rx).await,
         };
         match end {
             AttemptEnd::NoLocalServer(why) => {
                 // What a machine without a working server falls back to: a process.
                 shared.with(id, |r| {
                     r.rec.engine = None;
-                    let note = format!("{why}; this task runs as `opencode run` instead\n");
-                    r.stderr.push(note.as_bytes());
+                    r.next_attempt_note =
+                        Some(format!("{why}; this task runs as `opencode run` instead\n"));
                 });
                 tracing::warn!("task {id}: {why}; running it as `opencode run`");
                 attempt -= 1;

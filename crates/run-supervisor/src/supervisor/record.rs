@@ -63,6 +63,9 @@ pub(super) struct Record {
     /// A remote served task adopted from a bridge that is gone: its next attempt follows the
     /// session it already has instead of sending the prompt again.
     pub(super) resume: bool,
+    /// A line for the next attempt's stderr (why it runs as it does), kept past the reset of
+    /// [`Record::begin_attempt`].
+    pub(super) next_attempt_note: Option<String>,
     /// A remote served task left running on its server at this bridge's shutdown: it is not
     /// finished, and the next bridge follows it again.
     pub(super) detached: bool,
@@ -108,6 +111,7 @@ impl Record {
             durable_session,
             saved: false,
             resume: false,
+            next_attempt_note: None,
             detached: false,
             pricing,
             prior: Vec::new(),
@@ -179,6 +183,9 @@ impl Record {
         self.durable_session = durable_session;
         self.stream = backend(self.runner).stream();
         self.stderr = HeadTail::new(output_cap);
+        if let Some(note) = self.next_attempt_note.take() {
+            self.stderr.push(note.as_bytes());
+        }
         self.exit = None;
         self.retry_at = None;
         self.failure = None;

@@ -496,7 +496,12 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                     start,
                 )
                 .await
-                .map_err(|e| format!("the local opencode serve could not start: {e}"))?;
+                .map_err(|e| {
+                    let why = format!("the local opencode serve could not start: {e}");
+                    // Not tried again for a while: each task would wait out the same failure.
+                    ctx.shared.serve_pool.mark_down(&why);
+                    why
+                })?;
             Ok(Server {
                 http: lease.http().clone(),
                 dir: ctx.cwd.to_path_buf(),

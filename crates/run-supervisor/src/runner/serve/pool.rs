@@ -157,7 +157,14 @@ pub(crate) struct Pool {
     /// Where each server started is noted, and the bridge's own id (`None`: no state directory,
     /// nothing noted).
     notes: Option<(PathBuf, ProcId)>,
+    /// The last time a local server could not be started, and why: for [`DOWN_FOR`] after it,
+    /// tasks run as `opencode run` without trying again (a server that hangs at start would
+    /// otherwise cost each task the whole startup limit).
+    down: Mutex<Option<(Instant, String)>>,
 }
+
+/// How long after a failed start local servers are not tried again.
+pub(crate) const DOWN_FOR: Duration = Duration::from_secs(5 * 60);
 
 impl Pool {
     /// A pool noting its servers in `dir` as started by `bridge`.
@@ -166,7 +173,28 @@ impl Pool {
             servers: tokio::sync::Mutex::default(),
             reaper: std::sync::OnceLock::new(),
             notes: Some((dir, bridge)),
+            down: Mutex::new(None),
         }
+    }
+
+    /// Why a local server could not be started, when that was less than [`DOWN_FOR`] ago.
+    pub(crate) fn down_recently(&self) -> Option<String> {
+        let down = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, why) = down.as_ref()?;
+        let ago = at.elapsed();
+        (ago < DOWN_FOR).then(|| {
+            format!(
+                "{why} ({} s ago; the bridge tries again {} s after that)",
+                ago.as_secs(),
+                DOWN_FOR.as_secs()
+            )
+        })
+    }
+
+    /// Notes that a local server could not be started.
+    pub(crate) fn mark_down(&self, why: &str) {
+        *self.down.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Instant::now(), why.to_owned()));
     }
 
     /// Notes a server just started; the note's path.
