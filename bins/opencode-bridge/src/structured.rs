@@ -505,6 +505,9 @@ pub struct ProcessView {
     pub session_id: Option<String>,
     /// The bridge task that started it (this bridge's or another's), if any.
     pub task_id: Option<u64>,
+    /// This bridge's warm `opencode serve`: the tasks running on it (empty: idle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge_server_tasks: Option<Vec<u64>>,
 }
 
 impl From<&OpencodeProcess> for ProcessView {
@@ -520,6 +523,7 @@ impl From<&OpencodeProcess> for ProcessView {
             cwd: p.cwd.as_ref().map(|c| c.display().to_string()),
             session_id: p.session_id.clone(),
             task_id: p.task_id,
+            bridge_server_tasks: p.bridge_server.clone(),
         }
     }
 }

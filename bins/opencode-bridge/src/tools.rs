@@ -301,7 +301,7 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_processes",
             title: "Running opencode processes",
-            description: "Operating-system view of running opencode processes (opencode run and the TUI): pid, elapsed time, agent, title, working directory, and whether this bridge started it. Shows runs that no service knows about and processes that hang.",
+            description: "Operating-system view of running opencode processes (opencode run, serve and the TUI): pid, elapsed time, agent, title, working directory, and whether this bridge started it (a task's run, or a warm server with the tasks running on it). Shows runs that no service knows about and processes that hang.",
             schema: json!({"type": "object", "properties": {}, "additionalProperties": false}),
             read_only: true,
             destructive: false,

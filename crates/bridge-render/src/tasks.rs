@@ -590,6 +590,18 @@ pub fn processes(procs: &[OpencodeProcess]) -> String {
             if let Some(t) = p.task_id {
                 what = format!("[task {t}] {what}");
             }
+            match p.bridge_server.as_deref() {
+                Some([]) => what = format!("[this bridge's warm server, idle] {what}"),
+                Some(tasks) => {
+                    let ids: Vec<String> = tasks.iter().map(u64::to_string).collect();
+                    what = format!(
+                        "[this bridge's warm server: task{} {}] {what}",
+                        if tasks.len() == 1 { "" } else { "s" },
+                        ids.join(", ")
+                    );
+                }
+                None => {}
+            }
             vec![
                 format!("pid {}", p.pid),
                 p.kind.as_str().to_string(),

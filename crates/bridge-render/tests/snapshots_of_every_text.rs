@@ -529,6 +529,7 @@ fn process_table() {
         cwd: Some(PathBuf::from("/home/u/Github/project-a")),
         session_id: None,
         task_id: task,
+        bridge_server: None,
         cmdline: vec![],
     };
     let procs = vec![
@@ -541,6 +542,14 @@ fn process_table() {
         ),
         p(77, ProcessKind::Tui, None, None, None),
         p(9000, ProcessKind::Serve, None, None, None),
+        OpencodeProcess {
+            bridge_server: Some(vec![3, 5]),
+            ..p(9100, ProcessKind::Serve, None, None, None)
+        },
+        OpencodeProcess {
+            bridge_server: Some(vec![]),
+            ..p(9200, ProcessKind::Serve, None, None, None)
+        },
     ];
     insta::assert_snapshot!("processes", tasks::processes(&procs));
     insta::assert_snapshot!("processes_none", tasks::processes(&[]));

@@ -66,6 +66,9 @@ pub struct OpencodeProcess {
     pub session_id: Option<String>,
     /// The id of the bridge task that started it, if any.
     pub task_id: Option<u64>,
+    /// A warm `opencode serve` of this bridge's serve engine: the tasks running on it as
+    /// sessions (empty: idle). `None` for every other process.
+    pub bridge_server: Option<Vec<u64>>,
     /// The full command line.
     pub cmdline: Vec<String>,
 }
@@ -309,6 +312,7 @@ fn entry(r: &Raw, clock: Option<&BootClock>) -> OpencodeProcess {
         cwd,
         session_id: session,
         task_id: None,
+        bridge_server: None,
         cmdline: r.cmdline.clone(),
     }
 }

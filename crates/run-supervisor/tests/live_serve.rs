@@ -387,9 +387,24 @@ async fn live_serve_keeps_at_most_serve_max_warm_servers() {
         !std::path::Path::new(&format!("/proc/{}", after_one[0])).exists(),
         "the idle server still runs"
     );
+    // The process table names the warm server and the task on it.
+    let warm: Vec<_> = sup
+        .processes()
+        .into_iter()
+        .filter(|p| p.bridge_server.is_some())
+        .collect();
+    assert_eq!(warm.len(), 1, "{warm:?}");
+    assert_eq!(warm[0].bridge_server, Some(vec![slow]), "{warm:?}");
     // A third project while the second's server works: that one stays, the limit is passed.
     let third = sup.start(spec(&three, "ok", "Hello?")).unwrap();
     assert_eq!(done(&sup, third).await.state, TaskState::Succeeded);
+    let mut serving: Vec<_> = sup
+        .processes()
+        .into_iter()
+        .filter_map(|p| p.bridge_server)
+        .collect();
+    serving.sort();
+    assert_eq!(serving, vec![vec![], vec![slow]], "one idle, one working");
     assert_eq!(sup.status(slow).unwrap().state, TaskState::Running);
     assert_eq!(noted_servers(state.path()).len(), 2);
     assert!(matches!(sup.cancel(slow).await, CancelOutcome::Cancelled));

@@ -989,6 +989,28 @@ impl Supervisor {
                 }
             }
         }
+        // The warm servers of the serve engine, with the tasks running on each (found by pid
+        // when the scan did not know the binary's name).
+        let warm = self.shared.serve_pool.pids();
+        if let Some(program) = program.as_deref() {
+            for &pid in &warm {
+                if !table.iter().any(|p| p.pid == pid as i32)
+                    && let Some(entry) = proctable::own_run_entry(pid as i32, program)
+                {
+                    table.push(entry);
+                }
+            }
+        }
+        for p in table.iter_mut().filter(|p| warm.contains(&(p.pid as u32))) {
+            let mut on_it: Vec<TaskId> = inner
+                .tasks
+                .iter()
+                .filter(|(_, r)| !r.state.is_finished() && r.server_pid == Some(p.pid as u32))
+                .map(|(&id, _)| id)
+                .collect();
+            on_it.sort_unstable();
+            p.bridge_server = Some(on_it);
+        }
         drop(inner);
         // Runs of the registry's other tasks (orphans, other bridges') are marked too.
         if self.shared.registry.is_some() && table.iter().any(|p| p.task_id.is_none()) {

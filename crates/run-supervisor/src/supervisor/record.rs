@@ -66,6 +66,8 @@ pub(super) struct Record {
     /// A line for the next attempt's stderr (why it runs as it does), kept past the reset of
     /// [`Record::begin_attempt`].
     pub(super) next_attempt_note: Option<String>,
+    /// The pid of the warm local server the current attempt runs on (served tasks).
+    pub(super) server_pid: Option<u32>,
     /// A remote served task left running on its server at this bridge's shutdown: it is not
     /// finished, and the next bridge follows it again.
     pub(super) detached: bool,
@@ -112,6 +114,7 @@ impl Record {
             saved: false,
             resume: false,
             next_attempt_note: None,
+            server_pid: None,
             detached: false,
             pricing,
             prior: Vec::new(),

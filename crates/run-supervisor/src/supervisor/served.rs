@@ -81,6 +81,7 @@ pub(super) async fn run_served_attempt(
             shared.writer.is_none(),
         );
         r.rec.engine = Some(place.engine_name());
+        r.server_pid = server.lease.as_ref().map(Lease::pid);
         persist(shared, r, Save::Record);
     });
     let http = server.http.clone();

@@ -598,6 +598,7 @@ pub(crate) fn process_entry(
         cwd: info.cwd,
         session_id: session_id.map(str::to_owned),
         task_id: Some(task_id),
+        bridge_server: None,
         cmdline: info.cmdline,
     })
 }

@@ -177,6 +177,14 @@ impl Pool {
         }
     }
 
+    /// The pids of the warm servers (none while another caller holds the table).
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.servers
+            .try_lock()
+            .map(|s| s.values().filter(|w| w.alive()).map(|w| w.pid).collect())
+            .unwrap_or_default()
+    }
+
     /// Why a local server could not be started, when that was less than [`DOWN_FOR`] ago.
     pub(crate) fn down_recently(&self) -> Option<String> {
         let down = self.down.lock().unwrap_or_else(|e| e.into_inner());
