@@ -113,6 +113,9 @@ impl Live {
         ));
         env.push(("OPENCODE_BRIDGE_MAX_PARALLEL", "10".into()));
         env.push(("OPENCODE_BRIDGE_RETRIES", "0".into()));
+        // Nine tasks start at once, each asking opencode (or starting a server) that loads a
+        // plugin: on 2 busy cores one call can take longer than the default 45 s.
+        env.push(("OPENCODE_BRIDGE_API_TIMEOUT_MS", "150000".into()));
         env.extend(extra.iter().cloned());
         env
     }
