@@ -70,6 +70,9 @@ fn main() -> anyhow::Result<()> {
             // Every task is stopped by now; a blocking read still waiting on a hung service
             // (abandoned by a cancelled call) must not keep the process alive.
             runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+            // Such a read may hold an opencode serve of ours (a roster ask, a doctor probe): it
+            // is stopped here rather than left running after the bridge.
+            bridge_proc::group::stop_all_groups(std::time::Duration::from_secs(3));
             outcome
         }
         // A hook reads the registry and nothing else: no App (which would open and sweep it).
@@ -83,6 +86,7 @@ fn main() -> anyhow::Result<()> {
                 app.shutdown().await;
                 code
             });
+            bridge_proc::group::stop_all_groups(std::time::Duration::from_secs(3));
             std::process::exit(code);
         }
     }

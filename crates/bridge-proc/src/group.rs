@@ -6,8 +6,62 @@
 //! reused, so signalling the group reaches only processes we started (the child and its
 //! descendants that stayed in the group). The leader is reaped last.
 
+use std::collections::BTreeSet;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// The leaders of this process's unreaped groups. A leader leaves it (under the lock) before it
+/// is reaped, so [`stop_all_groups`], which holds the lock while it signals, reaches only groups
+/// whose leader's pid is still ours.
+static LIVE: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
+fn live() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Stops every group this process started through [`GroupChild`] and has not reaped: SIGTERM to
+/// each, up to `grace` for their leaders to exit, then SIGKILL to each group. For the end of the
+/// process, where a thread that owns one (a server started for a call the runtime no longer
+/// waits for) would otherwise leave it running: the leaders are reaped by whoever adopts them.
+/// Blocks up to `grace`; an owner that reaps meanwhile waits for it.
+pub fn stop_all_groups(grace: Duration) {
+    let live = live();
+    if live.is_empty() {
+        return;
+    }
+    let signal = |sig| {
+        for &pid in live.iter() {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }
+    };
+    signal(nix::sys::signal::Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && live.iter().any(|&pid| !leader_exited(pid)) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(nix::sys::signal::Signal::SIGKILL);
+}
+
+/// Whether the child `pid` has exited (it is not reaped by this).
+fn leader_exited(pid: u32) -> bool {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    use nix::unistd::Pid;
+    let Ok(pid) = i32::try_from(pid) else {
+        return true;
+    };
+    match waitid(
+        Id::Pid(Pid::from_raw(pid)),
+        WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+    ) {
+        Ok(WaitStatus::StillAlive) => false,
+        Ok(_) => true,
+        // ECHILD: already reaped elsewhere; treat as gone.
+        Err(_) => true,
+    }
+}
 
 /// A spawned child leading its own process group.
 #[derive(Debug)]
@@ -21,8 +75,11 @@ impl GroupChild {
     pub fn spawn(cmd: &mut Command) -> std::io::Result<GroupChild> {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
+        let mut live = live();
+        let child = cmd.spawn()?;
+        live.insert(child.id());
         Ok(GroupChild {
-            child: cmd.spawn()?,
+            child,
             status: None,
         })
     }
@@ -40,23 +97,7 @@ impl GroupChild {
 
     /// Whether the leader has exited (it is not reaped by this).
     pub fn has_exited(&self) -> bool {
-        if self.status.is_some() {
-            return true;
-        }
-        use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
-        use nix::unistd::Pid;
-        let Ok(pid) = i32::try_from(self.child.id()) else {
-            return true;
-        };
-        match waitid(
-            Id::Pid(Pid::from_raw(pid)),
-            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
-        ) {
-            Ok(WaitStatus::StillAlive) => false,
-            Ok(_) => true,
-            // ECHILD: already reaped elsewhere; treat as gone.
-            Err(_) => true,
-        }
+        self.status.is_some() || leader_exited(self.child.id())
     }
 
     /// Waits up to `timeout` for the leader to exit (without reaping it).
@@ -100,6 +141,7 @@ impl GroupChild {
 
     fn reap(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
+            live().remove(&self.child.id());
             self.status = self.child.wait().ok();
         }
         self.status
@@ -111,5 +153,43 @@ impl Drop for GroupChild {
         if self.status.is_none() {
             self.kill_and_reap();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A group whose owner never stops it (a thread abandoned at exit) is stopped whole by
+    /// `stop_all_groups`; a reaped one is no longer signalled (its pid may be anyone's).
+    #[test]
+    fn stop_all_groups_reaches_an_abandoned_group_and_not_a_reaped_one() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "trap '' TERM; sleep 60 & sleep 60; wait"]);
+        let abandoned = GroupChild::spawn(&mut cmd).unwrap();
+        let pid = abandoned.pid();
+        let mut done = GroupChild::spawn(Command::new("true").arg("x")).unwrap();
+        done.kill_and_reap();
+        assert!(!live().contains(&done.pid()));
+        std::mem::forget(abandoned);
+        std::thread::sleep(Duration::from_millis(200));
+        stop_all_groups(Duration::from_millis(300));
+        let members = |pgid: u32| {
+            std::fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|&p| {
+                    crate::ident::stat_of(p)
+                        .is_some_and(|s| s.pgrp == pgid as i32 && s.state != 'Z')
+                })
+                .count()
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while members(pid) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(members(pid), 0, "the abandoned group survived");
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None);
     }
 }

@@ -415,3 +415,36 @@ async fn live_serve_keeps_at_most_serve_max_warm_servers() {
         "shutdown stops them all"
     );
 }
+
+/// Shutting down with a served task running: the task is recorded stopped by the shutdown and
+/// its local server is stopped with it (no turn is waited for: the server ends whole).
+#[tokio::test]
+async fn live_serve_shutdown_stops_a_running_task_and_its_server() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    llm.set_slow_secs(600);
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    let state = tempfile::tempdir().unwrap();
+    let sup = Supervisor::new(SupervisorConfig {
+        opencode_bin: Some(oc.to_path_buf()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        quiet_after: Duration::from_secs(600),
+        engine: Engine::Serve,
+        state_dir: Some(state.path().to_path_buf()),
+        ..SupervisorConfig::default()
+    });
+    let slow = sup.start(spec(&proj, "slow", "Take your time.")).unwrap();
+    wait_until(&sup, slow, LIMIT, |s| s.last_event_age.is_some()).await;
+    let servers = noted_servers(state.path());
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    sup.shutdown().await;
+    let s = sup.status(slow).unwrap();
+    assert_eq!(s.state, TaskState::Cancelled, "{s:?}");
+    assert!(
+        !Path::new(&format!("/proc/{}", servers[0])).exists(),
+        "the server outlived the shutdown"
+    );
+    assert_eq!(noted_servers(state.path()), Vec::<i32>::new());
+}

@@ -339,7 +339,10 @@ pub(super) async fn run_served_attempt(
             | AttemptEnd::OverflowLoop(_)
             | AttemptEnd::OverBudget(_)
     );
-    if turn_open && !keep_running {
+    // At the bridge's shutdown a local server is stopped whole right after: no turn to wait for.
+    let server_ends =
+        matches!(end, AttemptEnd::Stopped(StopReason::Shutdown)) && matches!(place, Place::Local);
+    if turn_open && !keep_running && !server_ends {
         stop_turn(&mut rx, &mut follow, (&http, &dir, &sid), prompted_ms).await;
     }
     if let Some(c) = &closer {
