@@ -163,17 +163,20 @@ impl Supervisor {
                 Some(dir) => {
                     let notes = dir.join("serve");
                     let sweep = notes.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("serve-sweep".into())
-                        .spawn(move || {
-                            let stopped = crate::runner::serve::pool::stop_left_servers(&sweep);
-                            if stopped > 0 {
-                                tracing::info!(
-                                    stopped,
-                                    "warm servers left by a bridge that died were stopped"
-                                );
-                            }
-                        });
+                    // Most starts find nothing noted: no thread for them.
+                    if std::fs::read_dir(&notes).is_ok_and(|mut d| d.next().is_some()) {
+                        let _ = std::thread::Builder::new()
+                            .name("serve-sweep".into())
+                            .spawn(move || {
+                                let stopped = crate::runner::serve::pool::stop_left_servers(&sweep);
+                                if stopped > 0 {
+                                    tracing::info!(
+                                        stopped,
+                                        "warm servers left by a bridge that died were stopped"
+                                    );
+                                }
+                            });
+                    }
                     Arc::new(crate::runner::serve::pool::Pool::noting_in(notes, me))
                 }
                 None => Arc::default(),
