@@ -208,7 +208,7 @@ pub(super) async fn run_served_attempt(
         }
     };
     let prompted = Instant::now();
-    let prompted_ms = now_ms();
+    let prompted_ms = crate::registry::now_ms();
     let approve = spec.auto_approve && !spec.read_only;
     let mut follow = if resume {
         Follow::resumed(&sid, approve, still_busy)
@@ -302,16 +302,11 @@ pub(super) async fn run_served_attempt(
                     // Idle before the turn was seen to begin is a turn not begun yet (the
                     // loop can start seconds after `prompt_async`'s reply on a loaded
                     // machine), unless the session already holds its finished reply.
-                    if idle_polls >= 2 && !follow.started() {
-                        let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
-                        let since = prompted_ms.saturating_sub(2_000);
-                        let done = tokio::task::spawn_blocking(move || {
-                            session::messages(&h, &d, &s).map(|m| turn_done_in(&m, since))
-                        })
-                        .await;
-                        if !matches!(done, Ok(Ok(true))) {
-                            idle_polls = 0;
-                        }
+                    if idle_polls >= 2
+                        && !follow.started()
+                        && !replied_since((&http, &dir, &sid), prompted_ms).await
+                    {
+                        idle_polls = 0;
                     }
                     if idle_polls >= 2 {
                         // Let frames already on their way be folded first.
@@ -452,15 +447,9 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
             // What opencode would load for the task's directory, as that process sees its
             // environment: a server that loaded an older version of it is not used.
             let identity = {
-                let (set, remove) = (&set, &launch.env_remove);
-                let env = |k: &str| -> Option<String> {
-                    if let Some((_, v)) = set.iter().rev().find(|(n, _)| n == k) {
-                        return Some(v.clone());
-                    }
-                    if remove.iter().any(|r| r == k) {
-                        return None;
-                    }
-                    std::env::var(k).ok()
+                let env = |k: &str| {
+                    let found = world.env.iter().rev().find(|(n, _)| n == k);
+                    found.map(|(_, v)| v.clone())
                 };
                 let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
                 opencode_client::config_files::identity(ctx.cwd, &root, &env)
@@ -515,14 +504,6 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
             })
         }
     }
-}
-
-/// Milliseconds since the epoch, now.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Aborts the session's turn and waits (at most [`STOP_WAIT`]) until it has ended, so a stopped
@@ -587,18 +568,22 @@ async fn stop_turn(
             if idle && landed {
                 break;
             }
-            if idle && !follow.started() {
-                // Unless the turn began and ended with its frames unseen.
-                let (h, d, s) = (http.clone(), dir.to_path_buf(), sid.to_owned());
-                let since = prompted_ms.saturating_sub(2_000);
-                let done = tokio::task::spawn_blocking(move || {
-                    session::messages(&h, &d, &s).map(|m| turn_done_in(&m, since))
-                })
-                .await;
-                if matches!(done, Ok(Ok(true))) {
-                    break;
-                }
+            // Unless the turn began and ended with its frames unseen.
+            if idle && !follow.started() && replied_since((http, dir, sid), prompted_ms).await {
+                break;
             }
         }
     }
+}
+
+/// Whether the session holds a finished reply made since the prompt (sent at `prompted_ms`, with
+/// 2 s for the clocks): a turn that began and ended while its frames went unseen.
+async fn replied_since((http, dir, sid): (&HttpClient, &Path, &str), prompted_ms: u64) -> bool {
+    let (h, d, s) = (http.clone(), dir.to_path_buf(), sid.to_owned());
+    let since = prompted_ms.saturating_sub(2_000);
+    let done = tokio::task::spawn_blocking(move || {
+        session::messages(&h, &d, &s).map(|m| turn_done_in(&m, since))
+    })
+    .await;
+    matches!(done, Ok(Ok(true)))
 }

@@ -19,13 +19,14 @@ use opencode_client::backend::ServeProcess;
 use opencode_client::http::HttpClient;
 use serde::{Deserialize, Serialize};
 
+use crate::registry::StoredProc;
+
 /// What is noted of a warm server: its id and the id of the bridge that started it.
 #[derive(Debug, Serialize, Deserialize)]
 struct Note {
-    pid: i32,
-    start_time: u64,
-    bridge_pid: i32,
-    bridge_start_time: u64,
+    #[serde(flatten)]
+    server: StoredProc,
+    bridge: StoredProc,
 }
 
 /// Stops the warm servers noted in `dir` whose bridge is gone (SIGTERM to each one's process
@@ -50,18 +51,10 @@ pub(crate) fn stop_left_servers(dir: &Path) -> usize {
             let _ = std::fs::remove_file(&path);
             continue;
         };
-        let bridge = ProcId {
-            pid: note.bridge_pid,
-            start_time: note.bridge_start_time,
-        };
-        if bridge.exists() {
+        if ProcId::from(note.bridge).exists() {
             continue;
         }
-        let server = ProcId {
-            pid: note.pid,
-            start_time: note.start_time,
-        };
-        if bridge_proc::stop_left_group(server, Duration::from_secs(3)) {
+        if bridge_proc::stop_left_group(note.server.into(), Duration::from_secs(3)) {
             stopped += 1;
         }
         let _ = std::fs::remove_file(&path);
@@ -208,12 +201,9 @@ impl Pool {
     /// Notes a server just started; the note's path.
     fn note(&self, pid: u32) -> Option<PathBuf> {
         let (dir, bridge) = self.notes.as_ref()?;
-        let server = ProcId::of(pid as i32)?;
         let note = Note {
-            pid: server.pid,
-            start_time: server.start_time,
-            bridge_pid: bridge.pid,
-            bridge_start_time: bridge.start_time,
+            server: ProcId::of(pid as i32)?.into(),
+            bridge: (*bridge).into(),
         };
         std::fs::create_dir_all(dir).ok()?;
         let path = dir.join(format!("{pid}.json"));
