@@ -766,11 +766,19 @@ fn live_a_warm_server_left_by_a_killed_bridge_is_stopped_by_the_next_bridge() {
     wait_for("the left server stopped", Duration::from_secs(20), || {
         (!running(pid, start)).then_some(())
     });
-    let left: Vec<_> = std::fs::read_dir(&notes)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    // Its note goes once the whole group is gone, which can be a moment after the leader.
+    let left = || -> Vec<PathBuf> {
+        std::fs::read_dir(&notes)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = left();
     assert!(left.is_empty(), "notes left: {left:?}");
     let (list, _) = third.call_text(3, "opencode_list", json!({}));
     assert!(list.contains("1 delegated task(s)"), "{list}");
