@@ -26,6 +26,7 @@
 
 mod apply;
 pub mod plan;
+pub mod protected;
 
 use std::fmt;
 use std::os::fd::OwnedFd;
