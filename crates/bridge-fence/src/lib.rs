@@ -27,6 +27,7 @@
 mod apply;
 pub mod plan;
 pub mod protected;
+pub mod world;
 
 use std::fmt;
 use std::os::fd::OwnedFd;
@@ -39,6 +40,7 @@ use landlock::{
 };
 
 pub use plan::{Plan, Project, Rights, RunKind, RunWorld, for_run, project_of};
+pub use world::{UserDirs, World};
 
 /// What the user asked for (`OPENCODE_BRIDGE_SANDBOX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -82,10 +82,13 @@ pub(super) async fn run_attempt(
     };
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
     let launch = backend(runner).launch(spec, &launch_ctx);
-    let launch = match launch {
+    let mut launch = match launch {
         Ok(l) => l,
         Err(e) => return AttemptEnd::SpawnFailed(e),
     };
+    if let Err(e) = into_world(ctx, runner, &mut launch) {
+        return AttemptEnd::SpawnFailed(e);
+    }
     let _prompt_file = match &launch.prompt_file {
         Some((path, content)) => {
             if let Some(dir) = path.parent()
@@ -309,6 +312,56 @@ fn fence_for(
     bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), ctx.shared.config.sandbox)
 }
 
+/// The private world of this task's project and access ([`bridge_fence::World`]), under the
+/// bridge's state directory (or, for a supervisor without one, a private directory of this
+/// user's in the system's temp dir).
+pub(super) fn world_of(ctx: &AttemptCtx<'_>) -> bridge_fence::World {
+    let project = project_for(ctx);
+    let state = (ctx.shared.config.state_dir.clone())
+        .unwrap_or_else(bridge_fence::world::fallback_state_dir);
+    bridge_fence::World::of(&state, &project.top, !ctx.spec.read_only)
+}
+
+/// Prepares the task's world and gives the launch its environment: only what the runner needs
+/// of the bridge's ([`crate::command::confine_env`]) and the world's directories.
+pub(super) fn into_world(
+    ctx: &AttemptCtx<'_>,
+    runner: crate::Runner,
+    launch: &mut crate::command::Launch,
+) -> Result<(), String> {
+    let kind = backend(runner).traits().fence;
+    let world = world_of(ctx);
+    world.prepare(kind, &user_dirs(&launch.env_set))?;
+    let cfg = &ctx.shared.config;
+    let model = ctx.spec.model.as_deref().or(cfg.default_model.as_deref());
+    crate::command::confine_env(launch, kind, model, &cfg.pass_env, &world.env(kind));
+    Ok(())
+}
+
+/// The user's own runner directories, where a run would find them without a world: the
+/// bridge's environment with the configured variables (`set`) over it (to seed worlds).
+fn user_dirs(set: &[(String, String)]) -> bridge_fence::UserDirs {
+    bridge_fence::UserDirs::from_lookup(|k| {
+        let found = set.iter().rev().find(|(n, _)| n == k);
+        found
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(k).ok())
+    })
+}
+
+/// The project the task works on: the git tree of its cwd inside the root, or an isolated
+/// task's worktree.
+fn project_for(ctx: &AttemptCtx<'_>) -> bridge_fence::Project {
+    let cfg = &ctx.shared.config;
+    // An isolated task's tree is its worktree; any other task's is inside the root.
+    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
+    let boundary = match worktrees.as_deref() {
+        Some(w) if ctx.cwd.starts_with(w) => w.join(ctx.id.to_string()),
+        _ => cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
+    };
+    bridge_fence::project_of(ctx.cwd, &boundary)
+}
+
 /// What [`bridge_fence::for_run`] needs to know about a run of this attempt (also the warm
 /// server a served task runs on: the same project, access and environment).
 pub(super) fn world_for(
@@ -317,14 +370,9 @@ pub(super) fn world_for(
     launch: &crate::command::Launch,
     tmp: &Path,
 ) -> bridge_fence::RunWorld {
-    let cfg = &ctx.shared.config;
-    // An isolated task's tree is its worktree; any other task's is inside the root.
-    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
-    let boundary = match worktrees.as_deref() {
-        Some(w) if ctx.cwd.starts_with(w) => w.join(ctx.id.to_string()),
-        _ => cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
-    };
-    let project = bridge_fence::project_of(ctx.cwd, &boundary);
+    let project = project_for(ctx);
+    let kind = backend(runner).traits().fence;
+    let credentials = world_of(ctx).credentials(kind, &user_dirs(&ctx.shared.config.env));
     let mut env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !launch.env_remove.contains(k))
         .collect();
@@ -332,7 +380,7 @@ pub(super) fn world_for(
     let mut extra_read = project.read;
     extra_read.extend(launch.prompt_file.as_ref().map(|(p, _)| p.clone()));
     bridge_fence::RunWorld {
-        kind: backend(runner).traits().fence,
+        kind,
         program: launch.program.clone(),
         project: project.top,
         editing: !ctx.spec.read_only,
@@ -340,6 +388,7 @@ pub(super) fn world_for(
         extra_read,
         extra_write: project.write,
         env,
+        credentials,
     }
 }
 
