@@ -42,6 +42,17 @@ if ! command -v chromium >/dev/null 2>&1; then
   else sudo apt-get install -y --no-install-recommends chromium >&2; fi
 fi
 
+# cargo-nextest runs each test in a process of its own (the process-tree tests count zombie
+# children, which tests sharing one process would leave each other) and honours the live tests'
+# group limits in .config/nextest.toml: pinned, built from crates.io once per machine.
+# Installed into the test cache (like cargo-fuzz), never into ~/.cargo/bin.
+NEXTEST_VERSION=0.9.151
+export PATH="$cache/cargo-tools/bin:$PATH"
+if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_VERSION"; then
+  echo "test.sh: installing cargo-nextest $NEXTEST_VERSION into $cache/cargo-tools" >&2
+  cargo install --locked --quiet --root "$cache/cargo-tools" "cargo-nextest@$NEXTEST_VERSION" >&2
+fi
+
 export OPENCODE_BRIDGE_TEST_OPENCODE="$cache/oc/node_modules/opencode-linux-x64/bin/opencode"
 export OPENCODE_BRIDGE_TEST_CLAUDE="$cache/cc/node_modules/.bin/claude"
 export OPENCODE_BRIDGE_TEST_VERDACCIO="$cache/verdaccio/node_modules/.bin/verdaccio"
@@ -55,11 +66,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --bins --locked
 # A short fuzz run of every target (cargo-fuzz on stable via RUSTC_BOOTSTRAP; docs/FUZZING.md).
 FUZZ_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/fuzz" bash scripts/fuzz.sh 15
-if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --workspace --locked --no-fail-fast
-  cargo test --workspace --doc --locked
-else
-  cargo test --workspace --locked --no-fail-fast
-fi
+cargo nextest run --workspace --locked --no-fail-fast
+cargo test --workspace --doc --locked
 # Benchmarks in quick mode: figures only (docs/PERFORMANCE.md), never a failure on time.
 cargo run --release -p bridge-bench --locked -- --quick
