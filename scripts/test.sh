@@ -44,11 +44,12 @@ fi
 
 # cargo-nextest runs each test in a process of its own (the process-tree tests count zombie
 # children, which tests sharing one process would leave each other) and honours the live tests'
-# group limits in .config/nextest.toml: pinned, built from crates.io once per machine.
-# Installed into the test cache (like cargo-fuzz), never into ~/.cargo/bin.
+# group limits in .config/nextest.toml. One already on the machine is used; otherwise a pinned
+# one is built from crates.io once per machine, into the test cache (like cargo-fuzz), never
+# into ~/.cargo/bin.
 NEXTEST_VERSION=0.9.151
-export PATH="$cache/cargo-tools/bin:$PATH"
-if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_VERSION"; then
+export PATH="$PATH:$cache/cargo-tools/bin"
+if ! cargo nextest --version >/dev/null 2>&1; then
   echo "test.sh: installing cargo-nextest $NEXTEST_VERSION into $cache/cargo-tools" >&2
   cargo install --locked --quiet --root "$cache/cargo-tools" "cargo-nextest@$NEXTEST_VERSION" >&2
 fi
