@@ -66,6 +66,9 @@ fn main() -> anyhow::Result<()> {
                 );
             }
             let app = Arc::new(app::App::new(settings, true));
+            for e in app.env_errors() {
+                eprintln!("{}", bridge_render::tasks::env_error_at_start(e));
+            }
             let outcome = runtime.block_on(server::serve(app));
             // Every task is stopped by now; a blocking read still waiting on a hung service
             // (abandoned by a cancelled call) must not keep the process alive.

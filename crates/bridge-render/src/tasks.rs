@@ -662,3 +662,16 @@ pub fn status_line(s: &TaskSnapshot) -> String {
     }
     parts.join(" · ")
 }
+
+/// The refusal of a start while a numeric variable is outside its range (`error` is
+/// `bridge_env::EnvVar::read`'s one line).
+pub fn env_refusal(error: &str) -> String {
+    format!(
+        "refused: {error}. No task starts until it is fixed (the bridge's environment is set where it is started, e.g. the MCP server's `env` in Claude Code's config); `opencode_doctor` lists every such variable"
+    )
+}
+
+/// What the server says on stderr when it starts with a numeric variable outside its range.
+pub fn env_error_at_start(error: &str) -> String {
+    format!("opencode-bridge: {error}; every opencode_start is refused until it is fixed")
+}

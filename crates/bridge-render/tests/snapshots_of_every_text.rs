@@ -691,3 +691,16 @@ fn usage_texts() {
         )
     );
 }
+
+#[test]
+fn numeric_variable_out_of_range() {
+    let e = "OPENCODE_BRIDGE_TIMEOUT_MIN=18446744073709551615 is out of range: give a whole number from 1 to 10080 (minutes)";
+    insta::assert_snapshot!(
+        "env_out_of_range",
+        format!(
+            "{}\n{}",
+            tasks::env_refusal(e),
+            tasks::env_error_at_start(e)
+        )
+    );
+}

@@ -201,7 +201,7 @@ pub struct ExitInfo {
     pub signal: Option<i32>,
 }
 
-fn one_line(s: &str, max: usize) -> String {
+pub(crate) fn one_line(s: &str, max: usize) -> String {
     let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if joined.chars().count() <= max {
         joined

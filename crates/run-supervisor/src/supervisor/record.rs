@@ -201,9 +201,11 @@ impl Record {
         t.version = registry::FORMAT_VERSION;
         t.state = state.as_str().into();
         t.attempts = self.attempts;
-        t.finished_ms = self
-            .finished
-            .map(|f| t.accepted_ms + f.saturating_duration_since(self.accepted).as_millis() as u64);
+        t.finished_ms = self.finished.map(|f| {
+            let ran = f.saturating_duration_since(self.accepted).as_millis();
+            t.accepted_ms
+                .saturating_add(u64::try_from(ran).unwrap_or(u64::MAX))
+        });
         // A served task knows its session before its first event (the server said it).
         t.session_id = self
             .summary
@@ -283,7 +285,7 @@ impl Record {
     }
 
     /// When the quota window that refused this task resets, if the refusal said so.
-    pub(super) fn quota_reset(&self) -> Option<SystemTime> {
+    pub(super) fn quota_reset(&self) -> Option<crate::quota::Reset> {
         self.stream.quota_reset(&self.summary)
     }
 
