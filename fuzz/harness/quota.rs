@@ -62,7 +62,10 @@ pub fn run(data: &[u8]) {
     let [(d0, d1), (m0, m1)] = utc::day_and_month_bounds(ms);
     assert!(d0 <= d1 && m0 <= m1, "bounds out of order for {ms}");
     check(Some(Reset::at_epoch_secs(ms, now)), now);
-    check(Reset::at_epoch_secs_f64(f64::from_le_bytes(eight), now), now);
+    check(
+        Reset::at_epoch_secs_f64(f64::from_le_bytes(eight), now),
+        now,
+    );
     let _ = utc::parse(&text).map(utc::format);
     let _ = utc::parse_http_date(&text).map(utc::format);
     let _ = claude::reset_in_text(&text);
@@ -115,7 +118,10 @@ fn check_at(r: Reset, now: SystemTime) {
     let limit = now + HORIZON + Duration::from_secs(60);
     assert!(r.at <= limit, "a reset past the horizon: {r:?}");
     if r.clamped {
-        assert!(r.at + Duration::from_secs(60) >= now + HORIZON, "held short: {r:?}");
+        assert!(
+            r.at + Duration::from_secs(60) >= now + HORIZON,
+            "held short: {r:?}"
+        );
     }
     assert!(!r.describe().contains('\n'));
 }

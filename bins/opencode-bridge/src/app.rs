@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// opencode's inline config: the roster server gets it with the bridge's `worker` merged in.
 const CONFIG_CONTENT: &str = bridge_env::OPENCODE_CONFIG_CONTENT.name;
@@ -494,8 +494,17 @@ impl App {
                 return report;
             }
             if done != last_done || progress.wanted() {
+                // A task whose opencode waits on a provider's limit says so.
+                let waits: String = ids
+                    .iter()
+                    .filter_map(|id| {
+                        let w = self.supervisor.status(*id)?.provider_wait?;
+                        let line = render::tasks::provider_wait_line(&w, SystemTime::now());
+                        Some(format!("; task {id}: {line}"))
+                    })
+                    .collect();
                 progress.report(format!(
-                    "{done} of {total} task(s) finished; waiting ({}s left)",
+                    "{done} of {total} task(s) finished; waiting ({}s left){waits}",
                     deadline
                         .saturating_duration_since(tokio::time::Instant::now())
                         .as_secs()

@@ -21,6 +21,7 @@ mod live_remote;
 mod live_roster;
 mod live_untrusted;
 mod load;
+mod outside_values;
 mod plugin;
 mod protocol;
 mod tasks;

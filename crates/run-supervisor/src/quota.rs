@@ -104,6 +104,65 @@ impl Reset {
     }
 }
 
+/// The longest a task waits on a provider's limit while opencode retries: a retry planned
+/// further out than this (or past the task's time left) ends the task at once with kind
+/// `rate_limit` or `quota`, the reset time and advice, instead of a task that runs and does
+/// nothing until its timeout. A provider's ordinary back-off (seconds, a minute or two) stays
+/// under it.
+pub const LONGEST_WAIT: Duration = Duration::from_secs(5 * 60);
+
+/// opencode retrying a request a provider refused: its `session.status` of type `retry`
+/// (`{"type":"retry","attempt":1,"message":"Rate limit reached for requests","next":<epoch ms>}`,
+/// seen on `opencode serve`'s event stream, 1.18.33).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderWait {
+    /// opencode's retry number (1 for the first retry).
+    pub attempt: u64,
+    /// The provider's message, one line, at most 300 characters.
+    pub message: String,
+    /// When opencode sends the request again, held to [`HORIZON`] from when it was read.
+    pub next: Reset,
+}
+
+impl ProviderWait {
+    /// Reads a `session.status` `status` object of type `retry` at `now`; `None` for another
+    /// type or a `next` that is no time (missing, negative, NaN).
+    pub fn from_status(status: &Value, now: SystemTime) -> Option<ProviderWait> {
+        if status.get("type").and_then(Value::as_str) != Some("retry") {
+            return None;
+        }
+        let next_ms = status.get("next").and_then(Value::as_f64)?;
+        let next = Reset::at_epoch_secs_f64(next_ms / 1000.0, now)?;
+        let attempt = status.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+        let message: String = status
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .chars()
+            .take(300)
+            .collect();
+        Some(ProviderWait {
+            attempt,
+            message,
+            next,
+        })
+    }
+
+    /// How long until the retry, from `now` (zero when it is due).
+    pub fn wait_from(&self, now: SystemTime) -> Duration {
+        self.next.at.duration_since(now).unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether the provider's message speaks of quota or credit rather than a rate (the same
+    /// words the failure classifier uses).
+    pub fn is_quota(&self) -> bool {
+        crate::classify::speaks_of_quota(&self.message)
+    }
+}
+
 /// `t + d`, or `t` plus [`HORIZON`] when that cannot be represented (never panics for any `t`
 /// the system clock gives).
 pub fn later(t: SystemTime, d: Duration) -> SystemTime {

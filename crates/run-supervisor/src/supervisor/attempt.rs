@@ -27,6 +27,7 @@ const FINISHED_STDERR: usize = 64 * 1024;
 /// Remembers the quota window of a task refused for quota, so later starts on the same account
 /// are refused early.
 fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
+    // Only a quota opens a window: a rate limit is the provider's pace, not an account's end.
     if failure.is_none_or(|f| f.kind != FailureKind::Quota) {
         return;
     }
@@ -378,6 +379,15 @@ async fn run_task_inner(
                         "stopped after it had cost ${spent:.4}, past its max_cost_usd of ${max:.4}"
                     ),
                 );
+                return (TaskState::Failed, Some(f));
+            }
+            AttemptEnd::ProviderLimit(wait, past_left) => {
+                let f =
+                    crate::classify::provider_limit(&wait, past_left, std::time::SystemTime::now());
+                shared.with(id, |r| {
+                    r.provider_reset = Some(wait.next);
+                    r.provider_wait = None;
+                });
                 return (TaskState::Failed, Some(f));
             }
             AttemptEnd::SpawnFailed(msg) => {
