@@ -7,7 +7,7 @@
 //! - `stdio_guard`: the line-level guard between stdin/stdout and rmcp (parse errors, batches,
 //!   invalid requests and unknown methods get one short JSON-RPC error each), reading and
 //!   writing pipes and sockets on the runtime's own thread;
-//! - `tools`: the twelve tool definitions (hand-written JSON Schemas, annotations) and the argument
+//! - `tools`: the thirteen tool definitions (hand-written JSON Schemas, annotations) and the argument
 //!   validation that runs before anything else;
 //! - `app`: what each tool does, in plain Rust: policy (bridge-policy), sessions
 //!   (opencode-client), tasks and processes (run-supervisor), text (bridge-render);
