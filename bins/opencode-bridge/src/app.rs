@@ -1301,7 +1301,7 @@ impl App {
                     .attempt_started
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as i64);
-                let minutes = (ctx.now_ms - since_ms).max(0) / 60_000 + 2;
+                let minutes = ctx.now_ms.saturating_sub(since_ms).max(0) / 60_000 + 2;
                 let filter = SessionFilter {
                     title_prefix: Some(w.title.clone()),
                     directory: Some(w.cwd.display().to_string()),
