@@ -23,7 +23,7 @@ if [ "$#" -gt 0 ]; then shift; fi
 # it out by hand.
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(event_lines store_rows service_json tool_args secret_scan)
+  targets=(event_lines store_rows service_json tool_args secret_scan quota_parse)
 fi
 
 export RUSTC_BOOTSTRAP=1

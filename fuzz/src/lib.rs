@@ -4,6 +4,8 @@
 
 #[path = "../harness/events.rs"]
 pub mod events;
+#[path = "../harness/quota.rs"]
+pub mod quota;
 #[path = "../harness/secret_scan.rs"]
 pub mod secret_scan;
 #[path = "../harness/service.rs"]

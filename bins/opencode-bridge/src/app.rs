@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// opencode's inline config: the roster server gets it with the bridge's `worker` merged in.
 const CONFIG_CONTENT: &str = bridge_env::OPENCODE_CONFIG_CONTENT.name;
@@ -36,6 +36,9 @@ pub struct App {
     roster: Arc<RosterSource>,
     /// Why the config file or a budget variable is not usable: starts are refused with it.
     usage_config_error: Option<String>,
+    /// Numeric variables outside their range (`bridge_env::number_errors`), one line each:
+    /// every start is refused with them until they are fixed.
+    env_errors: Vec<String>,
 }
 
 impl fmt::Debug for App {
@@ -197,6 +200,7 @@ impl App {
             supervisor: Supervisor::new(cfg),
             roster,
             usage_config_error,
+            env_errors: bridge_env::number_errors(|k| std::env::var(k).ok()),
         }
     }
 
@@ -257,6 +261,11 @@ impl App {
             self.settings.root_line(),
             render::usage::budget_lines(&standings, today)
         )
+    }
+
+    /// The numeric variables outside their range, one line each.
+    pub fn env_errors(&self) -> &[String] {
+        &self.env_errors
     }
 
     /// Why the config file or a budget variable is not usable (every start is refused then).
@@ -469,7 +478,7 @@ impl App {
         progress: &Progress,
     ) -> WaitReport {
         let total = ids.len();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
+        let deadline = bridge_proc::deadline::after_tokio(Duration::from_secs(timeout_s));
         let mut last_done = usize::MAX;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -485,8 +494,17 @@ impl App {
                 return report;
             }
             if done != last_done || progress.wanted() {
+                // A task whose opencode waits on a provider's limit says so.
+                let waits: String = ids
+                    .iter()
+                    .filter_map(|id| {
+                        let w = self.supervisor.status(*id)?.provider_wait?;
+                        let line = render::tasks::provider_wait_line(&w, SystemTime::now());
+                        Some(format!("; task {id}: {line}"))
+                    })
+                    .collect();
                 progress.report(format!(
-                    "{done} of {total} task(s) finished; waiting ({}s left)",
+                    "{done} of {total} task(s) finished; waiting ({}s left){waits}",
                     deadline
                         .saturating_duration_since(tokio::time::Instant::now())
                         .as_secs()
@@ -643,6 +661,9 @@ impl App {
         spec.max_cost_usd = args.max_cost_usd;
         if let Some(e) = &self.usage_config_error {
             return Err(render::usage::config_refusal(e));
+        }
+        if let Some(e) = self.env_errors.first() {
+            return Err(render::tasks::env_refusal(e));
         }
         let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
         let budget_warning =
@@ -1280,7 +1301,7 @@ impl App {
                     .attempt_started
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as i64);
-                let minutes = (ctx.now_ms - since_ms).max(0) / 60_000 + 2;
+                let minutes = ctx.now_ms.saturating_sub(since_ms).max(0) / 60_000 + 2;
                 let filter = SessionFilter {
                     title_prefix: Some(w.title.clone()),
                     directory: Some(w.cwd.display().to_string()),

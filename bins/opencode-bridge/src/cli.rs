@@ -468,6 +468,10 @@ pub async fn doctor(app: &App) -> (String, bool) {
             line("FAIL", "config", e.clone());
         }
     }
+    for e in app.env_errors() {
+        ok = false;
+        line("FAIL", "environment", bridge_render::tasks::env_refusal(e));
+    }
     let (standings, today) = app.supervisor().budget_report(None);
     match app.usage_config_error() {
         Some(e) => {

@@ -157,7 +157,9 @@ pub fn env_help() -> String {
     for v in ENV_VARS {
         out.push_str(&format!(
             "  {}\n      {} (default: {})\n",
-            v.name, v.meaning, v.default
+            v.name,
+            v.meaning,
+            v.shown_default()
         ));
     }
     out
@@ -327,8 +329,8 @@ mod tests {
                 .map_or(v.meaning.to_owned(), |(_, _, m)| m.clone());
             let default = rows
                 .iter()
-                .find(|(name, d, _)| name == v.name && plain(d) == plain(v.default))
-                .map_or(v.default.to_owned(), |(_, d, _)| d.clone());
+                .find(|(name, d, _)| name == v.name && plain(d) == plain(&v.shown_default()))
+                .map_or(v.shown_default(), |(_, d, _)| d.clone());
             out.push_str(&format!("| `{}` | {default} | {meaning} |\n", v.name));
         }
         out
@@ -344,7 +346,7 @@ mod tests {
             rows.iter().map(|(n, d, _)| (n.clone(), plain(d))).collect();
         let want: Vec<(String, String)> = ENV_VARS
             .iter()
-            .map(|v| (v.name.to_owned(), plain(v.default)))
+            .map(|v| (v.name.to_owned(), plain(&v.shown_default())))
             .collect();
         assert!(
             got == want,
@@ -362,7 +364,9 @@ mod tests {
         for v in ENV_VARS {
             let entry = format!(
                 "  {}\n      {} (default: {})\n",
-                v.name, v.meaning, v.default
+                v.name,
+                v.meaning,
+                v.shown_default()
             );
             assert!(help.contains(&entry), "--help lacks {entry:?}:\n{help}");
         }

@@ -7,7 +7,7 @@
 //! - `stdio_guard`: the line-level guard between stdin/stdout and rmcp (parse errors, batches,
 //!   invalid requests and unknown methods get one short JSON-RPC error each), reading and
 //!   writing pipes and sockets on the runtime's own thread;
-//! - `tools`: the twelve tool definitions (hand-written JSON Schemas, annotations) and the argument
+//! - `tools`: the thirteen tool definitions (hand-written JSON Schemas, annotations) and the argument
 //!   validation that runs before anything else;
 //! - `app`: what each tool does, in plain Rust: policy (bridge-policy), sessions
 //!   (opencode-client), tasks and processes (run-supervisor), text (bridge-render);
@@ -66,6 +66,9 @@ fn main() -> anyhow::Result<()> {
                 );
             }
             let app = Arc::new(app::App::new(settings, true));
+            for e in app.env_errors() {
+                eprintln!("{}", bridge_render::tasks::env_error_at_start(e));
+            }
             let outcome = runtime.block_on(server::serve(app));
             // Every task is stopped by now; a blocking read still waiting on a hung service
             // (abandoned by a cancelled call) must not keep the process alive.

@@ -25,7 +25,12 @@ pub const POLL_INTERVAL_MS: u64 = 1000;
 /// configured one; tasks stay in the registry for `OPENCODE_BRIDGE_PRUNE_DAYS`).
 pub fn ttl_ms(app: &App) -> u64 {
     let longest = app.supervisor().config().default_timeout;
-    (longest + Duration::from_secs(24 * 3600)).as_millis() as u64
+    u64::try_from(
+        longest
+            .saturating_add(Duration::from_secs(24 * 3600))
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX)
 }
 
 /// The task handle for a started task.

@@ -162,7 +162,7 @@ impl RosterSource {
     /// at most `limit`.
     pub async fn stop(&self, limit: std::time::Duration) {
         self.stopping.store(true, Ordering::Relaxed);
-        let deadline = tokio::time::Instant::now() + limit;
+        let deadline = bridge_proc::deadline::after_tokio(limit);
         while self.asking.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }

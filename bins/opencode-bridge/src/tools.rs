@@ -1,4 +1,4 @@
-//! The twelve tools: names, descriptions, input schemas, annotations, and the validation that turns
+//! The thirteen tools: names, descriptions, input schemas, annotations, and the validation that turns
 //! a `tools/call` argument object into typed arguments before anything runs.
 //!
 //! The schemas are written by hand, on purpose: optional parameters are plain optional

@@ -22,6 +22,7 @@ mod live_roster;
 mod live_untrusted;
 mod live_worlds;
 mod load;
+mod outside_values;
 mod plugin;
 mod protocol;
 mod tasks;

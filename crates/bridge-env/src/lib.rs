@@ -29,6 +29,31 @@ pub struct EnvVar {
     pub meaning: &'static str,
     /// Whether `doctor` may print the value (not for passwords or inline configs).
     pub shown: bool,
+    /// For a number: the values it may take (inclusive) and their unit. Every numeric variable
+    /// has one, so no value the environment holds can overflow the arithmetic it feeds.
+    pub range: Option<Range>,
+}
+
+/// The values a numeric variable may take: whole numbers from `min` to `max`, in `unit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    /// The smallest value.
+    pub min: u64,
+    /// The largest value.
+    pub max: u64,
+    /// What one is (`minutes`, `ms`, ...), as shown after the range.
+    pub unit: &'static str,
+}
+
+/// A numeric variable's value as read: what the bridge uses, and what was wrong with what was
+/// given, if anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Number {
+    /// The value used: the one given, held to the range when it was outside it, or the default
+    /// when it was not a whole number.
+    pub value: u64,
+    /// One line naming the variable, the value and the range, when the value was not in it.
+    pub error: Option<String>,
 }
 
 impl EnvVar {
@@ -38,9 +63,90 @@ impl EnvVar {
             default,
             meaning,
             shown: true,
+            range: None,
         }
     }
 
+    /// A whole number from `min` to `max` (`unit` says what one is). A default outside the
+    /// range fails the build.
+    const fn number(
+        name: &'static str,
+        default: &'static str,
+        (min, max, unit): (u64, u64, &'static str),
+        meaning: &'static str,
+    ) -> EnvVar {
+        let v = EnvVar {
+            name,
+            default,
+            meaning,
+            shown: true,
+            range: Some(Range { min, max, unit }),
+        };
+        let d = v.default_number();
+        assert!(min <= d && d <= max, "the default is outside the range");
+        v
+    }
+
+    /// The default as shown in `--help`, `doctor` and the README: for a number, with its
+    /// range (`120 (1-10080 minutes)`).
+    pub fn shown_default(&self) -> String {
+        match self.range {
+            Some(r) => format!("{} ({}-{} {})", self.default, r.min, r.max, r.unit),
+            None => self.default.to_owned(),
+        }
+    }
+
+    /// Reads a numeric variable's value (`None` or blank: unset, `None` back; a variable
+    /// without a range: `None`). A value outside the range is held to it, one that is not a
+    /// whole number gives the default; either way [`Number::error`] says so in one line.
+    ///
+    /// ```
+    /// let n = bridge_env::TIMEOUT_MIN.read(Some("18446744073709551615")).unwrap();
+    /// assert_eq!(n.value, 10_080);
+    /// assert_eq!(
+    ///     n.error.as_deref(),
+    ///     Some("OPENCODE_BRIDGE_TIMEOUT_MIN=18446744073709551615 is out of range: give a whole number from 1 to 10080 (minutes)")
+    /// );
+    /// ```
+    pub fn read(&self, value: Option<&str>) -> Option<Number> {
+        let r = self.range?;
+        let v = value.map(str::trim).filter(|v| !v.is_empty())?;
+        let shown: String = if v.chars().count() > 40 {
+            v.chars().take(40).chain("…".chars()).collect()
+        } else {
+            v.to_owned()
+        };
+        let shown = shown.escape_debug().to_string();
+        let range = format!("a whole number from {} to {} ({})", r.min, r.max, r.unit);
+        if !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Some(Number {
+                value: self.default_number(),
+                error: Some(format!(
+                    "{}={shown} is not a whole number: give {range}",
+                    self.name
+                )),
+            });
+        }
+        // Digits only: a number too large for a u64 is simply too large.
+        let n = v.parse::<u64>().unwrap_or(u64::MAX);
+        let value = n.clamp(r.min, r.max);
+        Some(Number {
+            value,
+            error: (value != n)
+                .then(|| format!("{}={shown} is out of range: give {range}", self.name)),
+        })
+    }
+}
+
+/// The one-line error of every numeric variable whose value is not in its range, in the
+/// order of [`ALL`], read through `get`.
+pub fn number_errors(get: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    ALL.iter()
+        .filter_map(|v| v.read(get(v.name).as_deref())?.error)
+        .collect()
+}
+
+impl EnvVar {
     const fn hidden(self) -> EnvVar {
         EnvVar {
             shown: false,
@@ -109,58 +215,67 @@ pub const STRUCTURED: EnvVar = EnvVar::new(
     "structured results (outputSchema, structuredContent): auto (every client but Claude Code), on, off",
 );
 /// `OPENCODE_BRIDGE_MAX_PARALLEL`.
-pub const MAX_PARALLEL: EnvVar = EnvVar::new(
+pub const MAX_PARALLEL: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_MAX_PARALLEL",
     "6",
-    "delegated tasks running at once (1-64)",
+    (1, 64, "tasks"),
+    "delegated tasks running at once",
 );
 /// `OPENCODE_BRIDGE_TIMEOUT_MIN`.
-pub const TIMEOUT_MIN: EnvVar = EnvVar::new(
+pub const TIMEOUT_MIN: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_TIMEOUT_MIN",
     "120",
+    (1, 10_080, "minutes"),
     "per-task timeout in minutes (timeout_minutes overrides it)",
 );
 /// `OPENCODE_BRIDGE_RETRIES`.
-pub const RETRIES: EnvVar = EnvVar::new(
+pub const RETRIES: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_RETRIES",
     "2",
+    (0, 10, "retries"),
     "automatic retries of transient errors (read-only agents only)",
 );
 /// `OPENCODE_BRIDGE_RETRY_DELAY_S`.
-pub const RETRY_DELAY_S: EnvVar = EnvVar::new(
+pub const RETRY_DELAY_S: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_RETRY_DELAY_S",
     "20",
+    (0, 3_600, "seconds"),
     "first retry delay in seconds, then x3",
 );
 /// `OPENCODE_BRIDGE_QUIET_MIN`.
-pub const QUIET_MIN: EnvVar = EnvVar::new(
+pub const QUIET_MIN: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_QUIET_MIN",
     "10",
+    (1, 1_440, "minutes"),
     "a running task silent this many minutes is flagged `quiet` in its status",
 );
 /// `OPENCODE_BRIDGE_API_TIMEOUT_MS`.
-pub const API_TIMEOUT_MS: EnvVar = EnvVar::new(
+pub const API_TIMEOUT_MS: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_API_TIMEOUT_MS",
     "45000",
+    (1, 3_600_000, "ms"),
     "timeout of one call to an opencode server",
 );
 /// `OPENCODE_BRIDGE_SCAN_DEADLINE_MS`.
-pub const SCAN_DEADLINE_MS: EnvVar = EnvVar::new(
+pub const SCAN_DEADLINE_MS: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_SCAN_DEADLINE_MS",
     "35000",
+    (1, 3_600_000, "ms"),
     "a session scan stops here and answers PARTIAL",
 );
 /// `OPENCODE_BRIDGE_KILL_GRACE_MS`.
-pub const KILL_GRACE_MS: EnvVar = EnvVar::new(
+pub const KILL_GRACE_MS: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_KILL_GRACE_MS",
     "5000",
+    (0, 600_000, "ms"),
     "SIGTERM to SIGKILL grace when a task is stopped",
 );
 /// `OPENCODE_BRIDGE_RUN_NICE`.
-pub const RUN_NICE: EnvVar = EnvVar::new(
+pub const RUN_NICE: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_RUN_NICE",
     "10",
-    "runs start this much nicer than the bridge (0-19; 0: the bridge's priority), so busy agents yield the CPU to interactive work",
+    (0, 19, "nice levels"),
+    "runs start this much nicer than the bridge (0: the bridge's priority), so busy agents yield the CPU to interactive work",
 );
 /// `OPENCODE_BRIDGE_SANDBOX`.
 pub const SANDBOX: EnvVar = EnvVar::new(
@@ -175,16 +290,18 @@ pub const ENGINE: EnvVar = EnvVar::new(
     "how opencode tasks run: `serve` (sessions on a warm local `opencode serve` the bridge starts and stops; where none starts, tasks run as `run`) or `run` (an `opencode run` process per attempt)",
 );
 /// `OPENCODE_BRIDGE_SERVE_IDLE_MIN`.
-pub const SERVE_IDLE_MIN: EnvVar = EnvVar::new(
+pub const SERVE_IDLE_MIN: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_SERVE_IDLE_MIN",
     "10",
+    (1, 10_080, "minutes"),
     "the serve engine stops a warm local server idle for this many minutes (it starts again on the next task)",
 );
 /// `OPENCODE_BRIDGE_SERVE_MAX`.
-pub const SERVE_MAX: EnvVar = EnvVar::new(
+pub const SERVE_MAX: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_SERVE_MAX",
     "4",
-    "the serve engine keeps at most this many warm local servers (one per project, access and environment; 1-64): starting another first stops the one idle longest; a server with a task running is never stopped for it",
+    (1, 64, "servers"),
+    "the serve engine keeps at most this many warm local servers (one per project, access and environment): starting another first stops the one idle longest; a server with a task running is never stopped for it",
 );
 /// `OPENCODE_BRIDGE_CONFIG`.
 pub const CONFIG: EnvVar = EnvVar::new(
@@ -211,9 +328,10 @@ pub const ROSTER: EnvVar = EnvVar::new(
     "`files`: read the agent files instead of asking opencode for its roster",
 );
 /// `OPENCODE_BRIDGE_PRUNE_DAYS`.
-pub const PRUNE_DAYS: EnvVar = EnvVar::new(
+pub const PRUNE_DAYS: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_PRUNE_DAYS",
     "7",
+    (0, 36_500, "days"),
     "finished tasks older than this many days leave the registry; so do isolated tasks' worktrees neither applied nor discarded",
 );
 /// `OPENCODE_BRIDGE_COMPARE_MODEL`.
@@ -467,6 +585,58 @@ mod tests {
     fn numeric_defaults_parse() {
         assert_eq!(TIMEOUT_MIN.default_number(), 120);
         assert_eq!(API_TIMEOUT_MS.default_number(), 45_000);
+    }
+
+    /// Every variable whose default is a number has a range, and reading any value, however
+    /// large or odd, gives a value in it and at most a one-line error naming the range.
+    #[test]
+    fn every_number_is_bounded_with_a_one_line_error() {
+        for v in ALL {
+            let numeric = !v.default.is_empty() && v.default.bytes().all(|b| b.is_ascii_digit());
+            assert_eq!(numeric, v.range.is_some(), "{}", v.name);
+            let Some(r) = v.range else { continue };
+            for raw in [
+                "18446744073709551615",
+                "99999999999999999999999999999999",
+                "-1",
+                "1e308",
+                "NaN",
+                "0",
+                " 7 ",
+                "\n12",
+            ] {
+                let n = v.read(Some(raw)).unwrap();
+                assert!((r.min..=r.max).contains(&n.value), "{}={raw:?}", v.name);
+                if let Some(e) = &n.error {
+                    assert!(e.starts_with(v.name) && !e.contains('\n'), "{e}");
+                    assert!(
+                        e.contains(&format!("from {} to {} ({})", r.min, r.max, r.unit)),
+                        "{e}"
+                    );
+                }
+            }
+            assert_eq!(v.read(None), None);
+            assert_eq!(v.read(Some("  ")), None);
+            let d = v.read(Some(v.default)).unwrap();
+            assert_eq!((d.value, d.error), (v.default_number(), None));
+            assert!(v.shown_default().contains(&format!("{}-{}", r.min, r.max)));
+        }
+        let e = TIMEOUT_MIN.read(Some("abc")).unwrap();
+        assert_eq!(e.value, 120);
+        assert_eq!(
+            e.error.as_deref(),
+            Some(
+                "OPENCODE_BRIDGE_TIMEOUT_MIN=abc is not a whole number: give a whole number from 1 to 10080 (minutes)"
+            )
+        );
+        let long = RETRY_DELAY_S.read(Some(&"9".repeat(5000))).unwrap();
+        assert!(long.error.unwrap().len() < 200);
+        let errors = number_errors(|k| {
+            (k == RETRY_DELAY_S.name || k == MAX_PARALLEL.name)
+                .then(|| "18446744073709551615".to_owned())
+        });
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with(MAX_PARALLEL.name), "{errors:?}");
     }
 
     #[test]

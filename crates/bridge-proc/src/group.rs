@@ -38,7 +38,7 @@ pub fn stop_all_groups(grace: Duration) {
         }
     };
     signal(nix::sys::signal::Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
+    let deadline = crate::deadline::after(grace);
     while Instant::now() < deadline && live.iter().any(|&pid| !leader_exited(pid)) {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -102,7 +102,7 @@ impl GroupChild {
 
     /// Waits up to `timeout` for the leader to exit (without reaping it).
     pub fn wait_exit(&self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
+        let end = crate::deadline::after(timeout);
         loop {
             if self.has_exited() {
                 return true;

@@ -34,9 +34,10 @@ impl BootClock {
     }
 
     /// The age of a process that started `start_time` clock ticks after boot (zero for a
-    /// start time after the clock was read).
+    /// start time after the clock was read, or for figures from `/proc` that make no time).
     pub fn age(&self, start_time: u64) -> Duration {
-        Duration::from_secs_f64((self.uptime_s - start_time as f64 / self.ticks_per_s).max(0.0))
+        let secs = (self.uptime_s - start_time as f64 / self.ticks_per_s).max(0.0);
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO)
     }
 
     /// [`BootClock::age`] with no clock: zero when `/proc/uptime` could not be read.

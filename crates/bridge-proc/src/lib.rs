@@ -15,6 +15,7 @@
 //!   the kill sequence (SIGTERM to the group and every known descendant, a grace, SIGKILL, a
 //!   sweep of known descendants), subreaping;
 //! - [`group`]: a child leading its own process group, stopped and reaped on every path;
+//! - [`deadline`]: deadlines from durations that come from outside, which never panic;
 //! - [`capture`]: a short command in its own group, with a timeout and capped output;
 //! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit;
 //! - [`sched`]: a short scheduler slice for the thread that answers calls, which threads and
@@ -25,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod capture;
+pub mod deadline;
 pub mod env;
 pub mod group;
 pub mod ident;

@@ -185,7 +185,7 @@ pub async fn terminate_tree(root: ProcId, known: &mut BTreeSet<ProcId>, grace: D
             signalled += 1;
         }
     }
-    let deadline = tokio::time::Instant::now() + grace;
+    let deadline = crate::deadline::after_tokio(grace);
     loop {
         refresh_known(root, known);
         let root_alive = root.is_alive();
@@ -218,7 +218,7 @@ pub async fn sweep(known: &BTreeSet<ProcId>, wait: Duration) {
     for p in known {
         p.signal(Signal::SIGKILL);
     }
-    let deadline = tokio::time::Instant::now() + wait;
+    let deadline = crate::deadline::after_tokio(wait);
     loop {
         for p in known {
             reap_if_our_zombie(*p);
@@ -258,7 +258,7 @@ pub fn stop_left_group(leader: ProcId, grace: Duration) -> bool {
             })
             .collect()
     };
-    let deadline = Instant::now() + grace;
+    let deadline = crate::deadline::after(grace);
     while Instant::now() < deadline && !members().is_empty() {
         std::thread::sleep(Duration::from_millis(25));
     }

@@ -1,8 +1,9 @@
 //! Small humanising helpers shared by every rendering.
 
-/// An age such as `<1m ago`, `5m ago`, `3h ago`, `2d ago` from two epoch-ms times.
+/// An age such as `<1m ago`, `5m ago`, `3h ago`, `2d ago` from two epoch-ms times (`then_ms`
+/// comes from opencode's store: any i64, so the difference saturates).
 pub fn age(then_ms: i64, now_ms: i64) -> String {
-    let secs = (now_ms - then_ms).max(0) / 1000;
+    let secs = now_ms.saturating_sub(then_ms).max(0) / 1000;
     if secs < 60 {
         "<1m ago".into()
     } else if secs < 3600 {
@@ -155,6 +156,8 @@ mod tests {
         assert_eq!(age(0, 59_000), "<1m ago");
         assert_eq!(age(0, 5 * 60_000), "5m ago");
         assert_eq!(age(0, 3 * 3_600_000 + 1), "3h ago");
+        assert_eq!(age(i64::MAX, 0), "<1m ago");
+        assert!(age(i64::MIN, i64::MAX).ends_with("d ago"));
         assert_eq!(age(0, 49 * 3_600_000), "2d ago");
         assert_eq!(duration_ms(185_000), "3m05s");
         assert_eq!(duration_ms(7_800_000), "2h10m");

@@ -177,6 +177,10 @@ fn status_header(s: &TaskSnapshot) -> String {
             duration_ms(wait.as_millis() as u64)
         ));
     }
+    if let Some(w) = &s.provider_wait {
+        out.push_str(&provider_wait_line(w, std::time::SystemTime::now()));
+        out.push('\n');
+    }
     if let Some(f) = &s.failure {
         out.push_str(&format!(
             "failure: {}: {}\nadvice: {}\n",
@@ -645,7 +649,12 @@ pub fn status_line(s: &TaskSnapshot) -> String {
             crate::human::tokens(s.tokens.input, s.tokens.output)
         ));
     }
-    if let Some(wait) = s.retry_in {
+    if let Some(w) = &s.provider_wait {
+        parts.push(format!(
+            "waiting on the provider's limit until {}",
+            run_supervisor::utc::format(w.next.at)
+        ));
+    } else if let Some(wait) = s.retry_in {
         parts.push(format!(
             "retry {} in {}",
             s.attempts + 1,
@@ -661,4 +670,42 @@ pub fn status_line(s: &TaskSnapshot) -> String {
         parts.push(f.kind.to_string());
     }
     parts.join(" · ")
+}
+
+/// The refusal of a start while a numeric variable is outside its range (`error` is
+/// `bridge_env::EnvVar::read`'s one line).
+pub fn env_refusal(error: &str) -> String {
+    format!(
+        "refused: {error}. No task starts until it is fixed (the bridge's environment is set where it is started, e.g. the MCP server's `env` in Claude Code's config); `opencode_doctor` lists every such variable"
+    )
+}
+
+/// What the server says on stderr when it starts with a numeric variable outside its range.
+pub fn env_error_at_start(error: &str) -> String {
+    format!("opencode-bridge: {error}; every opencode_start is refused until it is fixed")
+}
+
+/// A running task whose opencode waits on a provider's limit: the limit, and when opencode
+/// sends the request again (`now` for the time left).
+pub fn provider_wait_line(
+    w: &run_supervisor::quota::ProviderWait,
+    now: std::time::SystemTime,
+) -> String {
+    let what = if w.is_quota() { "quota" } else { "rate limit" };
+    let message = if w.message.is_empty() {
+        "no message".to_owned()
+    } else {
+        one_line(&w.message, 300)
+    };
+    let held = if w.next.clamped {
+        " (the provider asked for longer; the bridge counts at most 7 days)"
+    } else {
+        ""
+    };
+    format!(
+        "waiting on the provider's {what}: {message}; opencode retries (retry {}) at {}, in {}{held}",
+        w.attempt,
+        run_supervisor::utc::format(w.next.at),
+        duration_ms(w.wait_from(now).as_millis() as u64)
+    )
 }

@@ -238,6 +238,7 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
         quiet: false,
         failure: None,
         retry_in: None,
+        provider_wait: None,
         tokens: TokenUsage {
             input: 12_000,
             output: 800,
@@ -689,5 +690,52 @@ fn usage_texts() {
             "since 1970-01-01",
             sonnet
         )
+    );
+}
+
+#[test]
+fn numeric_variable_out_of_range() {
+    let e = "OPENCODE_BRIDGE_TIMEOUT_MIN=18446744073709551615 is out of range: give a whole number from 1 to 10080 (minutes)";
+    insta::assert_snapshot!(
+        "env_out_of_range",
+        format!(
+            "{}\n{}",
+            tasks::env_refusal(e),
+            tasks::env_error_at_start(e)
+        )
+    );
+}
+
+#[test]
+fn provider_wait_and_its_end() {
+    use run_supervisor::quota::{ProviderWait, Reset};
+    use std::time::UNIX_EPOCH;
+    let now = UNIX_EPOCH + Duration::from_secs(1_893_456_000);
+    let wait = |secs: u64, message: &str| ProviderWait {
+        attempt: 1,
+        message: message.into(),
+        next: Reset::after(now, Duration::from_secs(secs)),
+    };
+    let huge = ProviderWait {
+        next: Reset::at_epoch_secs(u64::MAX, now),
+        ..wait(0, "Rate limit reached for requests")
+    };
+    let quota = wait(
+        3_600,
+        "You exceeded your current quota, please check your plan and billing details.",
+    );
+    let ended = run_supervisor::classify::provider_limit(&huge, false, now);
+    insta::assert_snapshot!(
+        "provider_wait",
+        [
+            tasks::provider_wait_line(&wait(90, "Rate limit reached for requests"), now),
+            tasks::provider_wait_line(&huge, now),
+            tasks::provider_wait_line(&quota, now),
+            format!(
+                "{}: {}\nadvice: {}",
+                ended.kind, ended.message, ended.advice
+            ),
+        ]
+        .join("\n")
     );
 }

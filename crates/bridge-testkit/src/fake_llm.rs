@@ -21,6 +21,7 @@
 //! | `e400` `e401` `e403` `e404` | HTTP errors with OpenAI-style bodies (`e404` = `model_not_found`) |
 //! | `e429` `equota` | 429 `rate_limit_exceeded` / `insufficient_quota` |
 //! | `e429wait` | 429 `rate_limit_exceeded` with `retry-after-ms: 60000`: opencode sits in its retry wait (for abort tests) |
+//! | `e429huge` `e429e308` `e429neg` `e429nan` | 429 `rate_limit_exceeded` with the extreme `retry-after` of [`EXTREME_RETRY_AFTER`] (`18446744073709551615`, `1e308`, `-1`, `NaN`) and no `retry-after-ms` |
 //! | `tool429wait` | a `bash` call, then `e429wait` once the tool result comes back |
 //! | `e529` | 529 Anthropic-style `overloaded_error` |
 //! | `e500` `e503` | server errors |
@@ -48,6 +49,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+
+/// The models answering 429 with an extreme `retry-after` (and no `retry-after-ms`), and the
+/// value each sends: the largest u64, a float past any duration, a negative and a NaN.
+pub const EXTREME_RETRY_AFTER: &[(&str, &str)] = &[
+    ("e429huge", "18446744073709551615"),
+    ("e429e308", "1e308"),
+    ("e429neg", "-1"),
+    ("e429nan", "NaN"),
+];
 
 /// The text of the `ok` scenario (and of most follow-ups).
 pub const OK_TEXT: &str = "Hello from the fake. DONE";
@@ -82,6 +92,10 @@ pub const SCENARIOS: &[&str] = &[
     "e404",
     "e429",
     "e429wait",
+    "e429huge",
+    "e429e308",
+    "e429neg",
+    "e429nan",
     "tool429wait",
     "equota",
     "e529",
@@ -357,6 +371,8 @@ enum Plan {
         body: Value,
         retry_after_ms: Option<u64>,
     },
+    /// A 429 with this raw `retry-after` value.
+    RetryAfter(&'static str),
     Stream {
         model: String,
         events: Vec<Event>,
@@ -552,6 +568,10 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
             openai_error("Service Unavailable", "server_error", None),
         ),
         "e429wait" => rate_limited_for_a_minute(),
+        m if EXTREME_RETRY_AFTER.iter().any(|(n, _)| *n == m) => {
+            let (_, v) = EXTREME_RETRY_AFTER.iter().find(|(n, _)| *n == m).unwrap();
+            Plan::RetryAfter(v)
+        }
         "tool429wait" if after_tool => rate_limited_for_a_minute(),
         "tool429wait" => stream(tool_answer(
             "bash",
@@ -869,6 +889,20 @@ fn play(out: &mut TcpStream, plan: Plan, shared: &Shared) -> io::Result<()> {
             body,
             retry_after_ms,
         } => write_json(out, status, &body, retry_after_ms),
+        Plan::RetryAfter(value) => http::respond(
+            out,
+            429,
+            reason_phrase(429),
+            "application/json",
+            &[("connection", "close"), ("retry-after", value)],
+            openai_error(
+                "Rate limit reached for requests",
+                "requests",
+                Some("rate_limit_exceeded"),
+            )
+            .to_string()
+            .as_bytes(),
+        ),
         Plan::Stream { model, events } => {
             let mut sse = Sse::start(out, &model)?;
             let mut errored = false;

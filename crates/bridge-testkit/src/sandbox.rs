@@ -1,7 +1,8 @@
 //! The real binaries in tests, and an isolated world for the real opencode.
 //!
 //! - [`real_opencode`] / [`real_claude`] find the binaries through `OPENCODE_BRIDGE_TEST_OPENCODE`
-//!   / `OPENCODE_BRIDGE_TEST_CLAUDE`. Missing: under `CI=true` they panic (a live test must not
+//!   / `OPENCODE_BRIDGE_TEST_CLAUDE`. Missing: under CI (`CI` set to anything but empty, `0`,
+//!   `false`, `no`, `off`) they panic (a live test must not
 //!   silently skip in CI); otherwise they return `None` and [`require_opencode!`] /
 //!   [`require_claude!`] print a note and return from the test.
 //! - [`real_verdaccio`]: the same for `verdaccio` (`OPENCODE_BRIDGE_TEST_VERDACCIO`), a local npm
@@ -30,15 +31,13 @@ pub const VERDACCIO_ENV: &str = "OPENCODE_BRIDGE_TEST_VERDACCIO";
 /// Env var naming the shared test cache dir (its `xdg-cache` is every sandbox's XDG_CACHE_HOME).
 pub const CACHE_ENV: &str = "OPENCODE_BRIDGE_TEST_CACHE";
 
-/// Whether we run under CI (`CI=true` or `CI=1`).
+/// Whether we run under CI: `CI` set to anything but empty, `0`, `false`, `no` or `off`
+/// (any case), so `CI=true`, `CI=1`, `CI=TRUE` or `CI=yes` all count.
 pub fn in_ci() -> bool {
-    matches!(
-        std::env::var("CI")
-            .as_deref()
-            .map(str::to_ascii_lowercase)
-            .as_deref(),
-        Ok("true") | Ok("1")
-    )
+    std::env::var("CI").is_ok_and(|v| {
+        let v = v.trim().to_ascii_lowercase();
+        !["", "0", "false", "no", "off"].contains(&v.as_str())
+    })
 }
 
 fn real_binary(var: &str, what: &str) -> Option<PathBuf> {

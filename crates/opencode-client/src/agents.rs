@@ -111,7 +111,7 @@ pub fn ask_run_permissions(
             // The tool registry waits for opencode's install of the project's tool
             // dependencies (`.opencode/node_modules`, 20-60 s on first use): a call that times
             // out is made again while the startup allowance lasts.
-            let deadline = std::time::Instant::now() + startup;
+            let deadline = bridge_proc::deadline::after(startup);
             let ids = loop {
                 match http.get_json("/experimental/tool/ids") {
                     Ok(r) => break r.body,

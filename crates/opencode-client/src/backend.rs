@@ -137,16 +137,19 @@ impl ClientConfig {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty())
         };
-        let ms = |k: &'static str, default: Duration| -> Result<Duration, ClientError> {
-            match get(k) {
+        // Held to the variable's range (`bridge_env::EnvVar::read`); a value outside it is
+        // refused with the range's one line.
+        let ms = |v: &'static env::EnvVar, default: Duration| -> Result<Duration, ClientError> {
+            match v.read(get(v.name).as_deref()) {
                 None => Ok(default),
-                Some(v) => match v.parse::<u64>() {
-                    Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
-                    _ => Err(ClientError::InvalidArgument {
-                        field: k,
-                        detail: format!("{v:?} is not a positive number of milliseconds"),
-                    }),
-                },
+                Some(env::Number { value, error: None }) => Ok(Duration::from_millis(value)),
+                Some(env::Number {
+                    error: Some(detail),
+                    ..
+                }) => Err(ClientError::InvalidArgument {
+                    field: v.name,
+                    detail,
+                }),
             }
         };
         let backend = get(env::BACKEND.name)
@@ -163,8 +166,8 @@ impl ClientConfig {
             backend,
             server_url: get(env::SERVER_URL.name),
             server_auth,
-            api_timeout: ms(env::API_TIMEOUT_MS.name, DEFAULT_API_TIMEOUT)?,
-            scan_deadline: ms(env::SCAN_DEADLINE_MS.name, DEFAULT_SCAN_DEADLINE)?,
+            api_timeout: ms(&env::API_TIMEOUT_MS, DEFAULT_API_TIMEOUT)?,
+            scan_deadline: ms(&env::SCAN_DEADLINE_MS, DEFAULT_SCAN_DEADLINE)?,
             max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             opencode_bin: get(env::OPENCODE_BIN.name)
                 .map(PathBuf::from)
@@ -187,7 +190,7 @@ impl ClientConfig {
     /// A context for one call: the deadline starts now.
     pub fn scan_context(&self, liveness: Liveness) -> ScanContext {
         ScanContext {
-            deadline: Instant::now() + self.scan_deadline,
+            deadline: bridge_proc::deadline::after(self.scan_deadline),
             now_ms: now_ms(),
             liveness,
         }
@@ -724,7 +727,7 @@ impl ServeProcess {
                 keep(&said_err, &line);
             }
         });
-        let deadline = Instant::now() + start.startup;
+        let deadline = bridge_proc::deadline::after(start.startup);
         let received = loop {
             let slice = deadline
                 .saturating_duration_since(Instant::now())

@@ -201,7 +201,7 @@ pub struct ExitInfo {
     pub signal: Option<i32>,
 }
 
-fn one_line(s: &str, max: usize) -> String {
+pub(crate) fn one_line(s: &str, max: usize) -> String {
     let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if joined.chars().count() <= max {
         joined
@@ -301,6 +301,67 @@ const QUOTA_WORDS: &[&str] = &[
     "out of credits",
     "payment required",
 ];
+/// The failure of a task whose opencode would wait on a provider's limit longer than the bridge
+/// sits through ([`crate::quota::LONGEST_WAIT`]) or than the task's time left (`past_left`):
+/// kind `quota` when the provider's message speaks of quota or credit, else `rate_limit`; the
+/// message names the limit and when it resets, the advice what to do meanwhile.
+pub fn provider_limit(
+    wait: &crate::quota::ProviderWait,
+    past_left: bool,
+    now: std::time::SystemTime,
+) -> Failure {
+    let kind = if wait.is_quota() {
+        FailureKind::Quota
+    } else {
+        FailureKind::RateLimit
+    };
+    let secs = wait.wait_from(now).as_secs();
+    let bound = if past_left {
+        "past the task's time left".to_owned()
+    } else {
+        format!(
+            "longer than the {} minutes the bridge waits on a provider",
+            crate::quota::LONGEST_WAIT.as_secs() / 60
+        )
+    };
+    let message = format!(
+        "the provider's limit stopped the task: {}; opencode would send retry {} only in {}, {bound}; the limit {}",
+        if wait.message.is_empty() {
+            "(no message)"
+        } else {
+            wait.message.as_str()
+        },
+        wait.attempt,
+        wait_words(secs),
+        wait.next.describe()
+    );
+    let advice = format!(
+        "{} Start the task again after {} (UTC), or use a model of another provider meanwhile.",
+        if kind == FailureKind::Quota {
+            "The provider account is out of quota or credit until its window resets."
+        } else {
+            "The provider is rate-limiting this account and asks to wait before the next request."
+        },
+        crate::utc::format(wait.next.at)
+    );
+    Failure::with_advice(kind, message, &advice)
+}
+
+/// A wait in words: `45 s`, `12 min`, `3 h 20 min`, `24 days 20 h`.
+fn wait_words(secs: u64) -> String {
+    match secs {
+        0..=59 => format!("{secs} s"),
+        60..=3_599 => format!("{} min", secs / 60),
+        3_600..=86_399 => format!("{} h {} min", secs / 3_600, secs % 3_600 / 60),
+        _ => format!("{} days {} h", secs / 86_400, secs % 86_400 / 3_600),
+    }
+}
+
+/// Whether a provider's message speaks of quota or credit (not of a rate).
+pub(crate) fn speaks_of_quota(message: &str) -> bool {
+    contains_any(&message.to_lowercase(), QUOTA_WORDS)
+}
+
 const RATE_WORDS: &[&str] = &["rate limit", "rate_limit", "too many requests", "429"];
 const OVERLOAD_WORDS: &[&str] = &[
     "overloaded",

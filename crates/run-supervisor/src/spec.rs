@@ -236,8 +236,9 @@ impl Default for SupervisorConfig {
 }
 
 impl SupervisorConfig {
-    /// Reads the configuration from the process environment. Unparsable numbers fall back to
-    /// the defaults; the parallel limit is clamped to 1..=64.
+    /// Reads the configuration from the process environment. A number outside its variable's
+    /// range is held to it, one that does not parse gives the default
+    /// ([`bridge_env::EnvVar::read`]).
     pub fn from_env() -> SupervisorConfig {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -245,7 +246,9 @@ impl SupervisorConfig {
     /// Like [`from_env`](Self::from_env) with an injectable variable lookup.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> SupervisorConfig {
         let mut c = SupervisorConfig::default();
-        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
+        // Every number is held to its variable's range (`bridge_env::EnvVar::read`); the
+        // binary reports the ones that were not in it (`bridge_env::number_errors`).
+        let num = |v: &env::EnvVar| v.read(get(v.name).as_deref()).map(|n| n.value);
         if let Some(b) = get(env::OPENCODE_BIN.name).filter(|s| !s.trim().is_empty()) {
             c.opencode_bin = Some(PathBuf::from(b));
         }
@@ -256,44 +259,44 @@ impl SupervisorConfig {
             c.root = PathBuf::from(r);
         }
         c.default_model = get(env::MODEL.name).filter(|s| !s.trim().is_empty());
-        if let Some(n) = num(env::MAX_PARALLEL.name) {
-            c.max_parallel = n.clamp(1, 64) as usize;
+        if let Some(n) = num(&env::MAX_PARALLEL) {
+            c.max_parallel = n as usize;
         }
-        if let Some(n) = num(env::TIMEOUT_MIN.name).filter(|&n| n > 0) {
-            c.default_timeout = Duration::from_secs(n * 60);
+        if let Some(n) = num(&env::TIMEOUT_MIN) {
+            c.default_timeout = Duration::from_secs(n.saturating_mul(60));
         }
-        if let Some(n) = num(env::KILL_GRACE_MS.name) {
+        if let Some(n) = num(&env::KILL_GRACE_MS) {
             c.kill_grace = Duration::from_millis(n);
         }
-        if let Some(n) = num(env::RUN_NICE.name) {
+        if let Some(n) = num(&env::RUN_NICE) {
             c.run_nice = n.min(u64::from(bridge_proc::sched::NICEST)) as u8;
         }
         if let Some(v) = get(env::SANDBOX.name) {
             c.sandbox = bridge_fence::Sandbox::parse(&v).unwrap_or(bridge_fence::Sandbox::Required);
         }
-        if let Some(n) = num(env::RETRIES.name) {
-            c.retries = n.min(10) as u32;
+        if let Some(n) = num(&env::RETRIES) {
+            c.retries = n as u32;
         }
-        if let Some(n) = num(env::RETRY_DELAY_S.name) {
+        if let Some(n) = num(&env::RETRY_DELAY_S) {
             c.retry_delay = Duration::from_secs(n);
         }
-        if let Some(n) = num(env::QUIET_MIN.name).filter(|&n| n > 0) {
-            c.quiet_after = Duration::from_secs(n * 60);
+        if let Some(n) = num(&env::QUIET_MIN) {
+            c.quiet_after = Duration::from_secs(n.saturating_mul(60));
         }
-        if let Some(n) = num(env::PRUNE_DAYS.name) {
-            c.prune_after = Duration::from_secs(n.min(36_500) * 24 * 3600);
+        if let Some(n) = num(&env::PRUNE_DAYS) {
+            c.prune_after = Duration::from_secs(n.saturating_mul(24 * 3600));
         }
         if let Some(v) = get(env::ENGINE.name) {
             // A value that cannot be read keeps the default (doctor says why).
             c.engine = Engine::parse(&v).unwrap_or_default();
         }
-        if let Some(n) = num(env::SERVE_IDLE_MIN.name).filter(|&n| n > 0) {
-            c.serve_idle = Duration::from_secs(n * 60);
+        if let Some(n) = num(&env::SERVE_IDLE_MIN) {
+            c.serve_idle = Duration::from_secs(n.saturating_mul(60));
         }
-        if let Some(n) = num(env::SERVE_MAX.name) {
-            c.serve_max = n.clamp(1, 64) as usize;
+        if let Some(n) = num(&env::SERVE_MAX) {
+            c.serve_max = n as usize;
         }
-        if let Some(n) = num(env::API_TIMEOUT_MS.name).filter(|&n| n > 0) {
+        if let Some(n) = num(&env::API_TIMEOUT_MS) {
             c.api_timeout = Duration::from_millis(n);
         }
         c.client_session = get(env::CLAUDE_SESSION.name).filter(|s| !s.trim().is_empty());
@@ -430,5 +433,11 @@ mod tests {
         assert_eq!(junk.max_parallel, 6);
         assert_eq!(junk.retries, 2);
         assert_eq!(junk.default_timeout, Duration::from_secs(7200));
+        // The largest values the environment can hold are held to the ranges: no overflow.
+        let huge = SupervisorConfig::from_lookup(|_| Some("18446744073709551615".to_owned()));
+        assert_eq!(huge.default_timeout, Duration::from_secs(10_080 * 60));
+        assert_eq!(huge.retry_delay, Duration::from_secs(3_600));
+        assert_eq!(huge.prune_after, Duration::from_secs(36_500 * 86_400));
+        assert_eq!(huge.max_parallel, 64);
     }
 }

@@ -112,6 +112,9 @@ pub struct TaskSnapshot {
     pub failure: Option<Failure>,
     /// Time left before the next attempt, while retrying.
     pub retry_in: Option<Duration>,
+    /// opencode is waiting to retry a request the provider refused (a rate limit, a quota):
+    /// the provider's message and when opencode tries again (a running served task only).
+    pub provider_wait: Option<crate::quota::ProviderWait>,
     /// Token totals of the current/last attempt.
     pub tokens: TokenUsage,
     /// Cost of the current/last attempt.

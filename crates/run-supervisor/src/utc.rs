@@ -33,6 +33,16 @@ pub fn parse(s: &str) -> Option<SystemTime> {
     let n = |a: usize, z: usize| s.get(a..z)?.parse::<i64>().ok();
     let (y, m, d) = (n(0, 4)?, n(5, 7)?, n(8, 10)?);
     let (hh, mm, ss) = (n(11, 13)?, n(14, 16)?, n(17, 19)?);
+    let fields = [
+        (m, 1, 12),
+        (d, 1, 31),
+        (hh, 0, 23),
+        (mm, 0, 59),
+        (ss, 0, 60),
+    ];
+    if y < 0 || fields.iter().any(|&(v, lo, hi)| v < lo || v > hi) {
+        return None;
+    }
     let rest = &s[19..];
     let rest = rest.trim_start_matches(|c: char| c == '.' || c.is_ascii_digit());
     if !(rest.is_empty() || rest == "Z" || rest == "+00:00") {
@@ -40,6 +50,35 @@ pub fn parse(s: &str) -> Option<SystemTime> {
     }
     let secs = u64::try_from(days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60 + ss).ok()?;
     Some(UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// Parses an HTTP date in its preferred form (IMF-fixdate, RFC 9110 5.6.7:
+/// `Sun, 06 Nov 1994 08:49:37 GMT`), what `retry-after` may carry instead of seconds; `None`
+/// for any other shape or an instant before 1970.
+pub fn parse_http_date(s: &str) -> Option<SystemTime> {
+    let s = s.trim();
+    let (_weekday, rest) = s.split_once(", ")?;
+    let mut parts = rest.split(' ');
+    let (d, mon, y, time, zone) = (
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+        parts.next()?,
+    );
+    if parts.next().is_some() || zone != "GMT" || d.len() != 2 || y.len() != 4 {
+        return None;
+    }
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let m = MONTHS.iter().position(|n| *n == mon)? + 1;
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if !digits(y) || !digits(d) || time.len() != 8 {
+        return None;
+    }
+    let text = format!("{y}-{m:02}-{d}T{time}Z");
+    parse(&text)
 }
 
 /// The UTC day of an instant in epoch ms, `YYYY-MM-DD`.
@@ -54,7 +93,9 @@ pub fn day_and_month_bounds(ms: u64) -> [(u64, u64); 2] {
     let days = (ms / 86_400_000) as i64;
     let (y, m, _) = civil_from_days(days);
     let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-    let at = |d: i64| (d.max(0) as u64) * 86_400_000;
+    // `ms` may be any u64 (a time read from a file): the next day past the largest ms is
+    // held at u64::MAX rather than overflowing.
+    let at = |d: i64| (d.max(0) as u64).saturating_mul(86_400_000);
     [
         (at(days), at(days + 1)),
         (at(days_from_civil(y, m, 1)), at(days_from_civil(ny, nm, 1))),
@@ -116,6 +157,29 @@ mod tests {
         assert_eq!(parse("2030-01-01T00:00:00+02:00"), None);
         assert_eq!(parse("2030-01-01 00:00:00Z"), None);
         assert_eq!(parse("1969-12-31T23:59:59Z"), None);
+    }
+
+    #[test]
+    fn http_dates_and_nonsense_fields() {
+        assert_eq!(
+            parse_http_date("Tue, 01 Jan 2030 00:00:00 GMT"),
+            Some(at(1_893_456_000))
+        );
+        assert_eq!(parse_http_date("Tue, 01 Jan 2030 00:00:00 UTC"), None);
+        assert_eq!(parse_http_date("Tue, 1 Jan 2030 00:00:00 GMT"), None);
+        assert_eq!(parse_http_date("Tue, 01 Foo 2030 00:00:00 GMT"), None);
+        assert_eq!(parse_http_date("Tue, 01 Jan +030 00:00:00 GMT"), None);
+        assert_eq!(parse_http_date("18446744073709551615"), None);
+        // Fields out of their range are no date, not an overflow or a wrapped date.
+        assert_eq!(parse("2030-13-01T00:00:00Z"), None);
+        assert_eq!(parse("2030-01-01T99:99:99Z"), None);
+        assert_eq!(parse("+999-01-01T00:00:00Z"), None);
+        assert_eq!(parse("9999-12-31T23:59:59Z"), Some(at(253_402_300_799)));
+        // The day bounds of the largest ms a file could hold.
+        let [(_, next_day), (_, next_month)] = day_and_month_bounds(u64::MAX);
+        assert_eq!(next_day, u64::MAX);
+        assert_eq!(next_month, u64::MAX);
+        assert!(day(u64::MAX).contains('-'));
     }
 
     #[test]

@@ -274,19 +274,32 @@ async fn live_claude_usage_limit_opens_a_quota_window_that_refuses_later_starts(
     let s = finish(&sup, id, RUN_LIMIT).await;
     let f = s.failure.clone().expect("a failure");
     assert_eq!(f.kind, FailureKind::Quota, "{f:?}");
-    assert!(f.message.contains("2030-01-01T00:00:00Z"), "{}", f.message);
+    // The fake names 2030-01-01, years past the 7-day horizon: the window is held to the
+    // horizon, and the message says so.
+    assert!(
+        f.message.contains("at the latest") && !f.message.contains("2030-01-01"),
+        "{}",
+        f.message
+    );
     assert_eq!(s.attempts, 1, "quota is not retried");
-    let until = UNIX_EPOCH + Duration::from_secs(USAGE_RESET_EPOCH);
-    assert_eq!(sup.quota_windows(), vec![("claude".to_owned(), until)]);
+    let named = UNIX_EPOCH + Duration::from_secs(USAGE_RESET_EPOCH);
+    let windows = sup.quota_windows();
+    assert_eq!(windows.len(), 1, "{windows:?}");
+    let (account, until) = windows[0].clone();
+    assert_eq!(account, "claude");
+    let horizon = SystemTime::now() + run_supervisor::quota::HORIZON;
+    assert!(until < named && until <= horizon, "{windows:?}");
+    assert!(
+        until + Duration::from_secs(600) > horizon,
+        "held short of the horizon: {windows:?}"
+    );
+    let until_text = run_supervisor::utc::format(until);
     // Any later Claude start is refused at once, naming the time.
     let requests_before = w.fake.requests().len();
     match sup.start(spec(&cwd, "sonnet", "hi", true)) {
         Err(e @ StartError::QuotaWindow { .. }) => {
             let msg = e.to_string();
-            assert!(
-                msg.contains("2030-01-01T00:00:00Z") && msg.contains("claude"),
-                "{msg}"
-            );
+            assert!(msg.contains(&until_text) && msg.contains("claude"), "{msg}");
         }
         other => panic!("expected a quota refusal, got {other:?}"),
     }

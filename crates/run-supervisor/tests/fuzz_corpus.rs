@@ -1,5 +1,5 @@
-//! Replays every committed seed of the `event_lines` fuzz target through the same harness the
-//! fuzzer runs (`fuzz/harness/events.rs`), so plain `cargo test` covers the corpus without
+//! Replays every committed seed of the `event_lines` and `quota_parse` fuzz targets through the
+//! same harnesses the fuzzer runs (`fuzz/harness/events.rs`, `fuzz/harness/quota.rs`), so plain `cargo test` covers the corpus without
 //! cargo-fuzz. See docs/FUZZING.md.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 #[path = "../../../fuzz/harness/events.rs"]
 mod events;
+#[path = "../../../fuzz/harness/quota.rs"]
+mod quota;
 
 fn seeds(target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -34,6 +36,25 @@ fn event_lines_corpus_replays_without_panic() {
         .filter(|f| {
             let data = std::fs::read(f).expect("seed readable");
             catch_unwind(AssertUnwindSafe(|| events::run(&data))).is_err()
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(failed.is_empty(), "seeds that panic: {failed:?}");
+}
+
+#[test]
+fn quota_parse_corpus_replays_without_panic() {
+    let files = seeds("quota_parse");
+    assert!(
+        files.len() >= 8,
+        "expected the committed quota_parse seeds, found {}",
+        files.len()
+    );
+    let failed: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let data = std::fs::read(f).expect("seed readable");
+            catch_unwind(AssertUnwindSafe(|| quota::run(&data))).is_err()
         })
         .map(|f| f.display().to_string())
         .collect();

@@ -48,6 +48,8 @@ pub(crate) fn to_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// An epoch-ms time (read from a file: any u64) as an instant. Cannot overflow: u64::MAX ms is
+/// about 1.8e16 s, far below the i64 seconds a `SystemTime` holds.
 pub(crate) fn from_ms(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }

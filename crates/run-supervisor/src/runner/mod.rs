@@ -9,7 +9,6 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use crate::classify::{ExitInfo, Failure};
 use crate::command::{Launch, LaunchContext};
@@ -179,7 +178,7 @@ pub(crate) trait Stream: Send + std::fmt::Debug {
     fn classify(&self, summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure>;
 
     /// When the quota window that refused the attempt resets, if the refusal said.
-    fn quota_reset(&self, summary: &RunSummary) -> Option<SystemTime>;
+    fn quota_reset(&self, summary: &RunSummary) -> Option<crate::quota::Reset>;
 }
 
 /// Folds a prepared line the way every runner does for lines it cannot read.

@@ -27,6 +27,7 @@ const FINISHED_STDERR: usize = 64 * 1024;
 /// Remembers the quota window of a task refused for quota, so later starts on the same account
 /// are refused early.
 fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
+    // Only a quota opens a window: a rate limit is the provider's pace, not an account's end.
     if failure.is_none_or(|f| f.kind != FailureKind::Quota) {
         return;
     }
@@ -37,7 +38,8 @@ fn note_quota_window(shared: &Shared, id: TaskId, failure: Option<&Failure>) {
     // A reset only seconds away is a retry hint (e.g. `retry-after-ms: 10`), not a window.
     let Some(until) = r
         .quota_reset()
-        .filter(|t| *t > SystemTime::now() + quota::MIN_WINDOW)
+        .map(|t| t.at)
+        .filter(|t| *t > quota::later(SystemTime::now(), quota::MIN_WINDOW))
     else {
         return;
     };
@@ -268,7 +270,7 @@ async fn run_task_inner(
 ) -> (TaskState, Option<Failure>) {
     let cfg = shared.config.clone();
     let timeout = spec.timeout.unwrap_or(cfg.default_timeout);
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = bridge_proc::deadline::after_tokio(timeout);
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
     let remote = shared
         .with(id, |r| r.rec.engine.clone())
@@ -379,6 +381,15 @@ async fn run_task_inner(
                 );
                 return (TaskState::Failed, Some(f));
             }
+            AttemptEnd::ProviderLimit(wait, past_left) => {
+                let f =
+                    crate::classify::provider_limit(&wait, past_left, std::time::SystemTime::now());
+                shared.with(id, |r| {
+                    r.provider_reset = Some(wait.next);
+                    r.provider_wait = None;
+                });
+                return (TaskState::Failed, Some(f));
+            }
             AttemptEnd::SpawnFailed(msg) => {
                 return (
                     TaskState::Failed,
@@ -421,8 +432,9 @@ async fn run_task_inner(
                 // safe for every agent.
                 if store_race && startup_retries < STARTUP_RETRIES {
                     startup_retries += 1;
-                    let pause =
-                        Duration::from_millis(400 * u64::from(startup_retries) + (97 * id) % 400);
+                    let pause = Duration::from_millis(
+                        400 * u64::from(startup_retries) + id.wrapping_mul(97) % 400,
+                    );
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => {}
                         _ = stop_rx.changed() => {
@@ -441,13 +453,13 @@ async fn run_task_inner(
                 let delay = cfg
                     .retry_delay
                     .saturating_mul(3u32.saturating_pow(attempt - 1));
-                let at = tokio::time::Instant::now() + delay;
+                let at = bridge_proc::deadline::after_tokio(delay);
                 if at >= deadline {
                     return (TaskState::Failed, Some(f));
                 }
                 shared.with(id, |r| {
                     r.state = TaskState::Retrying;
-                    r.retry_at = Some(Instant::now() + delay);
+                    r.retry_at = Some(bridge_proc::deadline::after(delay));
                     r.failure = Some(f);
                     persist(shared, r, Save::WithOutput);
                 });

@@ -47,6 +47,9 @@ pub(super) enum AttemptEnd {
     NoLocalServer(String),
     /// The task's usage passed its `max_cost_usd` (what it had cost).
     OverBudget(f64),
+    /// opencode would wait on a provider's limit longer than [`crate::quota::LONGEST_WAIT`]
+    /// or than the task's time left (true: the time left was the shorter).
+    ProviderLimit(crate::quota::ProviderWait, bool),
 }
 
 /// Runs attempt number `attempt` of the task to its end (see [`AttemptEnd`]).

@@ -781,7 +781,7 @@ impl Supervisor {
     /// until `timeout`, and says which finished and which still run. Unknown ids are reported,
     /// never waited for.
     pub async fn wait_for(&self, ids: &[TaskId], all: bool, timeout: Duration) -> WaitReport {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = bridge_proc::deadline::after_tokio(timeout);
         loop {
             let mut report = WaitReport {
                 finished: Vec::new(),

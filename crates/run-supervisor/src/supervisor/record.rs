@@ -68,6 +68,12 @@ pub(super) struct Record {
     pub(super) next_attempt_note: Option<String>,
     /// The pid of the warm local server the current attempt runs on (served tasks).
     pub(super) server_pid: Option<u32>,
+    /// opencode is waiting to retry a request the provider refused (its retry status), shown
+    /// in the task's status until it is busy again.
+    pub(super) provider_wait: Option<crate::quota::ProviderWait>,
+    /// The reset of a provider's limit that ended the task (a wait too long to sit through):
+    /// what the quota window learns, before what the attempt's own output says.
+    pub(super) provider_reset: Option<crate::quota::Reset>,
     /// A remote served task left running on its server at this bridge's shutdown: it is not
     /// finished, and the next bridge follows it again.
     pub(super) detached: bool,
@@ -115,6 +121,8 @@ impl Record {
             resume: false,
             next_attempt_note: None,
             server_pid: None,
+            provider_wait: None,
+            provider_reset: None,
             detached: false,
             pricing,
             prior: Vec::new(),
@@ -192,6 +200,8 @@ impl Record {
         self.exit = None;
         self.retry_at = None;
         self.failure = None;
+        self.provider_wait = None;
+        self.provider_reset = None;
     }
 
     /// The task's record as it is now, in `state`: what is persisted, and what a snapshot is
@@ -201,9 +211,11 @@ impl Record {
         t.version = registry::FORMAT_VERSION;
         t.state = state.as_str().into();
         t.attempts = self.attempts;
-        t.finished_ms = self
-            .finished
-            .map(|f| t.accepted_ms + f.saturating_duration_since(self.accepted).as_millis() as u64);
+        t.finished_ms = self.finished.map(|f| {
+            let ran = f.saturating_duration_since(self.accepted).as_millis();
+            t.accepted_ms
+                .saturating_add(u64::try_from(ran).unwrap_or(u64::MAX))
+        });
         // A served task knows its session before its first event (the server said it).
         t.session_id = self
             .summary
@@ -274,6 +286,9 @@ impl Record {
         if self.state == TaskState::Retrying {
             s.retry_in = self.retry_at.map(|t| t.saturating_duration_since(now));
         }
+        if running {
+            s.provider_wait = self.provider_wait.clone();
+        }
         s
     }
 
@@ -283,8 +298,9 @@ impl Record {
     }
 
     /// When the quota window that refused this task resets, if the refusal said so.
-    pub(super) fn quota_reset(&self) -> Option<SystemTime> {
-        self.stream.quota_reset(&self.summary)
+    pub(super) fn quota_reset(&self) -> Option<crate::quota::Reset> {
+        self.provider_reset
+            .or_else(|| self.stream.quota_reset(&self.summary))
     }
 
     /// The wall-clock start of the current attempt, truncated to the millisecond (opencode
@@ -319,6 +335,7 @@ pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
         quiet: false,
         failure: t.failure.as_ref().map(registry::StoredFailure::to_failure),
         retry_in: None,
+        provider_wait: None,
         tokens: t.tokens.into(),
         cost: t.cost,
         usage: t.usage.clone(),

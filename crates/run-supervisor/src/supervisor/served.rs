@@ -251,6 +251,20 @@ pub(super) async fn run_served_attempt(
                         tokio::task::spawn_blocking(move || session::reply(&h, &d, &request, reply));
                     }
                     Some(Action::Idle) => break exited(&follow),
+                    Some(Action::Retry(wait)) => {
+                        // A wait past the task's time left, or past the longest the bridge
+                        // sits through, ends the task now rather than at its timeout.
+                        let over = wait.as_ref().and_then(|w| {
+                            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                            let wait_for = w.wait_from(std::time::SystemTime::now());
+                            (wait_for > crate::quota::LONGEST_WAIT || wait_for >= left)
+                                .then(|| (w.clone(), wait_for >= left && left <= crate::quota::LONGEST_WAIT))
+                        });
+                        shared.with(id, |r| r.provider_wait = wait);
+                        if let Some((w, past_left)) = over {
+                            break AttemptEnd::ProviderLimit(w, past_left);
+                        }
+                    }
                     None => {}
                 },
                 Some(Err(e)) => {
@@ -333,6 +347,7 @@ pub(super) async fn run_served_attempt(
             | AttemptEnd::TimedOut
             | AttemptEnd::OverflowLoop(_)
             | AttemptEnd::OverBudget(_)
+            | AttemptEnd::ProviderLimit(..)
     );
     // At the bridge's shutdown a local server is stopped whole right after: no turn to wait for.
     let server_ends =

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use serde_json::Value;
 
@@ -240,8 +240,9 @@ pub struct ClaudeStream {
     pending: HashMap<String, (String, Option<String>)>,
     /// The `result` event, once seen.
     pub result: Option<ClaudeResult>,
-    /// `rate_limit_event` with status `rejected`: when the window resets (epoch seconds).
-    pub limit_reset: Option<u64>,
+    /// `rate_limit_event` with status `rejected`: when the window resets (its `resetsAt`,
+    /// held to [`crate::quota::HORIZON`] from when the event was read).
+    pub limit_reset: Option<crate::quota::Reset>,
     /// True when a `rate_limit_event` said `rejected`.
     pub limit_rejected: bool,
 }
@@ -266,6 +267,16 @@ fn content_text(c: &Value) -> String {
 }
 
 impl ClaudeStream {
+    /// When the usage-limit window that refused the run resets: the `rate_limit_event`'s
+    /// `resetsAt`, else the epoch seconds in the result's text (`…|<secs>`).
+    pub fn reset(&self, result_text: Option<&str>) -> Option<crate::quota::Reset> {
+        self.limit_reset.or_else(|| {
+            result_text
+                .and_then(reset_in_text)
+                .map(|s| crate::quota::Reset::at_epoch_secs(s, SystemTime::now()))
+        })
+    }
+
     /// Folds one stdout line of `--output-format stream-json` into `summary`. Returns true if
     /// it was a JSON event. Unknown event types are counted, malformed lines too; nothing is
     /// fatal.
@@ -295,7 +306,7 @@ impl ClaudeStream {
                     self.limit_reset = info
                         .get("resetsAt")
                         .and_then(Value::as_f64)
-                        .map(|f| f as u64)
+                        .and_then(|f| crate::quota::Reset::at_epoch_secs_f64(f, SystemTime::now()))
                         .or(self.limit_reset);
                 }
             }
@@ -453,7 +464,7 @@ pub struct Classified {
     /// The failure.
     pub failure: Failure,
     /// When a usage-limit window resets.
-    pub reset: Option<SystemTime>,
+    pub reset: Option<crate::quota::Reset>,
 }
 
 /// Classifies a finished `claude -p` run (`None`: it succeeded).
@@ -526,10 +537,7 @@ pub fn classify(
         r.api_error_type.as_deref().unwrap_or("")
     );
     let usage = stream.limit_rejected || USAGE_WORDS.iter().any(|w| lower.contains(w));
-    let reset = stream
-        .limit_reset
-        .or_else(|| reset_in_text(&r.text))
-        .map(|s| UNIX_EPOCH + Duration::from_secs(s));
+    let reset = stream.reset(Some(&r.text));
     let status = r
         .api_error_status
         .map(|s| format!(" (HTTP {s})"))
@@ -537,7 +545,7 @@ pub fn classify(
     let message = format!("{}{status}", r.text);
     if usage || r.api_error_status == Some(402) {
         let when = reset
-            .map(|t| format!("; the window resets at {}", crate::utc::format(t)))
+            .map(|t| format!("; the window {}", t.describe()))
             .unwrap_or_default();
         return Some(Classified {
             failure: Failure::with_advice(
@@ -607,6 +615,7 @@ pub(crate) fn process_entry(
 mod tests {
     use super::*;
     use std::ffi::OsString;
+    use std::time::{Duration, UNIX_EPOCH};
 
     fn strs(a: &[OsString]) -> Vec<String> {
         a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
@@ -866,7 +875,7 @@ mod tests {
         )
     }
 
-    fn kind(lines: &str) -> (FailureKind, Option<SystemTime>, String) {
+    fn kind(lines: &str) -> (FailureKind, Option<crate::quota::Reset>, String) {
         let (s, c) = fold(lines);
         assert!(!s.produced_output());
         let k = classify(
@@ -942,26 +951,71 @@ mod tests {
         for (lines, want) in cases {
             assert_eq!(kind(&lines).0, want, "{lines}");
         }
+        // A reset within the horizon is taken as said.
+        let soon = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3 * 3600;
         let (_, reset, msg) = kind(&failed(
             429,
             "rate_limit_error",
-            "Claude AI usage limit reached|1893456000",
+            &format!("Claude AI usage limit reached|{soon}"),
             "api_error",
         ));
-        assert_eq!(reset, Some(UNIX_EPOCH + Duration::from_secs(1_893_456_000)));
-        assert!(msg.contains("resets at 2030-01-01T00:00:00Z"), "{msg}");
-        let with_event = format!(
-            "{{\"type\":\"rate_limit_event\",\"rate_limit_info\":{{\"status\":\"rejected\",\"resetsAt\":1893459600,\"rateLimitType\":\"five_hour\"}},\"session_id\":\"s\"}}\n{}",
-            failed(
-                429,
-                "rate_limit_error",
-                "API Error: Request rejected (429)",
-                "api_error"
-            )
+        let at = UNIX_EPOCH + Duration::from_secs(soon);
+        assert_eq!(reset.map(|r| (r.at, r.clamped)), Some((at, false)));
+        assert!(
+            msg.contains(&format!("resets at {}", crate::utc::format(at))),
+            "{msg}"
         );
-        let (k, reset, _) = kind(&with_event);
+        let event = |resets: &str| {
+            format!(
+                "{{\"type\":\"rate_limit_event\",\"rate_limit_info\":{{\"status\":\"rejected\",\"resetsAt\":{resets},\"rateLimitType\":\"five_hour\"}},\"session_id\":\"s\"}}\n{}",
+                failed(
+                    429,
+                    "rate_limit_error",
+                    "API Error: Request rejected (429)",
+                    "api_error"
+                )
+            )
+        };
+        let (k, reset, _) = kind(&event(&(soon + 60).to_string()));
         assert_eq!(k, FailureKind::Quota);
-        assert_eq!(reset, Some(UNIX_EPOCH + Duration::from_secs(1_893_459_600)));
+        assert_eq!(
+            reset.map(|r| r.at),
+            Some(UNIX_EPOCH + Duration::from_secs(soon + 60))
+        );
+        // Far or absurd reset times are held to the horizon, and the message says so; NaN
+        // (as JSON cannot carry it, a string), negative and zero are no time at all.
+        for far in [
+            "1893456000",
+            "18446744073709551615",
+            "1e308",
+            "1.7976931348623157e308",
+        ] {
+            let (k, reset, msg) = kind(&event(far));
+            assert_eq!(k, FailureKind::Quota, "{far}");
+            let reset = reset.unwrap_or_else(|| panic!("{far}: no reset"));
+            assert!(reset.clamped, "{far}");
+            assert!(
+                reset.at <= SystemTime::now() + crate::quota::HORIZON,
+                "{far}"
+            );
+            assert!(msg.contains("at the latest"), "{far}: {msg}");
+        }
+        for none in ["-1", "-1e308", "0", "\"NaN\"", "null"] {
+            let (k, reset, _) = kind(&event(none));
+            assert_eq!(k, FailureKind::Quota, "{none}");
+            assert_eq!(reset, None, "{none}");
+        }
+        let (_, reset, _) = kind(&failed(
+            429,
+            "rate_limit_error",
+            "Claude AI usage limit reached|99999999999999999999999999",
+            "api_error",
+        ));
+        assert!(reset.is_none_or(|r| r.clamped));
     }
 
     #[test]

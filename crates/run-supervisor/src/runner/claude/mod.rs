@@ -1,7 +1,6 @@
 //! The `claude -p --output-format stream-json` runner (Claude Code).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
 
 use super::{Backend, OwnRun, Prepared, Stream, Traits, push_common};
 use crate::classify::{ExitInfo, Failure};
@@ -87,10 +86,7 @@ impl Stream for ClaudeStream {
         cc::classify(summary, self, stderr, exit).map(|c| c.failure)
     }
 
-    fn quota_reset(&self, _summary: &RunSummary) -> Option<SystemTime> {
-        let text = self.result.as_ref().map(|r| r.text.as_str());
-        self.limit_reset
-            .or_else(|| text.and_then(cc::reset_in_text))
-            .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s))
+    fn quota_reset(&self, _summary: &RunSummary) -> Option<crate::quota::Reset> {
+        self.reset(self.result.as_ref().map(|r| r.text.as_str()))
     }
 }

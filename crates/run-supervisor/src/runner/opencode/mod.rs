@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::{Backend, OwnRun, Prepared, Stream, Traits, push_common};
-use crate::classify::{ExitInfo, Failure};
+use crate::classify::{ExitInfo, Failure, FailureKind};
 use crate::command::{self, Launch, LaunchContext};
 use crate::events::{ReadLine, RunSummary};
 use crate::proctable::{self, OpencodeProcess};
@@ -83,10 +83,22 @@ impl Stream for Events {
     }
 
     fn classify(&self, summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure> {
-        classify(summary, stderr, exit)
+        let mut f = classify(summary, stderr, exit)?;
+        // A provider's limit says when it resets: the message says it too (held to the
+        // horizon, and then saying so). A reset seconds away is a retry hint, not news.
+        if matches!(f.kind, FailureKind::Quota | FailureKind::RateLimit)
+            && let Some(reset) = self.quota_reset(summary)
+            && reset.at > quota::later(SystemTime::now(), quota::MIN_WINDOW)
+        {
+            f.message = crate::classify::one_line(
+                &format!("{}; the limit {}", f.message, reset.describe()),
+                800,
+            );
+        }
+        Some(f)
     }
 
-    fn quota_reset(&self, summary: &RunSummary) -> Option<SystemTime> {
+    fn quota_reset(&self, summary: &RunSummary) -> Option<quota::Reset> {
         summary
             .errors()
             .last()
@@ -98,6 +110,50 @@ impl Stream for Events {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_names_its_reset_held_to_the_horizon() {
+        let line = |headers: &str| {
+            format!(
+                r#"{{"type":"error","timestamp":1,"sessionID":"ses_1","error":{{"name":"APIError","data":{{"message":"Rate limit reached","statusCode":429,"isRetryable":true,"responseHeaders":{headers}}}}}}}"#
+            )
+        };
+        let judge = |headers: &str| {
+            let mut summary = RunSummary::new(1 << 20);
+            let mut events = Events;
+            assert!(events.push(&mut summary, Prepared::Raw(line(headers).into())));
+            let exit = ExitInfo {
+                code: Some(1),
+                signal: None,
+            };
+            (
+                events.classify(&summary, "", exit).expect("a failure"),
+                events.quota_reset(&summary),
+            )
+        };
+        let (f, reset) = judge(r#"{"retry-after":"18446744073709551615"}"#);
+        assert_eq!(f.kind, FailureKind::RateLimit);
+        assert!(reset.is_some_and(|r| r.clamped));
+        assert!(
+            f.message.contains("resets at") && f.message.contains("at the latest"),
+            "{}",
+            f.message
+        );
+        let (f, reset) = judge(r#"{"retry-after":"600"}"#);
+        assert!(reset.is_some_and(|r| !r.clamped));
+        assert!(f.message.contains("the limit resets at"), "{}", f.message);
+        assert!(!f.message.contains("at the latest"), "{}", f.message);
+        // A retry hint, a negative or NaN value: the message is the provider's alone.
+        for h in [
+            r#"{"retry-after-ms":"50"}"#,
+            r#"{"retry-after":"-1"}"#,
+            r#"{"retry-after":"NaN"}"#,
+        ] {
+            let (f, _) = judge(h);
+            assert_eq!(f.kind, FailureKind::RateLimit);
+            assert!(!f.message.contains("resets at"), "{h}: {}", f.message);
+        }
+    }
 
     #[test]
     fn the_account_is_the_models_provider() {

@@ -21,6 +21,9 @@ pub(crate) enum Action {
     },
     /// The turn ended (the session went idle after being busy).
     Idle,
+    /// opencode is waiting to retry a request the provider refused (`session.status` of type
+    /// `retry`), or, `None`, it is busy again after such a wait.
+    Retry(Option<crate::quota::ProviderWait>),
 }
 
 /// Follows one session (and its child sessions) on an event stream.
@@ -142,9 +145,16 @@ impl Follow {
                     return None;
                 }
                 match props.pointer("/status/type").and_then(Value::as_str)? {
-                    "busy" | "retry" => {
+                    "busy" => {
                         self.busy = true;
-                        None
+                        Some(Action::Retry(None))
+                    }
+                    "retry" => {
+                        self.busy = true;
+                        let status = props.get("status")?;
+                        let now = std::time::SystemTime::now();
+                        crate::quota::ProviderWait::from_status(status, now)
+                            .map(|w| Action::Retry(Some(w)))
                     }
                     "idle" if self.busy => {
                         self.ended = true;
@@ -244,9 +254,60 @@ fn run_type(part: &Value) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn ev(kind: &str, props: Value) -> Value {
         json!({"id": "evt_1", "type": kind, "properties": props})
+    }
+
+    /// The frames opencode 1.18.33's `opencode serve` sent while a fake provider answered 429
+    /// with `retry-after: 120` and `retry-after: 18446744073709551615` (opencode holds the
+    /// latter to setTimeout's 2^31-1 ms, about 24.8 days; the bridge to its horizon).
+    #[test]
+    fn a_retry_status_is_a_provider_wait() {
+        let mut f = Follow::new("ses_a", true);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let retry = |next: Value| {
+            ev(
+                "session.status",
+                json!({"sessionID": "ses_a", "status": {"type": "retry", "attempt": 1,
+                    "message": "Rate limit reached for requests", "next": next}}),
+            )
+        };
+        let Some(Action::Retry(Some(w))) = f.on_event(&retry(json!(now_ms + 120_000))) else {
+            panic!("no wait")
+        };
+        assert!(f.started());
+        assert_eq!(
+            (w.attempt, w.message.as_str()),
+            (1, "Rate limit reached for requests")
+        );
+        assert!(!w.next.clamped && !w.is_quota());
+        let left = w.wait_from(std::time::SystemTime::now());
+        assert!(left > Duration::from_secs(100) && left <= Duration::from_secs(120));
+        let Some(Action::Retry(Some(w))) = f.on_event(&retry(json!(now_ms + 2_147_483_647))) else {
+            panic!("no wait")
+        };
+        assert!(w.next.clamped, "{w:?}");
+        assert!(w.wait_from(std::time::SystemTime::now()) > crate::quota::LONGEST_WAIT);
+        // No time at all: no wait is claimed, never a panic.
+        for next in [json!(-1), json!("NaN"), json!(null), json!(1e308)] {
+            match f.on_event(&retry(next.clone())) {
+                None => {}
+                Some(Action::Retry(Some(w))) => assert!(w.next.clamped, "{next}"),
+                other => panic!("{next}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            f.on_event(&ev(
+                "session.status",
+                json!({"sessionID": "ses_a", "status": {"type": "busy"}})
+            )),
+            Some(Action::Retry(None))
+        );
     }
 
     #[test]
