@@ -1,7 +1,7 @@
-//! `--only secrets`: the secret guard on the evaluation set `fixtures/secrets/eval/` (and the
-//! older corpus beside it): recall, false positives and scan throughput per format family, the
-//! time to scan one 100 KB prompt, and the time to scan each slow input the fuzzer found, grown
-//! to 100 KB the way the fuzz harness grows it (wall time, and the scanning thread's CPU time,
+//! `--only secrets`: the secret guard on the evaluation sets `fixtures/secrets/round3/` and
+//! `fixtures/secrets/eval/` (and the older corpus beside them): recall, false positives and
+//! scan throughput per format family, the time to scan one 100 KB prompt, and the time to scan
+//! each slow input the fuzzer found, grown to 100 KB the way the fuzz harness grows it (wall time, and the scanning thread's CPU time,
 //! which a loaded machine inflates less). Figures only, no assertions.
 
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ fn corpus(name: &str) -> Result<Vec<(String, String)>, String> {
 /// Runs the secret-guard figures; `reps` repetitions of the 100 KB scan.
 pub fn secret_guard(reps: usize) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
-    for dir in ["eval/", ""] {
+    for dir in ["round3/", "eval/", ""] {
         let secrets = corpus(&format!("{dir}secrets.txt"))?;
         let ordinary = corpus(&format!("{dir}ordinary.txt"))?;
         // family -> (prompts, flagged, bytes, seconds)
@@ -70,10 +70,10 @@ pub fn secret_guard(reps: usize) -> Result<Vec<Row>, String> {
                 oh += hit;
             }
         }
-        let label = if dir.is_empty() {
-            "own corpus"
-        } else {
-            "eval set"
+        let label = match dir {
+            "" => "own corpus",
+            "eval/" => "eval set",
+            _ => "round3 set",
         };
         let recall = sh as f64 * 100.0 / st as f64;
         rows.push(Row {

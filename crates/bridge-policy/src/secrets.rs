@@ -7,9 +7,11 @@
 //! and code syntax, XML elements and attributes, tuples, setter calls, URL query parameters,
 //! prose such as "the key is …"), a long random-looking token on a line that mentions a
 //! secret word (or right after one), and such a token right after any name (a service's:
-//! `cloudflare: "<token>"`, `pairing.rs`). The prompt is also read with its invisible
-//! characters taken out, and the text of each bounded base64 run is read with the same rules
-//! (`hidden.rs`). Each candidate is checked against placeholder rules
+//! `cloudflare: "<token>"`, `pairing.rs`; ids that are random by design, a ULID, a KSUID, …,
+//! are not keys there, `ids.rs`). The prompt is also read with its invisible characters taken
+//! out, the text of each bounded base64 run, its lines with URL escapes decoded, and pairs of
+//! lines joined where a token may be cut between them, all with the same rules (`hidden.rs`).
+//! Each candidate is checked against placeholder rules
 //! (`sk-xxx`, `<API_KEY>`, `${TOKEN}`, `$(cat …)`, `your-key-here`, repeated or sequential
 //! characters, documented example values) so that ordinary coding prompts pass.
 //!
@@ -26,8 +28,10 @@
 //! ```
 
 mod hidden;
+mod ids;
 mod pairing;
 mod prefilter;
+mod rules;
 mod vendor;
 
 use std::collections::HashMap;
@@ -41,6 +45,7 @@ use serde::Serialize;
 
 use crate::env::Environment;
 use crate::mode::project_root;
+use rules::*;
 
 /// Where a prompt seems to hold a secret.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -377,14 +382,14 @@ const KIND_NEAR_PASSWORD: &str = "password next to a password word";
 const KIND_PAIR: &str = "high-entropy token next to a service name";
 
 /// The name characters of an assignment: must hold a secret-ish word somewhere.
-const NAME: &str = r"[A-Za-z0-9_.-]*(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)[A-Za-z0-9_.-]*";
+const NAME: &str = r"[A-Za-z0-9_.-]*(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license|contrase)[A-Za-z0-9_.\x{F1}-]*";
 /// The secret words of [`NAME`]: one of them is in every name it matches.
-const NAME_WORDS: &str = r"(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license)";
+const NAME_WORDS: &str = r"(?i:pass|pwd|secret|token|key|cred|auth|sig|hmac|webhook|bearer|jwt|cookie|session|salt|private|license|contrase)";
 /// The head of an assignment to a name (`name` matching `name`; `pre`, the word before; `q`, a
 /// quote before the name; `sep`), up to where the value starts.
 fn assignment_head(name: &str) -> String {
     format!(
-        r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{name})["'`]?\]?[ \t]*(?P<sep>=>|:=|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*"#
+        r#"(?:(?P<pre>[A-Za-z][A-Za-z0-9_-]*)[ \t])?(?P<q>["'`])?(?P<name>{name})["'`]?(?:\[\]|\])?[ \t]*(?P<sep>=>|:=|===?|!==?|=|::?|->|[ \t]-[ \t]|[ \t](?:is|was|are)[ \t]|,|\()[ \t]*"#
     )
 }
 /// The head of a URL query parameter, up to where its value starts.
@@ -397,7 +402,7 @@ const QUERY_HEAD: &str = r#"[?&;](?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,40})="#;
 /// `pre` word and drops it only when the name then lacks a secret word, and a name without
 /// `pre` cannot cover the same span as `pre`, a blank and a name (names hold no blanks).
 fn head_groups() -> Regex {
-    let head = assignment_head("[A-Za-z0-9_.-]+");
+    let head = assignment_head("[A-Za-z0-9_.\\x{F1}-]+");
     Regex::new(&format!("^(?:{head})$")).expect("head groups pattern")
 }
 /// A value: double, single or back-quoted, or bare up to a delimiter ([`ValueSyntax::Any`] reads
@@ -429,7 +434,11 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ("credentials in a command line", r#"\bhtpasswd[ \t]+-[A-Za-z]*b[A-Za-z]*[ \t]+(?:-\S+[ \t]+)*[^\s-]\S*[ \t]+\S+[ \t]+(?P<v>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"#.into(), Check::CmdPassword, Scope::Text),
         ("credentials in a command line", r#"(?:^|\s)-U[ \t]+[^\s%'"]+%(?P<v>[^\s'"]+)"#.into(), Check::CmdPassword, Scope::TextAnchor("-U")),
         ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection, Scope::Text),
+        ("connection string with a password", r#"\bjdbc:oracle:[a-z0-9]+:(?P<user>[^\s/@:'"]{1,64})/(?P<pass>[^\s@'"]{1,128})@"#.into(), Check::Connection, Scope::Text),
+        ("credentials in code", r#"(?i)\b(?:auth|basic_?auth|http_?auth|httpbasicauth|digestauth|credentials|login)[ \t]*(?:=[ \t]*\(?|\()[ \t]*["'](?P<user>[^"'\s]{1,80})["'][ \t]*,[ \t]*["'](?P<pass>[^"'\n]{4,200})["']"#.into(), Check::Connection, Scope::TextAnchor("(?i:auth|credentials|login)")),
         (KIND_STRONG, assignment_head(NAME), Check::NamedHead(ValueSyntax::Any), Scope::TextAnchor(NAME_WORDS)),
+        (KIND_STRONG, r#"(?:"(?P<dq>[^"\n]{8,200})"|'(?P<sq>[^'\n]{8,200})')[ \t]*[!=]==?[ \t]*(?P<name>[A-Za-z_$][A-Za-z0-9_.$]{0,60})"#.into(), Check::Named, Scope::TextAnchor("(?:==|!=)")),
+        (KIND_STRONG, format!(r#"(?P<name>{NAME})[ \t]+(?:"(?P<dq>[^"\n]+)"|'(?P<sq>[^'\n]+)');"#), Check::Named, Scope::LinesAnchor(NAME_WORDS)),
         (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named, Scope::LinesAnchor("(?i:key|token|secret|password)")),
         (KIND_STRONG, r#"<(?P<name>[A-Za-z_][\w.:-]{0,60})(?:\s[^<>\n]*)?>(?P<dq>[^<\n]{1,300})</"#.into(), Check::Named, Scope::Text),
         (KIND_STRONG, r#"\b(?:key|name)[ \t]*=[ \t]*"(?P<name>[^"\n]{1,80})"[ \t]+value[ \t]*=[ \t]*"(?P<dq>[^"\n]*)""#.into(), Check::Named, Scope::Text),
@@ -529,6 +538,26 @@ fn all_hits(text: &str, lines: &prefilter::Lines) -> Vec<Hit> {
             });
         }
     }
+    // URL-decoded lines, and pairs of lines joined where a token may be cut (a finding there
+    // counts only across the join)
+    for reading in [hidden::percent_decoded(text), hidden::joined_lines(text)]
+        .into_iter()
+        .flatten()
+    {
+        for h in hits_in(&reading.text, &prefilter::Lines::new(&reading.text)) {
+            let crosses = reading
+                .joins
+                .iter()
+                .any(|&j| h.value.start < j && j < h.value.end);
+            if reading.joins.is_empty() || crosses {
+                out.push(Hit {
+                    rule: h.rule,
+                    offset: reading.map[h.offset],
+                    value: reading.map[h.value.start]..reading.map[h.value.end],
+                });
+            }
+        }
+    }
     for (run, decoded) in hidden::base64_texts(text) {
         let found = hits_in(&decoded, &prefilter::Lines::new(&decoded));
         if let Some(rule) = found.iter().map(|h| h.rule).min() {
@@ -601,6 +630,16 @@ fn run_rule(
             pos = whole.end().max(pos + 1);
             let group = caps.get(1).unwrap_or(whole);
             let value = group.as_str();
+            // a format's shape with the rest masked (`xoxp-…-####`, `sk_live_1234****`)
+            if matches!(
+                rule.check,
+                Check::Varied(_) | Check::Random | Check::Token | Check::Auth
+            ) && hay[group.end()..]
+                .trim_start_matches(['-', '_'])
+                .starts_with(['#', '*'])
+            {
+                continue;
+            }
             let (ok, span, rule_index) = match rule.check {
                 Check::Varied(n) => (
                     !is_placeholder(value) && distinct(value) >= n,
@@ -847,6 +886,10 @@ fn read_value(hay: &str, at: usize, syntax: ValueSyntax) -> Option<(Range<usize>
     };
     match syntax {
         ValueSyntax::Any => {
+            // Objective-C's `@"…"` string literal
+            if rest.starts_with("@\"") {
+                return read_value(hay, at + 1, syntax);
+            }
             let first = rest.chars().next()?;
             if matches!(first, '"' | '\'' | '`') {
                 let body = &rest[1..];
@@ -916,353 +959,12 @@ enum Strength {
     Strong,
 }
 
-/// Words that make a name a secret name wherever they stand in it.
-const STRONG_WORDS: &[&str] = &[
-    "password",
-    "passwd",
-    "passphrase",
-    "pwd",
-    "secret",
-    "secrets",
-    "token",
-    "credential",
-    "credentials",
-    "creds",
-    "apikey",
-    "accesskey",
-    "secretkey",
-    "privatekey",
-    "authtoken",
-];
-/// Words that make a name loosely secret-ish.
-const WEAK_WORDS: &[&str] = &[
-    "auth",
-    "hmac",
-    "webhook",
-    "sig",
-    "signature",
-    "salt",
-    "bearer",
-    "jwt",
-    "cookie",
-    "private",
-    "sas",
-];
-/// Before `key`: a secret name (`api_key`, `signingKey`).
-const STRONG_KEY_QUALIFIERS: &[&str] = &[
-    "api",
-    "access",
-    "secret",
-    "private",
-    "client",
-    "master",
-    "signing",
-    "signature",
-    "encryption",
-    "license",
-    "shared",
-    "service",
-    "storage",
-    "account",
-    "deploy",
-    "auth",
-    "hmac",
-    "session",
-    "app",
-    "consumer",
-    "webhook",
-    "jwt",
-    "cookie",
-    "admin",
-    "subscription",
-    "write",
-    "ingest",
-    "sdk",
-    "x",
-];
-/// Before `key`: not a secret (`primary_key`, `cache_key`, `publishableKey`).
-const PLAIN_KEY_QUALIFIERS: &[&str] = &[
-    "primary",
-    "foreign",
-    "sort",
-    "partition",
-    "range",
-    "hash",
-    "cache",
-    "idempotency",
-    "public",
-    "publishable",
-    "pub",
-    "site",
-    "row",
-    "composite",
-    "unique",
-    "lookup",
-    "dict",
-    "object",
-    "item",
-    "s3",
-    "file",
-    "config",
-    "setting",
-    "translation",
-    "i18n",
-    "locale",
-    "message",
-    "react",
-    "list",
-    "group",
-    "shard",
-    "routing",
-    "dedup",
-    "index",
-    "order",
-    "feature",
-    "flag",
-    "event",
-    "metric",
-    "label",
-    "tag",
-    "attr",
-    "property",
-    "field",
-    "column",
-    "json",
-    "yaml",
-    "state",
-    "cursor",
-    "next",
-    "page",
-    "continuation",
-    "hot",
-    "authorized",
-    "known",
-    "host",
-    "map",
-    "sorted",
-    "changed",
-];
-/// After `key`: not a secret key (`key_down_event`, `keyPressed`, `keyPair`).
-const KEY_NOT_SECRET_NEXT: &[&str] = &[
-    "down", "up", "left", "right", "press", "pressed", "code", "codes", "board", "frame", "frames",
-    "stone", "word", "words", "ring", "pair", "size", "length", "mesh", "meshing", "selector",
-    "event", "events", "binding", "bindings", "stroke", "strokes", "listener",
-];
-/// Before `token`: not a secret (tokenizer and pagination tokens).
-const PLAIN_TOKEN_QUALIFIERS: &[&str] = &[
-    "pad",
-    "eos",
-    "bos",
-    "unk",
-    "sep",
-    "cls",
-    "mask",
-    "page",
-    "next",
-    "continuation",
-    "sync",
-    "pagination",
-    "cursor",
-    "special",
-    "max",
-    "num",
-    "input",
-    "output",
-    "the",
-    "a",
-    "each",
-    "public",
-    "csrf",
-    "xsrf",
-];
-/// Name parts that say what a value is, and that it is no secret: an id, a place, a hash, a
-/// version. As a name's last part they make it not a secret (`credentialsId`, `token_url`,
-/// `password_hash`); anywhere in the name before a token, they keep `pairing.rs` quiet.
-const ID_LIKE: &[&str] = &[
-    "id", "ids", "uuid", "guid", "url", "uri", "urls", "endpoint", "host", "hostname", "domain",
-    "name", "path", "file", "filename", "dir", "type", "kind", "label", "version", "hash",
-    "hashed", "hashes", "digest", "checksum", "ref", "example", "sample", "bucket", "region",
-    "zone", "user", "username", "email", "request",
-];
-/// Other last parts that make a name not a secret (`secret_client`, `token_config`).
-const PLAIN_LAST: &[&str] = &[
-    "names",
-    "paths",
-    "files",
-    "directory",
-    "types",
-    "length",
-    "len",
-    "size",
-    "count",
-    "counts",
-    "field",
-    "fields",
-    "header",
-    "headers",
-    "prefix",
-    "suffix",
-    "env",
-    "var",
-    "vars",
-    "variable",
-    "variables",
-    "regex",
-    "regexp",
-    "pattern",
-    "format",
-    "fmt",
-    "ttl",
-    "expiry",
-    "expires",
-    "expiration",
-    "expire",
-    "expired",
-    "timeout",
-    "lifetime",
-    "labels",
-    "mode",
-    "versions",
-    "policy",
-    "policies",
-    "rotation",
-    "manager",
-    "provider",
-    "providers",
-    "store",
-    "location",
-    "refs",
-    "reference",
-    "arn",
-    "index",
-    "column",
-    "table",
-    "param",
-    "params",
-    "parameter",
-    "hint",
-    "placeholder",
-    "input",
-    "button",
-    "form",
-    "error",
-    "errors",
-    "exception",
-    "message",
-    "msg",
-    "text",
-    "title",
-    "enabled",
-    "enable",
-    "disabled",
-    "required",
-    "limit",
-    "limits",
-    "max",
-    "min",
-    "number",
-    "num",
-    "scope",
-    "scopes",
-    "algorithm",
-    "alg",
-    "usage",
-    "list",
-    "map",
-    "set",
-    "generator",
-    "validator",
-    "validation",
-    "strength",
-    "reset",
-    "changed",
-    "updated",
-    "created",
-    "at",
-    "date",
-    "time",
-    "source",
-    "class",
-    "schema",
-    "issuer",
-    "audience",
-    "client",
-    "helper",
-    "handler",
-    "util",
-    "utils",
-    "config",
-    "command",
-    "cmd",
-    "script",
-    "template",
-    "description",
-    "desc",
-    "doc",
-    "docs",
-    "link",
-    "note",
-    "comment",
-    "option",
-    "options",
-    "flag",
-    "flags",
-    "setting",
-    "settings",
-    "login",
-    "owner",
-    "status",
-    "state",
-    "level",
-    "tokens",
-    "keys",
-    "port",
-    "addr",
-    "address",
-    "query",
-    "alias",
-    "group",
-    "role",
-    "principal",
-    "subject",
-    "service",
-    "mask",
-    "masked",
-    "visible",
-    "valid",
-    "exists",
-    "present",
-    "length",
-    "bits",
-    "rules",
-    "file_path",
-    "filepath",
-    "key_id",
-    "keyid",
-    "entry",
-    "entries",
-    "output",
-    "response",
-    "result",
-    "value_from",
-    "from",
-    "ref_name",
-    "id_token_hint",
-    "location",
-    "secretref",
-    "keyref",
-    "secretkeyref",
-    "tokenizer",
-    "storage",
-    "accessor",
-    "accessors",
-];
-
 /// Splits a name at `_`, `-`, `.`, `:`, `/`, spaces and camelCase, lower-cased.
 fn name_parts(name: &str) -> Vec<String> {
     let mut parts: Vec<String> = Vec::new();
     let mut current = String::new();
     let mut prev_lower = false;
+    let mut upper_run = 0;
     for c in name.chars() {
         if matches!(
             c,
@@ -1270,11 +972,27 @@ fn name_parts(name: &str) -> Vec<String> {
         ) {
             parts.push(std::mem::take(&mut current));
             prev_lower = false;
+            upper_run = 0;
             continue;
         }
         if c.is_ascii_uppercase() && prev_lower {
             parts.push(std::mem::take(&mut current));
         }
+        // the end of an acronym: `DBId` is `db`, `id`; `APIKey` is `api`, `key`
+        if c.is_ascii_lowercase()
+            && current.len() >= 2
+            && current.bytes().all(|b| b.is_ascii_lowercase())
+            && upper_run >= 2
+        {
+            let last = current.pop().expect("two or more");
+            parts.push(std::mem::take(&mut current));
+            current.push(last);
+        }
+        upper_run = if c.is_ascii_uppercase() {
+            upper_run + 1
+        } else {
+            0
+        };
         prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
         current.push(c.to_ascii_lowercase());
     }
@@ -1318,9 +1036,11 @@ fn strength(name: &str) -> Strength {
                 Strength::None
             }
         } else if STRONG_WORDS.contains(&p)
-            || ["password", "passwd", "secret", "token", "pwd"]
+            || ["password", "passwd", "secret", "token", "pwd", "apikey"]
                 .iter()
                 .any(|w| p.len() > w.len() + 1 && p.ends_with(w))
+            // `servicekey`, `dbkey`, `appkey`: a secret key's qualifier and `key` in one word
+            || p.strip_suffix("key").is_some_and(|q| STRONG_KEY_QUALIFIERS.contains(&q))
         {
             Strength::Strong
         } else if WEAK_WORDS.contains(&p) || p.ends_with("key") && p.len() > 3 {
@@ -1468,6 +1188,10 @@ fn near_word_hits(text: &str, lines: &prefilter::Lines, word_lines: &[usize], ou
             };
             let at = start + m.start() + rel;
             let range = at..at + token.len();
+            // the value of an id's name (`"sessionID":"ses_…"`, `request_id=…`) is an id
+            if id_valued(&text[start..at]) || ids::random_by_design(token) {
+                continue;
+            }
             if strongly_random(token) {
                 out.push(Hit {
                     rule: near,
@@ -1483,6 +1207,23 @@ fn near_word_hits(text: &str, lines: &prefilter::Lines, word_lines: &[usize], ou
             }
         }
     }
+}
+
+/// Whether the text before a token ends with a name whose last part says id (`"sessionID": "`,
+/// `request_id=`, `traceId: `): the token is that id's value.
+fn id_valued(before: &str) -> bool {
+    let gap = before.trim_end_matches([' ', '\t', '"', '\'', '`']);
+    let Some(head) = gap.strip_suffix([':', '=']) else {
+        return false;
+    };
+    let head = head.trim_end_matches([' ', '\t', '"', '\'', '`']);
+    let start = head
+        .char_indices()
+        .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    name_parts(&head[start..])
+        .last()
+        .is_some_and(|p| ID_LIKE.contains(&p.as_str()))
 }
 
 fn has_password_word(line: &str) -> bool {
@@ -1673,48 +1414,6 @@ fn entropy(value: &str) -> f64 {
         .sum()
 }
 
-const PLACEHOLDER_WORDS: &[&str] = &[
-    "example",
-    "sample",
-    "dummy",
-    "placeholder",
-    "your",
-    "redacted",
-    "changeme",
-    "change_me",
-    "change-me",
-    "insert",
-    "replace",
-    "fake",
-    "mock",
-    "todo",
-    "fixme",
-    "foobar",
-    "lorem",
-    "xxxx",
-    "****",
-    "...",
-    "not-a-real",
-    "notreal",
-    "…",
-    "%s",
-    "process.env",
-    "os.environ",
-    "getenv",
-    "env(",
-    "env.",
-    "secrets.",
-    "vault(",
-    "here",
-];
-
-/// Example values published in vendors' documentation.
-const DOCUMENTED_EXAMPLES: &[&str] = &[
-    "sk_test_4eC39HqLyjWDarjtT1zdp7dc",
-    "sk_test_BQokikJOvBiI2HlWgH4olfQ2",
-    "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
-];
-
 /// Whether a matched value is a placeholder rather than a real secret.
 fn is_placeholder(value: &str) -> bool {
     // one pass for all the words (ASCII case folded, as `to_ascii_lowercase` then `contains`
@@ -1739,6 +1438,9 @@ fn is_placeholder(value: &str) -> bool {
             .any(|m| !embedded_word(value, m.range()))
         || TEMPLATE.is_match(value)
     {
+        return true;
+    }
+    if wordy_body(value) {
         return true;
     }
     // `cmd`, $(cmd), {Name}, [Name], !vault …: a reference, not a value
@@ -1793,67 +1495,40 @@ fn embedded_word(value: &str, at: Range<usize>) -> bool {
         && class_switch_rate(value) >= 0.35
 }
 
-/// Toy values that show up in tutorials and tests.
-const TOY_VALUES: &[&str] = &[
-    "password",
-    "passwd",
-    "secret",
-    "token",
-    "test",
-    "testing",
-    "admin",
-    "root",
-    "guest",
-    "user",
-    "username",
-    "postgres",
-    "mysql",
-    "redis",
-    "default",
-    "demo",
-    "local",
-    "localhost",
-    "dev",
-    "development",
-    "pass",
-    "pw",
-    "pwd",
-    "qwerty",
-    "letmein",
-    "hunter2",
-    "abc123",
-    "123456",
-    "1234",
-    "12345678",
-    "none",
-    "null",
-    "nil",
-    "undefined",
-    "true",
-    "false",
-    "bearer",
-    "basic",
-    "foo",
-    "bar",
-    "baz",
-    "qux",
-    "foobar",
-    "required",
-    "optional",
-    "string",
-    "str",
-    "bytes",
-    "int",
-    "any",
-    "unknown",
-    "hidden",
-    "masked",
-    "empty",
-    "blank",
-    "n/a",
-    "na",
-    "tbd",
-];
+/// Whether a prefixed token's body is words in camelCase (`sk_live_ThisIsNotARealKey`,
+/// `ghp_YourGitHubTokenValue00`): three or more capitalised words with a vowel, of three letters
+/// or more, covering most of the body's letters. Random text splits at every other capital
+/// into short pieces, so it never reads so.
+fn wordy_body(value: &str) -> bool {
+    let Some(cut) = value.rfind(['_', '-', '.']) else {
+        return false;
+    };
+    let body = &value[cut + 1..];
+    let letters = body.bytes().filter(u8::is_ascii_alphabetic).count();
+    if letters < 12 || !body.bytes().any(|b| b.is_ascii_uppercase()) {
+        return false;
+    }
+    let (mut words, mut covered) = (0, 0);
+    let bytes = body.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_uppercase() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        i += 1;
+        while i < bytes.len() && bytes[i].is_ascii_lowercase() {
+            i += 1;
+        }
+        let word = &body[start..i];
+        if word.len() >= 3 && word[1..].bytes().any(|b| b"aeiouy".contains(&b)) {
+            words += 1;
+            covered += word.len();
+        }
+    }
+    words >= 3 && covered * 10 >= letters * 7
+}
 
 fn is_toy(value: &str) -> bool {
     let lower = value.to_ascii_lowercase();
@@ -1878,10 +1553,12 @@ fn is_toy(value: &str) -> bool {
     }
     // test…, secret…, password…, my…: a toy unless the rest is random (Lob's `test_<hex>`)
     ["test", "secret", "password", "my"].iter().any(|p| {
-        lower.strip_prefix(p).is_some_and(|rest| {
-            let rest = rest.trim_start_matches(['_', '-', '.']);
-            rest.len() < 16 || !random_looking(rest)
-        })
+        lower.starts_with(p) && {
+            // (as written: `random_looking` and the classes see the case)
+            let rest = value[p.len()..].trim_start_matches(['_', '-', '.']);
+            // `MyWiz7T4O&4915`: a password that starts with a word is still a password
+            (rest.len() < 16 || !random_looking(rest)) && char_classes(rest) < 4
+        }
     })
 }
 
@@ -1989,8 +1666,13 @@ fn word_like(word: &str) -> bool {
 
 /// The value of an explicit `password=`/`api_key=`/`token=` assignment.
 fn assigned_secret(value: &str, quoted: bool) -> bool {
-    let value = value.trim();
-    if value.len() < 8 || value.contains(char::is_whitespace) {
+    let mut value = value.trim();
+    if !quoted {
+        // prose: `the password accepted, …`
+        value = value.trim_end_matches([',', '.', ';', ':', '!', '?', ')']);
+    }
+    // a URL is where a secret is used, not one (credentials in it have their own rule)
+    if value.len() < 8 || value.contains(char::is_whitespace) || value.contains("://") {
         return false;
     }
     if is_placeholder(value) || is_toy(value) {

@@ -130,6 +130,17 @@ fn secret_guard_figures() {
 }
 
 #[test]
+fn secret_guard_figures_on_the_round3_set() {
+    let f = measure("round3/", 500, 100, 1500);
+    assert!(f.recall >= 0.99, "round3 recall {:.4} below 0.99", f.recall);
+    assert!(
+        f.fp_rate <= 0.005,
+        "round3 false positives {:.4} above 0.005",
+        f.fp_rate
+    );
+}
+
+#[test]
 fn secret_guard_figures_on_the_eval_set() {
     let f = measure("eval/", 1500, 500, 1400);
     assert!(f.recall >= 0.99, "eval recall {:.4} below 0.99", f.recall);
@@ -397,4 +408,163 @@ fn redaction_judges_a_path_by_its_parts() {
     assert_eq!(redact(&format!("/srv/{token}/x")), "/srv/[secret]/x");
     assert!(!redact(&format!("use {token} now")).contains(token));
     assert!(!redact(&format!("--dir=/tmp/x --key={token}")).contains(token));
+}
+
+/// Issue 36: Slack webhooks on GovSlack, JSON-escaped and URL-encoded, and Slack's legacy,
+/// workspace, client and cookie tokens.
+#[test]
+fn slack_webhooks_and_tokens_in_every_current_form() {
+    assert_found(&[
+        (
+            "url: https://hooks.slack-gov.com/services/T4QZ8MK2LP/B7XW3RN9TD/Vq8mZ2pLw7xR4tN9sB3kJ6yH",
+            "Slack webhook URL",
+        ),
+        (
+            r#"{"hook":"https:\/\/hooks.slack.com\/triggers\/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"}"#,
+            "Slack webhook URL",
+        ),
+        (
+            "GET /relay?to=https%3A%2F%2Fhooks.slack.com%2Fworkflows%2F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",
+            "Slack webhook URL",
+        ),
+        ("SLACK_TOKEN=xoxa-Vq8mZ2pLw7xR4tN9sB3k", "Slack token"),
+        ("refresh: xoxr-2-q8mZ2pLw7xR4tN9sB3kJ6yH", "Slack token"),
+        (
+            "xoxc-518273645091-518273645092-5182736450913-9f2c7a1e4b8d3f6a0c5e9b2d7f1a4c8e9f2c7a1e4b8d3f6a0c5e9b2d7f1a4c8e",
+            "Slack token",
+        ),
+        (
+            "cookie d=xoxd-Vq8mZ2pLw7xR4tN9sB3kJ6yH%2Bc5Df1Gh0Jk4Lm7Np2Qr5St8Uv1Wx3Yz6%2F%3D%3D",
+            "Slack token",
+        ),
+    ]);
+    assert_clean(&[
+        "export TOKEN=xoxp-518273645091-518273645092-518273645093-####################",
+        "see https://github.com/xoxa-nyc/xoxa-nyc.github.io for the logo",
+    ]);
+}
+
+/// Issue 36: vendor formats the second round missed.
+#[test]
+fn vendor_formats_of_the_third_round() {
+    assert_found(&[
+        (
+            "spring.datasource.url=jdbc:oracle:thin:scott/Tq8#mZ2pLw7@db.internal:1521:ORCL",
+            "connection string with a password",
+        ),
+        (
+            "CLOUDINARY_URL=cloudinary://518273645091827:Vq8mZ2pLw7xR4tN9sB3kJ6yHc5D@acme",
+            "Cloudinary URL",
+        ),
+        (
+            "BUNDLE_ENTERPRISE__CONTRIBSYS__COM=9f2c7a1e:4b8d3f6a",
+            "Sidekiq credentials",
+        ),
+        (
+            "source \"https://9f2c7a1e:4b8d3f6a@gems.contribsys.com/\"",
+            "Sidekiq credentials",
+        ),
+        (
+            "dbx = dropbox.Dropbox(\"Vq8mZ2pLw7xAAAAAAAAAAR4tN9sB3kJ6yHc5Df1Gh0Jk4Lm7Np2Qr5St8Uv1Wx3Y\")",
+            "Dropbox token",
+        ),
+        ("Airtable(base, 'keyVq8mZ2pLw7xR4t')", "Airtable API key"),
+        (
+            "requests.get(url, auth=('ops@acme.io', 'zp9abi66pc6432z8i06g03ac'))  # jira",
+            "credentials in code",
+        ),
+    ]);
+    assert_clean(&[
+        "CLOUDINARY_URL=cloudinary://<api_key>:<api_secret>@<cloud_name>",
+        "jdbc:oracle:thin:scott/${DB_PASSWORD}@db.internal:1521:ORCL",
+        "BUNDLE_ENTERPRISE__CONTRIBSYS__COM=username:password",
+    ]);
+}
+
+/// Issue 36: the keyword forms of detect-secrets' keyword plugin.
+#[test]
+fn keyword_forms_of_detect_secrets() {
+    let strong = "password/API key/token assignment";
+    assert_found(&[
+        ("servicekey = \"Vq8mZ2pLw7xR4tN9\"", strong),
+        ("dbkey: 'Vq8mZ2pLw7xR4tN9'", strong),
+        ("theapikey := \"Vq8mZ2pLw7xR4tN9\"", strong),
+        ("contraseña = \"Tq8#mZ2pLw7\"", strong),
+        ("secreto: \"Tq8#mZ2pLw7\"", strong),
+        ("keypass=Tq8#mZ2pLw7", strong),
+        ("privkey \"Vq8mZ2pLw7xR4tN9\";", strong),
+        ("apikey = @\"Vq8mZ2pLw7xR4tN9\"", strong),
+        ("apikey[] = \"Vq8mZ2pLw7xR4tN9\";", strong),
+        ("if password == \"Tq8#mZ2pLw7\":", strong),
+        ("\"Tq8#mZ2pLw7\" === db_password", strong),
+        ("clientkey := \"Mywiz7T4O&4915\"", strong),
+    ]);
+    assert_clean(&[
+        "if password == other_password:",
+        "\"created_at\" == sort_key",
+        "the password accepted, the user logs in",
+        "my_password = foo(hey)you",
+    ]);
+}
+
+/// Issue 36: a secret cut across two lines, or URL-encoded, is read joined and decoded.
+#[test]
+fn split_and_url_encoded_secrets_are_read_whole() {
+    assert_found(&[
+        (
+            "export GITHUB_TOKEN=ghp_4Fq9ZtL2mXc7Rb\\\nN1sV8kD3wJ0yHa6PeU5gTi",
+            "GitHub token",
+        ),
+        (
+            "token = (\"ghp_4Fq9ZtL2mXc7Rb\"\n         \"N1sV8kD3wJ0yHa6PeU5gTi\")",
+            "GitHub token",
+        ),
+        (
+            "const key = \"sk_live_4Fq9ZtL2mXc\" +\n  \"7RbN1sV8kD3wJ\";",
+            "Stripe secret key",
+        ),
+        (
+            "here it is: ghp_4Fq9ZtL2mXc7Rb\nN1sV8kD3wJ0yHa6PeU5gTi",
+            "GitHub token",
+        ),
+        (
+            "GET /cb?code=ghp%5F4Fq9ZtL2mXc7RbN1sV8kD3wJ0yHa6PeU5gTi",
+            "GitHub token",
+        ),
+        (
+            "body: STRIPE_KEY%3Dsk%5Flive%5F4Fq9ZtL2mXc7RbN1sV8kD3wJ",
+            "Stripe secret key",
+        ),
+    ]);
+    assert_clean(&[
+        "docker run \\\n  --rm \\\n  -v $PWD:/src rust:1.90 cargo build",
+        "msg = (\"The quick brown fox \"\n       \"jumps over the lazy dog\")",
+        "redirect_uri=https%3A%2F%2Fapp.acme.io%2Fcallback%3Fnext%3D%252Fhome",
+        "Cherry-pick 8baddc29e4940e8a207b37d9e4906c171fa3f083 onto release/2.4\n12f34d7 api key header",
+    ]);
+    // a finding in a joined line is reported on the line where the token starts
+    let f = scan("a\nexport K=ghp_4Fq9ZtL2mXc7Rb\\\nN1sV8kD3wJ0yHa6PeU5gTi\n").expect("found");
+    assert_eq!(f.line, 2);
+}
+
+/// Issue 36: ids that are random by design next to a service's name, and placeholders in a
+/// format's shape, are not secrets.
+#[test]
+fn random_ids_and_placeholders_pass() {
+    assert_clean(&[
+        "The Postgres row 01H5XXK100346Q3D25VT4F5V37 is missing after the migration",
+        "Look up user_01h5xxk100346q3d25vt4f5v37 in Stripe",
+        "Kafka event 0qjBBoM7jhQXIvzcmgNryJzsmPg retried 3 times",
+        "MongoDB: 5f5e100036b3216fdaeeb975",
+        "Sentry issue ckqij1kowe3p3e2z8iq9y7jzb was merged",
+        "Redis.get(\"q7W2_zK9mTpL4xR8-vBn3\")",
+        "Firebase: 5117b6c9-9721-4bca-9fdd-408a511da923",
+        "GitLab: 3e39186bb92d4baa61b992a14c68dfc0753d05fb",
+        "{\"sessionID\":\"ses_0c3a91d24ffeQz7LmR2vXk9PbW\",\"tokens\":{\"input\":12}}",
+        "integrity sha256-Vq3mZ8pLw0x7Tn2Rb5Kc9Hd4Fg6Js1Ya8Ue3Wi0Po2M= for the Vercel bundle",
+        "--token sk_live_ThisIsNotARealStripeKey",
+        "SLACK_TOKEN=ghp_ThisIsNotARealGitHubTokenValue00",
+        "api_key = 'ohlO-####-####-####'",
+        "| `xoxp-518273645091-518273645092-518273645093-####################` | the shape |",
+    ]);
 }

@@ -91,6 +91,53 @@ const NOT_SECRET_PARTS: &[&str] = &[
     "container",
     "docker",
     "sha-",
+    // a record and where it is kept: the token is its id (`the Postgres row <ULID>`)
+    "row",
+    "rows",
+    "record",
+    "records",
+    "event",
+    "events",
+    "entity",
+    "item",
+    "items",
+    "order",
+    "customer",
+    "message",
+    "msg",
+    "document",
+    "doc",
+    "invoice",
+    "deployment",
+    "postgres",
+    "postgresql",
+    "pg",
+    "mysql",
+    "mariadb",
+    "sqlite",
+    "mongo",
+    "mongodb",
+    "dynamodb",
+    "dynamo",
+    "cassandra",
+    "redis",
+    "kafka",
+    "s3",
+    "bigquery",
+    "elasticsearch",
+    // a lookup: what is looked up is an id (`Sentry.get("<hex>")`, `look up <id> in …`)
+    "get",
+    "find",
+    "lookup",
+    "look",
+    "fetch",
+    "load",
+    "retrieve",
+    "show",
+    "delete",
+    "remove",
+    "select",
+    "where",
 ];
 
 /// Name parts that are secret words: a name holding one is judged by the name rules.
@@ -153,6 +200,11 @@ pub(super) fn pair_hits(
         let Some(strict) = token_kind(token) else {
             continue;
         };
+        // ids that are random by design (a ULID, a KSUID, a cuid, an ObjectId, a nanoid's
+        // length): next to a name alone, they are the record's id
+        if super::ids::random_by_design(token) || super::ids::nanoid_like(token) {
+            continue;
+        }
         let line = lines.index(range.start);
         let line_range = lines.range(line);
         let before = &text[line_range.start..range.start];
@@ -163,6 +215,10 @@ pub(super) fn pair_hits(
             continue;
         }
         let label = window.trim().is_empty();
+        // a hash or an id alone on its line under a name is a listing, not a key
+        if label && strict {
+            continue;
+        }
         let name_text = if label {
             // the token alone on its line: a name on the line before (`# acme`, `acme:`)
             if line == 0 || !text[range.end..line_range.end].trim().is_empty() {
@@ -304,10 +360,12 @@ fn named(window: &str, cut: bool, strict: bool, label: bool) -> bool {
         return false;
     }
     if strict && !label {
-        // only joining punctuation between the last word and the token
+        // only joining punctuation between the last word and the token; a bare `: ` is how a
+        // log or a listing shows a hash (`GitLab: <sha>`), so after a colon only a quoted one
         let gap = &window[last_end..];
+        let quoted = gap.ends_with(['"', '\'', '`']);
         return gap.len() <= 8
-            && gap.contains(['=', ':', '('])
+            && (gap.contains(['=', '(']) || gap.contains(':') && quoted)
             && gap.chars().all(|c| {
                 matches!(
                     c,

@@ -237,8 +237,20 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
     ),
     (
         "Slack token",
-        r"\b(xox[abposre]-\d[0-9A-Za-z-]*-[0-9A-Za-z]{12,})",
+        r"\b(xox[abcposre]-\d[0-9A-Za-z-]*-[0-9A-Za-z]{12,})",
         Varied(8),
+    ),
+    // legacy workspace tokens without the numeric parts (`xoxa-<random>`, `xoxr-2-<random>`)
+    (
+        "Slack token",
+        r"\b(xox[ar]-(?:\d-)?[0-9A-Za-z]{12,48})\b",
+        Random,
+    ),
+    // the browser session cookie: URL-encoded base64
+    (
+        "Slack token",
+        r"\b(xoxd-[A-Za-z0-9%+/=_-]{40,})",
+        Varied(12),
     ),
     (
         "Slack token",
@@ -252,7 +264,7 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
     ),
     (
         "Slack webhook URL",
-        r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_]{6,}/[A-Za-z0-9_/-]{16,})",
+        r"hooks\.slack(?:-gov)?\.com(?:/|\\/)(?:services|workflows|triggers)(?:/|\\/)([A-Za-z0-9_]{6,}(?:/|\\/)[A-Za-z0-9_/\\-]{16,})",
         Varied(10),
     ),
     (
@@ -571,6 +583,39 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
         "Facebook app access token",
         r"\b(\d{15,16}(?:\||%7C)[0-9A-Za-z_-]{27,40})\b",
         Varied(12),
+    ),
+    (
+        "Cloudinary URL",
+        r"cloudinary://\d{6,20}:([A-Za-z0-9_-]{16,64})@[A-Za-z0-9_-]+",
+        Varied(10),
+    ),
+    // Sidekiq Pro/Enterprise: `hex8:hex8` given to bundler for contribsys.com
+    (
+        "Sidekiq credentials",
+        r"(?i:BUNDLE_(?:ENTERPRISE|GEMS)__CONTRIBSYS__COM|contribsys\.com)[\x22'`]?[ \t]*[=:]?[ \t]*[\x22'`]?([a-f0-9]{8}:[a-f0-9]{8})\b",
+        Varied(6),
+    ),
+    (
+        "Sidekiq credentials",
+        r"\b([a-f0-9]{8}:[a-f0-9]{8})@(?:enterprise|gems)\.contribsys\.com",
+        Varied(6),
+    ),
+    // Dropbox long-lived tokens: 11 characters, ten `A`, 43 characters (the `A` run is the
+    // format's, not a placeholder's)
+    (
+        "Dropbox token",
+        r"\b([A-Za-z0-9]{11}AAAAAAAAAA[A-Za-z0-9_=-]{43})(?:[^A-Za-z0-9_=-]|$)",
+        KeyBlock,
+    ),
+    (
+        "Dropbox token",
+        r"\b(sl\.(?:u\.)?[A-Za-z0-9_=-]{120,})",
+        Varied(12),
+    ),
+    (
+        "Airtable API key",
+        r"(?i:airtable)[^\n]{0,60}?\b(key[A-Za-z0-9]{14})\b",
+        Random,
     ),
     (
         "Asana token",
