@@ -25,8 +25,10 @@
 #![deny(missing_docs)]
 
 mod apply;
+pub mod layers;
 pub mod plan;
 pub mod protected;
+mod seccomp;
 pub mod world;
 
 use std::fmt;
@@ -39,6 +41,7 @@ use landlock::{
     RulesetCreatedAttr, Scope,
 };
 
+pub use layers::{Mechanisms, Namespaces, Protection, mechanisms};
 pub use plan::{Plan, Project, Rights, RunKind, RunWorld, for_run, project_of};
 pub use world::{UserDirs, World};
 
@@ -118,11 +121,30 @@ pub fn kernel_abi() -> Result<u8, String> {
 /// The newest ABI whose rights this crate asks for; a newer kernel is used at this level.
 const TARGET: ABI = ABI::V6;
 
-/// A prepared fence: the ruleset to apply in a child, or the reason a run goes unconfined.
+/// A prepared fence: the ruleset to apply in a child, or the reason a run goes unconfined, and
+/// the layers besides Landlock ([`Layers`]).
 #[derive(Debug, Clone)]
 pub struct Fence {
     ruleset: Option<Arc<OwnedFd>>,
     confinement: Confinement,
+    layers: Layers,
+    child: Option<Arc<apply::ChildSetup>>,
+}
+
+/// What a fence adds to Landlock for its run (nothing under `off`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layers {
+    /// The run drops every capability (and the bounding set, where the bridge may empty it).
+    pub capabilities_dropped: bool,
+    /// The run gets the seccomp filter: no unix socket of its own making, no io_uring.
+    pub seccomp: bool,
+    /// The run's own mount namespace, where its protected paths are bound read-only.
+    pub namespace: Option<Namespaces>,
+    /// An editing run's protected paths: those bound read-only, those left to the check after
+    /// the run (missing when it starts, symlinks, or every one where no namespace can be made).
+    pub protection: Protection,
+    /// Why the protected paths are not bound, when they are not.
+    pub unbound_why: Option<String>,
 }
 
 impl Fence {
@@ -131,6 +153,8 @@ impl Fence {
         Fence {
             ruleset: None,
             confinement: Confinement::Unconfined(why.into()),
+            layers: Layers::default(),
+            child: None,
         }
     }
 
@@ -142,10 +166,65 @@ impl Fence {
         if mode == Sandbox::Off {
             return Ok(Fence::none("OPENCODE_BRIDGE_SANDBOX=off"));
         }
-        Fence::decide(
+        let mut fence = Fence::decide(
             kernel_abi().and_then(|abi| build(plan).map(|fd| (abi, fd))),
             mode,
-        )
+        )?;
+        fence.add_layers(plan, &mechanisms());
+        Ok(fence)
+    }
+
+    /// Adds the layers besides Landlock that `mech` offers: the capabilities dropped, the
+    /// seccomp filter, and the protected paths of `plan` bound read-only in a mount namespace.
+    fn add_layers(&mut self, plan: &Plan, mech: &Mechanisms) {
+        let mut layers = Layers {
+            capabilities_dropped: true,
+            seccomp: mech.seccomp.is_ok(),
+            ..Layers::default()
+        };
+        let mut mounts = None;
+        if let Some(top) = plan.protected_top() {
+            for (path, content) in plan.seeds() {
+                seed(path, content);
+            }
+            match (layers::plan_binds(top), &mech.namespaces) {
+                (Ok((prot, binds)), Ok(ns)) => {
+                    if !binds.is_empty() {
+                        layers.namespace = Some(*ns);
+                        mounts = Some(layers::mounts(*ns, binds));
+                    }
+                    layers.protection = prot;
+                }
+                (Ok((prot, _)), Err(why)) => {
+                    let mut unbound = prot.bound;
+                    unbound.extend(prot.unbound);
+                    layers.protection.unbound = unbound;
+                    layers.unbound_why = Some(why.clone());
+                }
+                (Err(why), _) => {
+                    layers.protection.unbound = protected::protected_in(top);
+                    layers.unbound_why = Some(why);
+                }
+            }
+        }
+        let user_ns = layers.namespace == Some(Namespaces::UserAndMount);
+        let setup = apply::ChildSetup {
+            mounts,
+            caps: Some(layers::caps(user_ns)),
+            seccomp: if layers.seccomp {
+                seccomp::program().map(apply::Filter)
+            } else {
+                None
+            },
+            ruleset: self.ruleset.clone(),
+        };
+        self.layers = layers;
+        self.child = Some(Arc::new(setup));
+    }
+
+    /// What this fence adds to Landlock.
+    pub fn layers(&self) -> &Layers {
+        &self.layers
     }
 
     /// What `mode` makes of a ruleset that was built (with the kernel's ABI) or could not be.
@@ -154,6 +233,8 @@ impl Fence {
             (Ok((abi, fd)), _) => Ok(Fence {
                 ruleset: Some(Arc::new(fd)),
                 confinement: Confinement::Confined { abi },
+                layers: Layers::default(),
+                child: None,
             }),
             (Err(why), Sandbox::Required) => Err(format!(
                 "refused: OPENCODE_BRIDGE_SANDBOX=required and the run cannot be confined: {why}. Use a kernel with Landlock enabled (Linux 5.13 or later, `lsm=landlock,...`), or set OPENCODE_BRIDGE_SANDBOX=auto to run unconfined."
@@ -167,12 +248,23 @@ impl Fence {
         &self.confinement
     }
 
-    /// Makes the process `cmd` starts restrict itself to this fence between fork and exec (a
-    /// fence that confines nothing changes nothing). If the kernel refuses then, the spawn
-    /// fails: a run is never started less confined than its status says.
+    /// Makes the process `cmd` starts confine itself with this fence between fork and exec:
+    /// its own mount namespace with the protected paths bound read-only, every capability
+    /// dropped, `no_new_privs`, the seccomp filter, the Landlock ruleset (a fence of `off`
+    /// changes nothing). If the kernel refuses then, the spawn fails: a run is never started
+    /// less confined than its status says.
     pub fn apply_to(&self, cmd: &mut std::process::Command) {
-        if let Some(fd) = &self.ruleset {
-            apply::restrict_in_child(cmd, Arc::clone(fd));
+        if let Some(setup) = &self.child {
+            use std::os::unix::ffi::OsStrExt;
+            let cwd = setup.mounts.as_ref().and_then(|_| {
+                let dir = match cmd.get_current_dir() {
+                    Some(d) if d.is_absolute() => d.to_path_buf(),
+                    Some(d) => std::env::current_dir().ok()?.join(d),
+                    None => std::env::current_dir().ok()?,
+                };
+                std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()
+            });
+            apply::restrict_in_child(cmd, Arc::clone(setup), cwd);
         }
     }
 }
@@ -212,6 +304,30 @@ fn build(plan: &Plan) -> Result<OwnedFd, String> {
     }
     let fd: Option<OwnedFd> = ruleset.into();
     fd.ok_or_else(|| "this kernel does not enforce Landlock".to_owned())
+}
+
+/// Writes a file the runner writes at start, when its directory is a plain directory (not a
+/// symlink) and the file does not exist yet; nothing else is touched. Best effort: a run that
+/// needed it fails loudly.
+fn seed(path: &Path, content: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let plain_dir = path
+        .parent()
+        .and_then(|d| std::fs::symlink_metadata(d).ok())
+        .is_some_and(|m| m.is_dir());
+    if !plain_dir {
+        return;
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o644)
+        .open(path)
+    {
+        let _ = f.write_all(content.as_bytes());
+    }
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), String> {
@@ -297,5 +413,257 @@ mod tests {
         assert!(!outside.join("b").exists());
         // The bridge itself is not confined.
         std::fs::write(outside.join("c"), "x").unwrap();
+    }
+
+    /// The plan of a run as `for_run` makes it, reduced to the system and a project.
+    fn system_plan() -> Plan {
+        let mut plan = Plan::new();
+        for p in plan::SYSTEM_READ {
+            plan.read(*p);
+        }
+        for p in plan::DEVICES {
+            plan.device(*p);
+        }
+        plan
+    }
+
+    /// Runs `script` with `/bin/sh` in `fence`: whether it succeeded, and what it printed.
+    fn sh(fence: &Fence, cwd: &Path, script: &str) -> (bool, String) {
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(["-c", script]).current_dir(cwd);
+        fence.apply_to(&mut cmd);
+        let out = cmd.output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    #[test]
+    fn a_fenced_child_cannot_read_another_process_environment_nor_make_a_device() {
+        let mut other = std::process::Command::new("/bin/sleep")
+            .arg("60")
+            .env("OTHER_SERVER_PASSWORD", "pw-4f7a9c")
+            .spawn()
+            .unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let dev = format!("/dev/shm/fence-test-{}", std::process::id());
+        let script = format!(
+            "cat /proc/{}/environ; mknod {dev} c 1 3 && echo MADE-A-DEVICE",
+            other.id()
+        );
+        let open = Fence::prepare(&system_plan(), Sandbox::Off).unwrap();
+        let (_, unfenced) = sh(&open, d.path(), &script);
+        let _ = std::fs::remove_file(&dev);
+        // The control: without the fence the same script reads it (and, as root, makes it).
+        assert!(unfenced.contains("pw-4f7a9c"), "{unfenced}");
+        let fence = Fence::prepare(&system_plan(), Sandbox::Auto).unwrap();
+        assert!(fence.layers().capabilities_dropped);
+        let (_, fenced) = sh(&fence, d.path(), &script);
+        let made = std::path::Path::new(&dev).exists();
+        let _ = std::fs::remove_file(&dev);
+        other.kill().unwrap();
+        let _ = other.wait();
+        assert!(!fenced.contains("pw-4f7a9c"), "{fenced}");
+        assert!(!fenced.contains("MADE-A-DEVICE") && !made, "{fenced}");
+        // Every capability is gone, the bounding set too (as root).
+        let (_, caps) = sh(
+            &fence,
+            d.path(),
+            "grep -E '^Cap(Eff|Prm|Inh|Bnd|Amb):' /proc/self/status",
+        );
+        if layers::mechanisms().capabilities_held {
+            assert_eq!(
+                caps.lines()
+                    .filter(|l| l.ends_with("\t0000000000000000"))
+                    .count(),
+                5,
+                "{caps}"
+            );
+        }
+    }
+
+    /// A unix socket listening in a directory the plan does not grant, and a client of it in
+    /// python (`socket.AF_UNIX`), which also makes a socket pair and a TCP socket.
+    #[test]
+    fn a_fenced_child_cannot_connect_to_a_unix_socket_but_keeps_socket_pairs() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let script = format!(
+            "python3 -c \"
+import socket
+a, b = socket.socketpair(); a.send(b'p'); assert b.recv(1) == b'p'; print('PAIR-OK')
+socket.socket(socket.AF_INET, socket.SOCK_STREAM).close(); print('TCP-OK')
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.connect('{}'); print('CONNECTED')
+\"",
+            path.display()
+        );
+        let open = Fence::prepare(&system_plan(), Sandbox::Off).unwrap();
+        let (_, unfenced) = sh(&open, d.path(), &script);
+        assert!(unfenced.contains("CONNECTED"), "{unfenced}");
+        assert!(listener.accept().is_ok(), "the control connected");
+        let fence = Fence::prepare(&system_plan(), Sandbox::Auto).unwrap();
+        assert!(fence.layers().seccomp, "{:?}", layers::mechanisms());
+        let (ok, fenced) = sh(&fence, d.path(), &script);
+        assert!(!ok, "{fenced}");
+        assert!(
+            fenced.contains("PAIR-OK") && fenced.contains("TCP-OK"),
+            "{fenced}"
+        );
+        assert!(!fenced.contains("CONNECTED"), "{fenced}");
+        assert!(fenced.contains("Operation not permitted"), "{fenced}");
+        assert_eq!(
+            listener.accept().unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock,
+            "nobody connected"
+        );
+    }
+
+    /// A writable project with git's hooks and config and a `.mcp.json`.
+    fn project() -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let top = d.path().canonicalize().unwrap().join("app");
+        std::fs::create_dir_all(top.join(".git/hooks")).unwrap();
+        std::fs::write(top.join(".git/config"), "[core]\n").unwrap();
+        std::fs::write(top.join(".mcp.json"), "{}\n").unwrap();
+        (d, top)
+    }
+
+    fn editing_plan(top: &Path) -> Plan {
+        let mut plan = system_plan();
+        plan.write(top).protect(top);
+        plan
+    }
+
+    /// Every way a run could try to write a protected path, or undo the read-only binds.
+    const ATTACKS: &str = "echo x > .git/hooks/pre-commit; echo '[core] fsmonitor = evil' >> .git/config; echo '{\"mcpServers\":{}}' > .mcp.json; mv .git .git-old; mv .git/hooks .git/hooks-old; rm .mcp.json; \
+        umount .git/hooks; umount -l .git/hooks; mount -o remount,rw,bind .git/hooks; mount --bind /tmp .git/hooks; \
+        for u in -Urm -Um; do unshare $u --propagation unchanged python3 -c \"$SYSCALLS\"; done; python3 -c \"$SYSCALLS\"; \
+        echo ok > edited.txt; echo ok > .git/opencode";
+
+    /// Unmounting and remounting read-write with the system calls themselves (`umount(8)` and
+    /// `mount(8)` refuse a user other than root before asking the kernel): each prints
+    /// `UNDONE` if the kernel let it.
+    const SYSCALLS: &str = "import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+for what, r in [
+    ('remount-rw', lambda: l.mount(None, b'.git/hooks', None, 0x1000 | 0x20, None)),
+    ('umount', lambda: l.umount2(b'.git/hooks', 0)),
+    ('detach', lambda: l.umount2(b'.git/hooks', 2)),
+    ('detach-top', lambda: l.umount2(b'.', 2)),
+]:
+    print(what, 'UNDONE' if r() == 0 else os.strerror(ctypes.get_errno()))
+";
+
+    fn attack(fence: &Fence, top: &Path) -> String {
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(["-c", ATTACKS])
+            .current_dir(top)
+            .env("SYSCALLS", SYSCALLS);
+        fence.apply_to(&mut cmd);
+        let out = cmd.output().unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.contains("UNDONE"), "{out}");
+        // In the run's namespace, and in a nested user namespace (mapping uid 0 needs a
+        // capability the run no longer has, so `-Urm` fails as root; `-Um` does not map).
+        assert!(
+            out.matches("detach-top").count() >= 2,
+            "the attempts ran: {out}"
+        );
+        out
+    }
+
+    fn assert_protected(top: &Path, out: &str) {
+        assert_eq!(
+            std::fs::read_to_string(top.join("edited.txt")).unwrap(),
+            "ok\n",
+            "{out}"
+        );
+        assert!(
+            top.join(".git/opencode").exists(),
+            "the rest of .git is writable: {out}"
+        );
+        assert!(!top.join(".git/hooks/pre-commit").exists(), "{out}");
+        assert_eq!(
+            std::fs::read_to_string(top.join(".git/config")).unwrap(),
+            "[core]\n",
+            "{out}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(top.join(".mcp.json")).unwrap(),
+            "{}\n",
+            "{out}"
+        );
+        assert!(
+            !top.join(".git-old").exists() && !top.join(".git/hooks-old").exists(),
+            "{out}"
+        );
+        // Nothing of the run's namespace reached the bridge's.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mounts.contains(&top.display().to_string()), "{mounts}");
+    }
+
+    #[test]
+    fn an_editing_run_cannot_write_its_protected_paths_nor_undo_the_binds() {
+        let (_d, top) = project();
+        let open = Fence::prepare(&editing_plan(&top), Sandbox::Off).unwrap();
+        let (_, out) = sh(
+            &open,
+            &top,
+            "echo x > .git/hooks/pre-commit; echo x > .mcp.json",
+        );
+        assert!(
+            top.join(".git/hooks/pre-commit").exists(),
+            "the control: {out}"
+        );
+        let (_d, top) = project();
+        let fence = Fence::prepare(&editing_plan(&top), Sandbox::Auto).unwrap();
+        let Ok(ns) = layers::mechanisms().namespaces else {
+            // No namespace here: the layer says so, and the check after the run covers it.
+            assert!(fence.layers().unbound_why.is_some());
+            assert!(fence.layers().protection.bound.is_empty());
+            return;
+        };
+        assert_eq!(fence.layers().namespace, Some(ns));
+        assert_eq!(fence.layers().protection.bound.len(), 3);
+        let out = attack(&fence, &top);
+        assert_protected(&top, &out);
+    }
+
+    /// The binds hold by themselves, without Landlock (which refuses every mount anyway):
+    /// no capability is left to unmount or remount them, and a nested user namespace gets them
+    /// locked. Both ways of making the namespace: a mount namespace alone (root) and a user
+    /// namespace first (an unprivileged bridge; as root it maps root).
+    #[test]
+    fn the_binds_hold_without_landlock_in_both_kinds_of_namespace() {
+        let mech = layers::mechanisms();
+        if mech.namespaces.is_err() {
+            return; // nothing to bind with here: the test above checks what the layer says
+        }
+        let kinds: &[Namespaces] = if mech.capabilities_held {
+            &[Namespaces::Mount, Namespaces::UserAndMount]
+        } else {
+            &[Namespaces::UserAndMount]
+        };
+        for &ns in kinds {
+            let (_d, top) = project();
+            let mut fence = Fence::none("no Landlock in this test");
+            let only = Mechanisms {
+                namespaces: Ok(ns),
+                ..mech.clone()
+            };
+            fence.add_layers(&editing_plan(&top), &only);
+            assert_eq!(fence.layers().namespace, Some(ns));
+            let out = attack(&fence, &top);
+            assert_protected(&top, &out);
+        }
     }
 }

@@ -21,6 +21,8 @@ pub enum Rights {
 pub struct Plan {
     rules: Vec<(PathBuf, Rights)>,
     create: Vec<PathBuf>,
+    protect: Option<PathBuf>,
+    seed: Vec<(PathBuf, &'static str)>,
 }
 
 impl Plan {
@@ -48,6 +50,32 @@ impl Plan {
             self.create.push(path.clone());
         }
         self.add(path, Rights::Write)
+    }
+
+    /// Keeps the protected paths ([`crate::protected::PROTECTED`]) of the project whose top is
+    /// `top` read-only, even where a rule lets the run write the project: bound read-only in the
+    /// run's own mount namespace where the kernel lets the bridge make one.
+    pub fn protect(&mut self, top: impl Into<PathBuf>) -> &mut Plan {
+        self.protect = Some(top.into());
+        self
+    }
+
+    /// Writes `content` to the file `path` before the run starts, if its directory exists and
+    /// the file does not: what the runner itself writes there at start, and would die of not
+    /// writing once the directory is read-only.
+    pub fn seed(&mut self, path: impl Into<PathBuf>, content: &'static str) -> &mut Plan {
+        self.seed.push((path.into(), content));
+        self
+    }
+
+    /// The files [`seed`](Self::seed) named.
+    pub fn seeds(&self) -> &[(PathBuf, &'static str)] {
+        &self.seed
+    }
+
+    /// The project whose protected paths stay read-only ([`protect`](Self::protect)).
+    pub fn protected_top(&self) -> Option<&Path> {
+        self.protect.as_deref()
     }
 
     /// The directories [`own_dir`](Self::own_dir) named.
@@ -202,6 +230,13 @@ pub const HOME_TOOLCHAINS_READ: &[&str] = &[
     ".config/git/attributes",
 ];
 
+/// What opencode 1.18.33 writes to `.gitignore` in each of its config directories (a project's
+/// `.opencode` among them) when the file is missing, as it loads the configuration; it dies
+/// when that write fails with `EROFS` (it lives with `EACCES`). `.opencode` is read-only in an
+/// editing run ([`crate::protected`]), so the fence writes this first (`Config.ensureGitignore`).
+pub const OPENCODE_GITIGNORE: &str =
+    "node_modules\npackage.json\npackage-lock.json\nbun.lock\n.gitignore";
+
 /// Package caches of the user's an editing run may write (it builds, installs and tests). Not
 /// npm's: `npx` runs packages from `~/.npm/_npx`, so a run that could write there could change
 /// what the user's next `npx -y pkg` executes; a run's npm and bun caches are its world's.
@@ -220,7 +255,8 @@ pub const HOME_CACHES_WRITE: &[&str] = &[".cargo/registry", ".cargo/git", "go/pk
 /// - the user's login files its world links to, each file alone ([`RunWorld::credentials`]);
 /// - opencode's global config directory is read, not written (a run that could write it could
 ///   plant a plugin for every later opencode);
-/// - an editing run also writes the project, [`HOME_CACHES_WRITE`] and `$XDG_CACHE_HOME`;
+/// - an editing run also writes the project, [`HOME_CACHES_WRITE`] and `$XDG_CACHE_HOME`, but
+///   not the project's protected paths ([`crate::protected`], [`Plan::protect`]);
 /// - devices: [`DEVICES`] only.
 pub fn for_run(w: &RunWorld) -> Plan {
     let mut plan = Plan::new();
@@ -309,6 +345,10 @@ pub fn for_run(w: &RunWorld) -> Plan {
     }
     if w.editing {
         plan.write(&w.project);
+        plan.protect(&w.project);
+        if w.kind == RunKind::Opencode {
+            plan.seed(w.project.join(".opencode/.gitignore"), OPENCODE_GITIGNORE);
+        }
         for p in &w.extra_write {
             plan.write(p);
         }
@@ -449,6 +489,11 @@ mod tests {
         assert!(plan.may_write(Path::new("/home/u/.cargo/registry/cache/x")));
         assert!(!plan.may_read(Path::new("/home/u/.cargo/credentials.toml")));
         assert!(!plan.may_write(Path::new("/home/u/.bashrc")));
+        assert_eq!(
+            plan.protected_top(),
+            Some(Path::new("/home/u/projects/app"))
+        );
+        assert_eq!(for_run(&world(false)).protected_top(), None);
     }
 
     #[test]

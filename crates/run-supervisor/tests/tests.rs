@@ -6,6 +6,7 @@ mod common;
 mod durable;
 mod fuzz_corpus;
 mod git_fence;
+mod live_ambient;
 mod live_audit;
 mod live_fence;
 mod live_long_output;
