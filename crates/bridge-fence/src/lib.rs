@@ -38,7 +38,7 @@ use landlock::{
     RulesetCreatedAttr, Scope,
 };
 
-pub use plan::{Plan, Project, Rights, RunKind, RunWorld, for_run, project_of};
+pub use plan::{OwnWorktree, Plan, Project, Rights, RunKind, RunWorld, for_run, project_of};
 
 /// What the user asked for (`OPENCODE_BRIDGE_SANDBOX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

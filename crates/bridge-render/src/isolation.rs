@@ -151,6 +151,8 @@ mod tests {
             created_ms: 0,
             ended_ms: Some(1),
             stat: String::new(),
+            admin: None,
+            common: None,
         }
     }
 

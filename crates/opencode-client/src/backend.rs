@@ -746,7 +746,7 @@ fn server_fence(
     tmp: &Path,
 ) -> Result<bridge_fence::Fence, ClientError> {
     let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
-    let project = bridge_fence::project_of(cwd, &root);
+    let project = bridge_fence::project_of(cwd, &root, None);
     let mut vars: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !env.remove.contains(k))
         .collect();

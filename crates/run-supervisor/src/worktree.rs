@@ -79,12 +79,31 @@ pub struct WorktreeInfo {
     /// `git diff --stat` of the change, once collected.
     #[serde(default)]
     pub stat: String,
+    /// The worktree's administrative directory (`<git dir>/worktrees/<name>`), as git reported
+    /// it when the worktree was made, before any run: the one git directory an editing run of
+    /// the task may write ([`WorktreeInfo::own`]). Absent in records of older bridges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<PathBuf>,
+    /// The repository's git directory (its common dir), as git reported it then: read by the
+    /// task's runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common: Option<PathBuf>,
 }
 
 impl WorktreeInfo {
     /// The run's working directory inside the worktree.
     pub fn run_cwd(&self) -> PathBuf {
         run_cwd(&self.dir, &self.rel)
+    }
+
+    /// The worktree as the fence knows it ([`bridge_fence::project_of`]): the git directories
+    /// recorded when the bridge made it, never what its `.git` file says now.
+    pub fn own(&self) -> Option<bridge_fence::OwnWorktree> {
+        Some(bridge_fence::OwnWorktree {
+            dir: self.dir.clone(),
+            admin: self.admin.clone()?,
+            common: self.common.clone()?,
+        })
     }
 }
 
@@ -370,6 +389,18 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
             ));
         }
     }
+    // Where git put the worktree's administrative directory and the repository's git
+    // directory, asked now, before any run could rewrite the worktree's `.git` file.
+    let admin = text(git(
+        &plan.dir,
+        &["rev-parse", "--absolute-git-dir"],
+        "rev-parse --absolute-git-dir",
+    )?);
+    let common = text(git(
+        &plan.dir,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        "rev-parse --git-common-dir",
+    )?);
     for p in untracked.split(|&b| b == 0).filter(|p| !p.is_empty()) {
         let p = String::from_utf8_lossy(p).into_owned();
         copy_entry(&top.join(&p), &plan.dir.join(&p))
@@ -407,6 +438,8 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
         created_ms: now_ms(),
         ended_ms: None,
         stat: String::new(),
+        admin: Some(PathBuf::from(admin)),
+        common: Some(PathBuf::from(common)),
     };
     save(state_dir, &info)?;
     Ok(info)
@@ -1062,6 +1095,10 @@ mod tests {
         let b = before(&r);
         let info = make(&r, &state, 7);
         assert_eq!(info.run_cwd(), info.dir.join("sub"));
+        // The git directories the fence grants, recorded as git made them.
+        let own = info.own().unwrap();
+        assert_eq!(own.common.canonicalize().unwrap(), r.join(".git"));
+        assert!(own.admin.starts_with(&own.common) && own.admin.join("HEAD").is_file());
         // The agent sees the caller's tree: the uncommitted edit and the untracked file, not
         // the ignored one.
         assert_eq!(

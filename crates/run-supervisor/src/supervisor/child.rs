@@ -319,12 +319,19 @@ pub(super) fn world_for(
 ) -> bridge_fence::RunWorld {
     let cfg = &ctx.shared.config;
     // An isolated task's tree is its worktree; any other task's is inside the root.
+    // Its git directories are the ones the bridge recorded when it made the worktree.
     let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
-    let boundary = match worktrees.as_deref() {
-        Some(w) if ctx.cwd.starts_with(w) => w.join(ctx.id.to_string()),
-        _ => cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
+    let (boundary, own) = match (worktrees.as_deref(), cfg.state_dir.as_deref()) {
+        (Some(w), Some(state)) if ctx.cwd.starts_with(w) => (
+            w.join(ctx.id.to_string()),
+            crate::worktree::load(state, ctx.id).and_then(|i| i.own()),
+        ),
+        _ => (
+            cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
+            None,
+        ),
     };
-    let project = bridge_fence::project_of(ctx.cwd, &boundary);
+    let project = bridge_fence::project_of(ctx.cwd, &boundary, own.as_ref());
     let mut env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !launch.env_remove.contains(k))
         .collect();
