@@ -21,6 +21,7 @@ pub enum Rights {
 pub struct Plan {
     rules: Vec<(PathBuf, Rights)>,
     create: Vec<PathBuf>,
+    guarded: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -48,6 +49,28 @@ impl Plan {
             self.create.push(path.clone());
         }
         self.add(path, Rights::Write)
+    }
+
+    /// Marks `path` as a directory some run may write (this one or another kind): a symlink
+    /// beneath it, met while the fence resolves a path, is refused, since a run could have
+    /// planted it. The plan's own write rules are guarded too.
+    pub fn guard(&mut self, path: impl Into<PathBuf>) -> &mut Plan {
+        let path = path.into();
+        if path.is_absolute() && !self.guarded.contains(&path) {
+            self.guarded.push(path);
+        }
+        self
+    }
+
+    /// The directories [`guard`](Self::guard) named, and the plan's write rules.
+    pub fn guarded(&self) -> Vec<PathBuf> {
+        let mut out = self.guarded.clone();
+        for (p, r) in &self.rules {
+            if *r == Rights::Write && !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        out
     }
 
     /// The directories [`own_dir`](Self::own_dir) named.
@@ -213,7 +236,27 @@ pub const HOME_CACHES_WRITE: &[&str] = &[".cargo/registry", ".cargo/git", ".npm"
 ///   plant a plugin for every later opencode);
 /// - an editing run also writes the project, [`HOME_CACHES_WRITE`] and `$XDG_CACHE_HOME`;
 /// - devices: [`DEVICES`] only.
+///
+/// Every directory an editing run of either runner in this environment may write is
+/// [guarded](Plan::guard): a symlink there is refused when the fence is built, whoever planted it.
 pub fn for_run(w: &RunWorld) -> Plan {
+    let mut plan = rules_for(w);
+    for kind in [RunKind::Opencode, RunKind::Claude] {
+        let widest = RunWorld {
+            kind,
+            editing: true,
+            ..w.clone()
+        };
+        for (p, r) in rules_for(&widest).rules() {
+            if *r == Rights::Write {
+                plan.guard(p);
+            }
+        }
+    }
+    plan
+}
+
+fn rules_for(w: &RunWorld) -> Plan {
     let mut plan = Plan::new();
     for p in SYSTEM_READ {
         plan.read(*p);
@@ -445,6 +488,23 @@ mod tests {
         assert!(plan.may_write(Path::new("/home/u/.cargo/registry/cache/x")));
         assert!(!plan.may_read(Path::new("/home/u/.cargo/credentials.toml")));
         assert!(!plan.may_write(Path::new("/home/u/.bashrc")));
+    }
+
+    #[test]
+    fn what_any_run_of_the_environment_may_write_is_guarded() {
+        let g = for_run(&world(false)).guarded();
+        for p in [
+            "/home/u/projects/app",
+            "/home/u/.cache",
+            "/home/u/.cache/opencode",
+            "/home/u/.local/share/opencode",
+            "/home/u/.npm",
+            "/home/u/.claude",
+            "/home/u/.cargo/registry",
+        ] {
+            assert!(g.contains(&PathBuf::from(p)), "{p} is not guarded: {g:?}");
+        }
+        assert!(!g.contains(&PathBuf::from("/home/u")));
     }
 
     #[test]
