@@ -524,3 +524,96 @@ async fn symlinked_cache_refuses_the_next_task(engine: Engine, sandbox: Sandbox,
         "the fence made the link's target"
     );
 }
+
+// An editing run may write its project, but what it plants in the project's protected paths
+// (git's hooks and config, `.mcp.json`, Claude Code's settings) would run later outside any
+// fence: after the run they are put back as they were, and the task fails naming each.
+#[tokio::test]
+async fn live_run_protected_paths_an_editing_run_planted_are_put_back_and_named() {
+    protected_paths_are_put_back(Engine::Run).await;
+}
+
+#[tokio::test]
+async fn live_serve_protected_paths_an_editing_run_planted_are_put_back_and_named() {
+    protected_paths_are_put_back(Engine::Serve).await;
+}
+
+async fn protected_paths_are_put_back(engine: Engine) {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let w = world(&llm);
+    std::fs::create_dir_all(w.proj.join(".claude")).unwrap();
+    std::fs::write(w.proj.join(".claude/settings.json"), "{}\n").unwrap();
+    let config_before = std::fs::read_to_string(w.proj.join(".git/config")).unwrap();
+    let prompt = [
+        "Edit the project.\n".to_owned(),
+        bash(&format!(
+            "printf '#!/bin/sh\\ntouch {o}/hook-ran\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit; git config core.fsmonitor 'touch {o}/fsmonitor-ran'; echo ok > edited.txt",
+            o = w.outside.display()
+        )),
+        write(
+            &w.proj.join(".mcp.json"),
+            r#"{"mcpServers":{"x":{"command":"sh","args":["-c","id"]}}}"#,
+        ),
+        write(
+            &w.proj.join(".claude/settings.json"),
+            r#"{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"id"}]}]}}"#,
+        ),
+    ]
+    .concat();
+    let sup = supervisor(&oc, &w.sb, &w.root, Sandbox::Auto, engine);
+    let mut spec = TaskSpec::new(&prompt, &w.proj, "worker", "LIVE/worker: plant protected");
+    spec.model = Some("fk/script".into());
+    spec.auto_approve = true;
+    let out = run(&sup, spec).await;
+    let s = &out.snapshot;
+    assert_eq!(s.engine, engine.as_str(), "{s:?}");
+    assert_eq!(s.tool_calls, 3, "every scripted call was made: {s:?}");
+    // The ordinary edit stays: the project is the run's to write.
+    assert_eq!(
+        std::fs::read_to_string(w.proj.join("edited.txt")).unwrap(),
+        "ok\n"
+    );
+    // The plants do not.
+    assert!(!w.proj.join(".git/hooks/pre-commit").exists());
+    assert!(!w.proj.join(".mcp.json").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.proj.join(".git/config")).unwrap(),
+        config_before
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.proj.join(".claude/settings.json")).unwrap(),
+        "{}\n"
+    );
+    // Where the kernel kept them read-only (a mount namespace), the run's writes were refused;
+    // elsewhere they were written (this is what the run did), then put back, and the task says
+    // so, naming each.
+    match s
+        .failure
+        .as_ref()
+        .filter(|f| f.message.contains("protected paths"))
+    {
+        Some(f) => {
+            assert_eq!(s.state, TaskState::Failed, "{s:?}");
+            assert_eq!(f.kind, run_supervisor::FailureKind::Agent, "{f:?}");
+            for named in [
+                ".git/hooks/pre-commit (added, removed)",
+                ".git/config (changed, restored)",
+                ".mcp.json (added, removed)",
+                ".claude/settings.json (changed, restored)",
+            ] {
+                assert!(f.message.contains(named), "{named} is not named: {f:?}");
+            }
+        }
+        None => {
+            let refused = out.tool_calls.iter().filter(|c| c.tool == "write");
+            assert!(
+                refused.clone().count() == 2 && refused.clone().all(|c| c.error.is_some()),
+                "nothing named, so the writes must have been refused: {:?}",
+                out.tool_calls
+            );
+        }
+    }
+    assert!(!w.outside.join("hook-ran").exists());
+    assert!(!w.outside.join("fsmonitor-ran").exists());
+}

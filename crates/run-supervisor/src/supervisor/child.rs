@@ -317,21 +317,7 @@ pub(super) fn world_for(
     launch: &crate::command::Launch,
     tmp: &Path,
 ) -> bridge_fence::RunWorld {
-    let cfg = &ctx.shared.config;
-    // An isolated task's tree is its worktree; any other task's is inside the root.
-    // Its git directories are the ones the bridge recorded when it made the worktree.
-    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
-    let (boundary, own) = match (worktrees.as_deref(), cfg.state_dir.as_deref()) {
-        (Some(w), Some(state)) if ctx.cwd.starts_with(w) => (
-            w.join(ctx.id.to_string()),
-            crate::worktree::load(state, ctx.id).and_then(|i| i.own()),
-        ),
-        _ => (
-            cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
-            None,
-        ),
-    };
-    let project = bridge_fence::project_of(ctx.cwd, &boundary, own.as_ref());
+    let project = project_for(&ctx.shared.config, ctx.id, ctx.cwd);
     let mut env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !launch.env_remove.contains(k))
         .collect();
@@ -348,6 +334,28 @@ pub(super) fn world_for(
         extra_write: project.write,
         env,
     }
+}
+
+/// The project task `id`'s runs in `cwd` work on ([`bridge_fence::project_of`]): an isolated
+/// task's tree is its worktree, with the git directories the bridge recorded when it made it;
+/// any other task's is inside the root.
+pub(super) fn project_for(
+    cfg: &super::SupervisorConfig,
+    id: TaskId,
+    cwd: &Path,
+) -> bridge_fence::Project {
+    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
+    let (boundary, own) = match (worktrees.as_deref(), cfg.state_dir.as_deref()) {
+        (Some(w), Some(state)) if cwd.starts_with(w) => (
+            w.join(id.to_string()),
+            crate::worktree::load(state, id).and_then(|i| i.own()),
+        ),
+        _ => (
+            cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
+            None,
+        ),
+    };
+    bridge_fence::project_of(cwd, &boundary, own.as_ref())
 }
 
 struct RemoveOnDrop(PathBuf);
