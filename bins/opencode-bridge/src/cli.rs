@@ -393,6 +393,9 @@ pub async fn doctor(app: &App) -> (String, bool) {
     let (status, detail) = doctor_sandbox(sup.config().sandbox);
     ok &= status != "FAIL";
     line(status, "sandbox", detail);
+    for (what, detail) in doctor_worlds(sup.config()) {
+        line("ok", what, detail);
+    }
     match sup.capabilities().await {
         Ok(caps) => {
             let bin = run_supervisor::command::resolve_binary(sup.config().opencode_bin.as_deref())
@@ -634,6 +637,41 @@ fn doctor_sandbox(mode: run_supervisor::Sandbox) -> (&'static str, String) {
         ),
         (Sandbox::Auto, Err(why)) => ("warn", format!("auto: runs are NOT confined: {why}")),
     }
+}
+
+/// The `worlds` and `env` lines: where runs keep their runner state, and which of this
+/// environment's variables no run gets (names only).
+fn doctor_worlds(cfg: &run_supervisor::SupervisorConfig) -> Vec<(&'static str, String)> {
+    let state = cfg
+        .state_dir
+        .clone()
+        .unwrap_or_else(bridge_fence::world::fallback_state_dir);
+    let worlds = bridge_fence::world::all(&state).len();
+    // The bridge's own settings and the homes a world replaces are not news.
+    let replaced = ["XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"];
+    let mut dropped = bridge_proc::dropped_names(std::env::vars(), &[], &cfg.pass_env);
+    dropped.retain(|k| !k.starts_with("OPENCODE_BRIDGE_") && !replaced.contains(&k.as_str()));
+    let dropped = if dropped.is_empty() {
+        "nothing".to_owned()
+    } else {
+        dropped.join(", ")
+    };
+    vec![
+        (
+            "worlds",
+            format!(
+                "each project and access keeps its runner state (store, caches, logins by link) in its own world under {} ({worlds} so far)",
+                bridge_fence::world::worlds_dir(&state).display()
+            ),
+        ),
+        (
+            "env",
+            format!(
+                "runs get only what they need of this environment, their model's provider keys and what {} names; dropped here: {dropped}",
+                bridge_env::PASS_ENV.name
+            ),
+        ),
+    ]
 }
 
 fn doctor_worktrees(app: &App) -> Vec<(&'static str, String)> {

@@ -47,7 +47,7 @@ fn all_pids() -> Vec<i32> {
 
 /// Live processes whose environment carries the marker, except `skip`.
 fn marked(marker: &str, skip: i32) -> Vec<Proc> {
-    let needle = format!("OPENCODE_BRIDGE_KILLTEST={marker}");
+    let needle = format!("FAKE_OPENCODE_KILLTEST={marker}");
     all_pids()
         .into_iter()
         .filter(|&p| p != skip)
@@ -111,7 +111,7 @@ fn stop_a_tree(stop: Stop) {
                 pidfile.to_string_lossy().into_owned(),
             ),
             ("OPENCODE_BRIDGE_KILL_GRACE_MS", "500".into()),
-            ("OPENCODE_BRIDGE_KILLTEST", marker.clone()),
+            ("FAKE_OPENCODE_KILLTEST", marker.clone()),
         ],
     );
     let bridge = server.child.id() as i32;

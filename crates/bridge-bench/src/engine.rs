@@ -98,7 +98,23 @@ pub(crate) fn engines(bin: &Path, runs: usize) -> Result<Vec<Row>, String> {
         "engines: serve is {:.1}x faster than run for a trivial task",
         r / s.max(1e-9)
     );
+    let (fresh, again) = world_prepare()?;
+    println!(
+        "worlds: preparing a fresh world {:.2} ms, an existing one {:.2} ms; the first task (a fresh world, the roster asked) {:.2} s on run, {:.2} s on serve",
+        fresh * 1000.0,
+        again * 1000.0,
+        run.first,
+        serve.first
+    );
     Ok(vec![
+        Row::info(
+            "first task in a fresh world: run / serve",
+            format!("{:.2} s / {:.2} s", run.first, serve.first),
+        ),
+        Row::info(
+            "world prepare: fresh / existing",
+            format!("{:.2} ms / {:.2} ms", fresh * 1000.0, again * 1000.0),
+        ),
         Row::info(
             "trivial task, start to result: run (median)",
             format!("{r:.3} s"),
@@ -122,4 +138,39 @@ pub(crate) fn engines(bin: &Path, runs: usize) -> Result<Vec<Row>, String> {
             ),
         ),
     ])
+}
+
+/// How long `World::prepare` takes for a fresh world (directories, record, the login link, the
+/// models list copied from a 1 MB file) and for one that exists (the check before each run).
+fn world_prepare() -> Result<(f64, f64), String> {
+    let d = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let user_data = d.path().join("user/data/opencode");
+    let user_cache = d.path().join("user/cache/opencode");
+    for p in [&user_data, &user_cache] {
+        std::fs::create_dir_all(p).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(user_data.join("auth.json"), "{}").map_err(|e| e.to_string())?;
+    std::fs::write(user_cache.join("models.json"), vec![b' '; 1 << 20])
+        .map_err(|e| e.to_string())?;
+    let user = bridge_fence::UserDirs {
+        opencode_data: Some(user_data),
+        opencode_cache: Some(user_cache),
+        claude_config: None,
+    };
+    let kind = bridge_fence::RunKind::Opencode;
+    let (mut fresh, mut again) = (Vec::new(), Vec::new());
+    for n in 0..20 {
+        let w = bridge_fence::World::of(
+            &d.path().join("state"),
+            &d.path().join(format!("p{n}")),
+            true,
+        );
+        let t = Instant::now();
+        w.prepare(kind, &user)?;
+        fresh.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        w.prepare(kind, &user)?;
+        again.push(t.elapsed().as_secs_f64());
+    }
+    Ok((median(&fresh), median(&again)))
 }

@@ -192,6 +192,12 @@ pub const CONFIG: EnvVar = EnvVar::new(
     "$XDG_CONFIG_HOME/opencode-bridge/config.toml (~/.config/opencode-bridge/config.toml)",
     "the bridge's config file (TOML: remote servers, budgets, prices); a named file must exist",
 );
+/// `OPENCODE_BRIDGE_PASS_ENV`.
+pub const PASS_ENV: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_PASS_ENV",
+    "unset",
+    "more of the bridge's variables that reach runs (names, or prefixes ending in *, comma-separated); runs get only the basics, proxies, CA bundles and their model's provider keys otherwise",
+);
 /// `OPENCODE_BRIDGE_STATE_DIR`.
 pub const STATE_DIR: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_STATE_DIR",
@@ -329,6 +335,7 @@ pub const ALL: &[EnvVar] = &[
     SERVE_MAX,
     CONFIG,
     STATE_DIR,
+    PASS_ENV,
     ROSTER,
     PRUNE_DAYS,
     COMPARE_MODEL,
@@ -347,6 +354,17 @@ pub const ALL: &[EnvVar] = &[
     OPENCODE_CONFIG_CONTENT,
     RUST_LOG,
 ];
+
+/// The bridge's state directory from an environment lookup: `OPENCODE_BRIDGE_STATE_DIR`, else
+/// `$XDG_STATE_HOME/opencode-bridge`, else `~/.local/state/opencode-bridge` (the one rule the
+/// supervisor and the session reader share: the registry and the runs' worlds live there).
+pub fn state_dir(get: impl Fn(&str) -> Option<String>) -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let nonempty = |k: &str| get(k).filter(|s| !s.trim().is_empty()).map(PathBuf::from);
+    nonempty(STATE_DIR.name)
+        .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))
+        .or_else(|| nonempty("HOME").map(|h| h.join(".local/state/opencode-bridge")))
+}
 
 /// A binary the bridge starts, chosen by a variable.
 #[derive(Debug, Clone, Copy)]

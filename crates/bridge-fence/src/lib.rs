@@ -32,6 +32,7 @@ mod apply;
 pub mod plan;
 pub mod protected;
 mod resolve;
+pub mod world;
 
 use std::fmt;
 use std::os::fd::OwnedFd;
@@ -44,6 +45,7 @@ use landlock::{
 };
 
 pub use plan::{OwnWorktree, Plan, Project, Rights, RunKind, RunWorld, for_run, project_of};
+pub use world::{UserDirs, World};
 
 /// What the user asked for (`OPENCODE_BRIDGE_SANDBOX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -315,6 +317,7 @@ mod tests {
             tmp: root.join("tmp"),
             extra_read: vec![],
             extra_write: vec![],
+            credentials: vec![],
             env: vec![
                 ("HOME".into(), home.display().to_string()),
                 ("XDG_CACHE_HOME".into(), cache_dir.display().to_string()),

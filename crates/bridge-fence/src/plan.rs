@@ -135,8 +135,13 @@ pub struct RunWorld {
     pub extra_read: Vec<PathBuf>,
     /// More paths an editing run writes (an isolated worktree's administrative directory).
     pub extra_write: Vec<PathBuf>,
-    /// The run's environment as it will see it (`HOME`, `XDG_*`, `PATH`, `CLAUDE_CONFIG_DIR`).
+    /// The run's environment as it will see it (`HOME`, `XDG_*`, `PATH`, `CLAUDE_CONFIG_DIR`,
+    /// npm's and bun's caches): for a run in a [`World`](crate::World), its world's
+    /// directories.
     pub env: Vec<(String, String)>,
+    /// The user's login files the run's world links to ([`World::credentials`](crate::World::credentials)):
+    /// each granted alone, read, or read and written when `true`; never its directory.
+    pub credentials: Vec<(PathBuf, bool)>,
 }
 
 impl RunWorld {
@@ -220,18 +225,22 @@ pub const HOME_TOOLCHAINS_READ: &[&str] = &[
     ".config/git/attributes",
 ];
 
-/// Package caches an editing run may write (it builds, installs and tests).
-pub const HOME_CACHES_WRITE: &[&str] = &[".cargo/registry", ".cargo/git", ".npm", "go/pkg"];
+/// Package caches of the user's an editing run may write (it builds, installs and tests). Not
+/// npm's: `npx` runs packages from `~/.npm/_npx`, so a run that could write there could change
+/// what the user's next `npx -y pkg` executes; a run's npm and bun caches are its world's.
+pub const HOME_CACHES_WRITE: &[&str] = &[".cargo/registry", ".cargo/git", "go/pkg"];
 
 /// What a run needs, and nothing more:
 ///
 /// - everyone reads [`SYSTEM_READ`], the directories on its `PATH` (but not `/`, the home
 ///   directory or an ancestor of it), the runner's installation (its binary's `node_modules`
 ///   tree, or its directory), [`HOME_TOOLCHAINS_READ`], and the project;
-/// - everyone writes its private `tmp` and the runner's own directories: opencode's data,
-///   state and cache (`$XDG_*_HOME/opencode`) and npm's cache (opencode installs provider
-///   packages with it); `claude`'s config directory (`$CLAUDE_CONFIG_DIR` or `~/.claude`,
-///   and `~/.claude.json`);
+/// - everyone writes its private `tmp` and the runner's own directories, which for a run in a
+///   [`World`](crate::World) are its world's: opencode's data, state and cache
+///   (`$XDG_*_HOME/opencode`) and npm's and bun's caches (`npm_config_cache`,
+///   `BUN_INSTALL_CACHE_DIR`; `~/.npm` only for a run outside any world); `claude`'s config
+///   directory (`$CLAUDE_CONFIG_DIR`, else `~/.claude` and `~/.claude.json`);
+/// - the user's login files its world links to, each file alone ([`RunWorld::credentials`]);
 /// - opencode's global config directory is read, not written (a run that could write it could
 ///   plant a plugin for every later opencode);
 /// - an editing run also writes the project, [`HOME_CACHES_WRITE`] and `$XDG_CACHE_HOME`;
@@ -305,22 +314,40 @@ fn rules_for(w: &RunWorld) -> Plan {
                     plan.read(p);
                 }
             }
+            let caches = ["npm_config_cache", "BUN_INSTALL_CACHE_DIR"];
+            let mut in_world = false;
+            for key in caches {
+                if let Some(p) = w.var(key).map(PathBuf::from).filter(|p| p.is_absolute()) {
+                    plan.own_dir(p);
+                    in_world = true;
+                }
+            }
             if let Some(h) = &home {
-                plan.own_dir(h.join(".npm"));
+                if !in_world {
+                    plan.own_dir(h.join(".npm"));
+                }
                 plan.read(h.join(".opencode"));
             }
         }
         RunKind::Claude => {
             match w.var("CLAUDE_CONFIG_DIR") {
-                Some(d) => plan.own_dir(d),
-                None => match &home {
-                    Some(h) => plan.own_dir(h.join(".claude")),
-                    None => &mut plan,
-                },
+                Some(d) => {
+                    plan.own_dir(d);
+                }
+                None => {
+                    if let Some(h) = &home {
+                        plan.own_dir(h.join(".claude"));
+                        plan.write(h.join(".claude.json"));
+                    }
+                }
             };
-            if let Some(h) = &home {
-                plan.write(h.join(".claude.json"));
-            }
+        }
+    }
+    for (file, write) in &w.credentials {
+        if *write {
+            plan.write(file);
+        } else {
+            plan.read(file);
         }
     }
     if w.editing {
@@ -452,6 +479,7 @@ mod tests {
             tmp: PathBuf::from("/home/u/.local/state/opencode-bridge/tmp/1"),
             extra_read: vec![],
             extra_write: vec![],
+            credentials: vec![],
             env: vec![
                 ("HOME".into(), "/home/u".into()),
                 (

@@ -33,7 +33,7 @@ pub mod sched;
 pub mod tree;
 
 pub use capture::{CaptureError, CaptureLimits, Captured, run_capture};
-pub use env::DROPPED_ENV;
+pub use env::{DROPPED_ENV, dropped_names, kept, provider_key_names};
 pub use group::GroupChild;
 pub use ident::{ProcId, start_time};
 pub use info::{BootClock, ProcInfo};

@@ -101,6 +101,9 @@ pub struct ClientConfig {
     /// when reading (a server creates an instance for a directory it is asked about, which
     /// loads that directory's plugins and MCP servers); `None`: any. The bridge sets its root.
     pub probe_within: Option<PathBuf>,
+    /// The bridge's state directory ([`bridge_env::state_dir`]): the stores of the runs'
+    /// worlds beneath it ([`bridge_fence::world::all`]) are read beside the user's own.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl fmt::Debug for ClientConfig {
@@ -177,6 +180,7 @@ impl ClientConfig {
                 .or_else(|| std::env::current_dir().ok())
                 .unwrap_or_else(|| PathBuf::from("/")),
             probe_within: None,
+            state_dir: env::state_dir(get),
         })
     }
 
@@ -246,10 +250,20 @@ pub fn choose_backend_with(
     cfg: &ClientConfig,
     open_store: StoreOpener<'_>,
 ) -> Result<(Box<dyn SessionSource>, String), ClientError> {
+    let worlds = world_stores(cfg);
     let store = |why: String| -> Result<(Box<dyn SessionSource>, String), ClientError> {
-        let inner = open_store(&cfg.db_path)?;
+        let mut stores = Vec::new();
+        if cfg.db_path.is_file() || worlds.is_empty() {
+            stores.push((open_store(&cfg.db_path)?, None));
+        }
+        for (db, data_home) in &worlds {
+            // A world's store that cannot be read is left out; the user's own is not.
+            if let Ok(s) = open_store(db) {
+                stores.push((s, Some(data_home.clone())));
+            }
+        }
         let src: Box<dyn SessionSource> = Box::new(StoreWithRename {
-            inner,
+            stores,
             cfg: cfg.clone(),
         });
         Ok((src, why))
@@ -298,6 +312,13 @@ pub fn choose_backend_with(
         return store(format!(
             "store: opencode's store exists at {}",
             cfg.db_path.display()
+        ));
+    }
+    if !worlds.is_empty() {
+        return store(format!(
+            "store: no store at {}, and the bridge's runs have {} in their worlds",
+            cfg.db_path.display(),
+            worlds.len()
         ));
     }
     if has_api_command(&cfg.opencode_program()) {
@@ -362,29 +383,91 @@ fn run_capture(program: &Path, args: &[&str], timeout: Duration) -> Option<Strin
     Some(text)
 }
 
-/// The store backend plus rename through a short-lived `opencode serve`.
+/// The stores of the bridge's run worlds (`<state>/worlds/*/data/opencode/opencode.db`) that
+/// exist, each with its world's data home.
+fn world_stores(cfg: &ClientConfig) -> Vec<(PathBuf, PathBuf)> {
+    let Some(state) = &cfg.state_dir else {
+        return Vec::new();
+    };
+    bridge_fence::world::all(state)
+        .into_iter()
+        .map(|w| (w.opencode_db(), w.data_home()))
+        .filter(|(db, _)| db.is_file() && *db != cfg.db_path)
+        .collect()
+}
+
+/// The store backend: the user's own store and the stores of the bridge's run worlds, read as
+/// one (a listing merges them newest first; a session is looked up in each), plus rename
+/// through a short-lived `opencode serve` on the store that holds the session.
 struct StoreWithRename {
-    inner: Box<dyn SessionSource>,
+    /// Each store with its world's data home (`None`: the user's own store).
+    stores: Vec<(Box<dyn SessionSource>, Option<PathBuf>)>,
     cfg: ClientConfig,
 }
 
 impl fmt::Debug for StoreWithRename {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreWithRename")
-            .field("backend", &self.inner.name())
+            .field("stores", &self.stores.len())
             .finish()
+    }
+}
+
+impl StoreWithRename {
+    /// The first store that answers `f` with something other than "not found".
+    fn first<T>(
+        &self,
+        mut f: impl FnMut(&dyn SessionSource) -> Result<T, ClientError>,
+    ) -> Result<(T, Option<&PathBuf>), ClientError> {
+        let mut last = None;
+        for (store, home) in &self.stores {
+            match f(store.as_ref()) {
+                Ok(v) => return Ok((v, home.as_ref())),
+                Err(e @ ClientError::NotFound { .. }) => last = Some(e),
+                Err(e) if home.is_some() => last = last.or(Some(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or(ClientError::NotFound { id: String::new() }))
     }
 }
 
 impl SessionSource for StoreWithRename {
     fn name(&self) -> &'static str {
-        self.inner.name()
+        "store"
     }
     fn list(&self, filter: &SessionFilter, ctx: &ScanContext) -> Result<SessionList, ClientError> {
-        self.inner.list(filter, ctx)
+        let mut merged: Option<SessionList> = None;
+        for (store, home) in &self.stores {
+            let list = match store.list(filter, ctx) {
+                Ok(l) => l,
+                Err(_) if home.is_some() => continue,
+                Err(e) => return Err(e),
+            };
+            match &mut merged {
+                None => merged = Some(list),
+                Some(m) => {
+                    m.scanned += list.scanned;
+                    m.partial = m.partial.take().or(list.partial);
+                    for s in list.sessions {
+                        if !m.sessions.iter().any(|x| x.id == s.id) {
+                            m.sessions.push(s);
+                        }
+                    }
+                }
+            }
+        }
+        let mut list = merged.ok_or(ClientError::StoreMissing {
+            path: self.cfg.db_path.display().to_string(),
+        })?;
+        list.sessions
+            .sort_by(|a, b| b.updated_ms.cmp(&a.updated_ms).then(a.id.cmp(&b.id)));
+        list.sessions.truncate(filter.limit.max(1));
+        list.backend = "store";
+        Ok(list)
     }
     fn get(&self, id: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
-        self.inner.get(id, ctx)
+        self.first(|s| s.get(id, ctx)).map(|(v, _)| v)
     }
     fn transcript(
         &self,
@@ -392,12 +475,18 @@ impl SessionSource for StoreWithRename {
         last: Option<usize>,
         ctx: &ScanContext,
     ) -> Result<SessionTranscript, ClientError> {
-        self.inner.transcript(id, last, ctx)
+        self.first(|s| s.transcript(id, last, ctx)).map(|(v, _)| v)
     }
     fn rename(&self, id: &str, title: &str, ctx: &ScanContext) -> Result<Session, ClientError> {
-        let session = self.inner.get(id, ctx)?;
-        rename_with_ephemeral_server(&self.cfg, &session.directory, id, title)?;
-        self.inner.get(id, ctx)
+        let (session, home) = self.first(|s| s.get(id, ctx))?;
+        rename_with_ephemeral_server(
+            &self.cfg,
+            &session.directory,
+            id,
+            title,
+            home.map(|h| h.as_path()),
+        )?;
+        self.get(id, ctx)
     }
 }
 
@@ -408,6 +497,7 @@ pub fn rename_with_ephemeral_server(
     directory: &str,
     id: &str,
     title: &str,
+    data_home: Option<&Path>,
 ) -> Result<(), ClientError> {
     check_id(id)?;
     let dir = Path::new(directory);
@@ -416,8 +506,12 @@ pub fn rename_with_ephemeral_server(
     } else {
         std::env::temp_dir()
     };
+    // A session of a run's world is renamed by a server on that world's store.
+    let set = data_home
+        .map(|h| vec![("XDG_DATA_HOME".to_owned(), h.to_string_lossy().into_owned())])
+        .unwrap_or_default();
     let env = ChildEnv {
-        set: Vec::new(),
+        set,
         remove: DROPPED_ENV.iter().map(|k| k.to_string()).collect(),
     };
     with_temporary_server(
@@ -467,6 +561,7 @@ pub fn with_temporary_server<T>(
     f: impl FnOnce(&HttpClient) -> Result<T, ClientError>,
 ) -> Result<T, ClientError> {
     let program = cfg.opencode_program();
+    let env = &temporary_server_env(cfg, cwd, env)?;
     let start = ServeStart {
         program: &program,
         shown: &cfg.opencode_bin,
@@ -484,6 +579,35 @@ pub fn with_temporary_server<T>(
     let out = f(server.http());
     drop(server);
     out
+}
+
+/// A temporary server's environment: like a read-only run's in `cwd`, only what opencode needs
+/// of the bridge's environment ([`bridge_proc::env::kept`]), in the read-only world of the
+/// project (so what the project's plugins write lands there, never in the user's store), with
+/// the caller's variables over it.
+fn temporary_server_env(
+    cfg: &ClientConfig,
+    cwd: &Path,
+    env: &ChildEnv,
+) -> Result<ChildEnv, ClientError> {
+    let mut set = Vec::new();
+    if let Some(state) = &cfg.state_dir {
+        let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
+        let project = bridge_fence::project_of(cwd, &root, None);
+        let world = bridge_fence::World::of(state, &project.top, false);
+        let user = bridge_fence::UserDirs::from_lookup(|k| std::env::var(k).ok());
+        world
+            .prepare(bridge_fence::RunKind::Opencode, &user)
+            .map_err(|detail| ClientError::TempServer { detail })?;
+        set = world.env(bridge_fence::RunKind::Opencode);
+    }
+    set.retain(|(k, _)| !env.set.iter().any(|(n, _)| n == k));
+    set.extend(env.set.iter().cloned());
+    let mut remove = bridge_proc::dropped_names(std::env::vars(), &[], &[]);
+    remove.extend(env.remove.iter().cloned());
+    remove.sort();
+    remove.dedup();
+    Ok(ChildEnv { set, remove })
 }
 
 /// How to start an `opencode serve` of the bridge's own ([`ServeProcess::start`]).
@@ -760,6 +884,7 @@ fn server_fence(
         extra_read: project.read,
         extra_write: vec![],
         env: vars,
+        credentials: vec![],
     };
     bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), cfg.sandbox)
         .map_err(|detail| ClientError::TempServer { detail })

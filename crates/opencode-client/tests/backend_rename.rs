@@ -56,7 +56,8 @@ fn the_temporary_server_gets_a_random_password_and_is_stopped() {
     let proj = tmp.path().join("proj");
     std::fs::create_dir(&proj).unwrap();
     let dir = proj.display().to_string();
-    rename_with_ephemeral_server(&cfg(bin, 10_000), &dir, "ses_abc", "ALPHA/build: new").unwrap();
+    rename_with_ephemeral_server(&cfg(bin, 10_000), &dir, "ses_abc", "ALPHA/build: new", None)
+        .unwrap();
 
     let seen = srv.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -91,7 +92,8 @@ fn a_server_that_never_listens_times_out_and_is_stopped() {
         tmp.path(),
         &format!("echo $$ > '{}'\nexec sleep 300", pid_file.display()),
     );
-    let e = rename_with_ephemeral_server(&cfg(bin, 700), "/tmp", "ses_abc", "X/y: z").unwrap_err();
+    let e = rename_with_ephemeral_server(&cfg(bin, 700), "/tmp", "ses_abc", "X/y: z", None)
+        .unwrap_err();
     assert!(
         matches!(
             e,
@@ -109,8 +111,8 @@ fn a_server_that_never_listens_times_out_and_is_stopped() {
 fn a_server_that_exits_at_once_says_why() {
     let tmp = tempfile::tempdir().unwrap();
     let bin = script(tmp.path(), "echo 'Error: database is locked' >&2\nexit 1");
-    let e =
-        rename_with_ephemeral_server(&cfg(bin, 10_000), "/tmp", "ses_abc", "X/y: z").unwrap_err();
+    let e = rename_with_ephemeral_server(&cfg(bin, 10_000), "/tmp", "ses_abc", "X/y: z", None)
+        .unwrap_err();
     let m = e.to_string();
     assert!(matches!(e, ClientError::TempServer { .. }), "{e:?}");
     assert!(
@@ -137,8 +139,8 @@ fn a_refusing_server_is_reported_and_still_stopped() {
             srv.url()
         ),
     );
-    let e =
-        rename_with_ephemeral_server(&cfg(bin, 10_000), "/tmp", "ses_gone", "X/y: z").unwrap_err();
+    let e = rename_with_ephemeral_server(&cfg(bin, 10_000), "/tmp", "ses_gone", "X/y: z", None)
+        .unwrap_err();
     assert!(
         matches!(&e, ClientError::NotFound { id } if id == "ses_gone"),
         "{e:?}"

@@ -549,7 +549,7 @@ fn live_store_rename_goes_through_a_temporary_server_that_is_stopped_afterwards(
 
     // The same, called directly.
     let dir = sb.project_dir().display().to_string();
-    rename_with_ephemeral_server(&cfg, &dir, &id, "ALPHA/build: second rename").unwrap();
+    rename_with_ephemeral_server(&cfg, &dir, &id, "ALPHA/build: second rename", None).unwrap();
 
     let db = rusqlite::Connection::open_with_flags(
         sb.db_path(),
@@ -567,7 +567,7 @@ fn live_store_rename_goes_through_a_temporary_server_that_is_stopped_afterwards(
         "the temporary server is still running: {:?}",
         processes_of(&sb)
     );
-    let e = rename_with_ephemeral_server(&cfg, &dir, "ses_doesnotexist0000000000", "X/y: z")
+    let e = rename_with_ephemeral_server(&cfg, &dir, "ses_doesnotexist0000000000", "X/y: z", None)
         .unwrap_err();
     assert!(
         matches!(

@@ -146,6 +146,7 @@ pub async fn output_text(
         extra_read: vec![],
         extra_write: vec![],
         env: vars,
+        credentials: vec![],
     };
     bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), sandbox)?
         .apply_to(cmd.as_std_mut());
@@ -312,6 +313,69 @@ pub fn build_launch(
         stdin,
         prompt_file,
     })
+}
+
+/// Gives a run's launch exactly the environment it needs (the one place for both runners,
+/// every run and every warm server): of the bridge's own environment only what
+/// [`bridge_proc::env::kept`] keeps (the system's basics, proxies and CA bundles, the
+/// runner's own settings; `claude` also its `ANTHROPIC_*`/`CLAUDE_CODE_*`), the provider keys
+/// of the run's model (`provider/model` → [`bridge_proc::provider_key_names`]; with no model
+/// named, the variables named `*_API_KEY`), the variables its opencode configuration names as
+/// `{env:NAME}`, and what the user named in `OPENCODE_BRIDGE_PASS_ENV`; then its world's
+/// directories (`world`) over everything. Every other inherited variable is removed.
+pub fn confine_env(
+    launch: &mut Launch,
+    kind: bridge_fence::RunKind,
+    model: Option<&str>,
+    pass_env: &[String],
+    world: &[(String, String)],
+) {
+    let mut pass: Vec<String> = pass_env.to_vec();
+    match model.map(str::trim).filter(|m| !m.is_empty()) {
+        Some(m) => {
+            if let Some((provider, _)) = m.split_once('/') {
+                pass.extend(bridge_proc::provider_key_names(provider));
+            }
+        }
+        None => pass.extend(
+            std::env::vars()
+                .map(|(k, _)| k)
+                .filter(|k| k.ends_with("_API_KEY")),
+        ),
+    }
+    if let Some((_, content)) = launch.env_set.iter().find(|(k, _)| k == CONFIG_CONTENT) {
+        pass.extend(env_references(content));
+    }
+    let prefixes: &[&str] = match kind {
+        bridge_fence::RunKind::Claude => bridge_proc::env::CLAUDE_KEPT_PREFIXES,
+        bridge_fence::RunKind::Opencode => &[],
+    };
+    let mut remove = bridge_proc::dropped_names(std::env::vars(), prefixes, &pass);
+    for k in std::mem::take(&mut launch.env_remove) {
+        if !remove.contains(&k) {
+            remove.push(k);
+        }
+    }
+    remove.sort();
+    launch.env_remove = remove;
+    launch
+        .env_set
+        .retain(|(k, _)| !world.iter().any(|(w, _)| w == k));
+    launch.env_set.extend(world.iter().cloned());
+}
+
+/// The variable names an opencode configuration reads as `{env:NAME}`.
+fn env_references(content: &str) -> Vec<String> {
+    content
+        .match_indices("{env:")
+        .filter_map(|(i, m)| {
+            let rest = &content[i + m.len()..];
+            let end = rest.find('}')?;
+            let name = &rest[..end];
+            (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+                .then(|| name.to_owned())
+        })
+        .collect()
 }
 
 /// Canonicalises `cwd` and checks that it lies inside `root` (also canonicalised), so `..`

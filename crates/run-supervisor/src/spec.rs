@@ -192,6 +192,9 @@ pub struct SupervisorConfig {
     pub budgets: crate::usage::budget::Budgets,
     /// The config file's per-project budgets.
     pub project_budgets: Vec<crate::usage::budget::ProjectBudget>,
+    /// More variables of the bridge's environment that reach runs (`OPENCODE_BRIDGE_PASS_ENV`:
+    /// names, or prefixes ending in `*`); see [`crate::command::confine_env`].
+    pub pass_env: Vec<String>,
 }
 
 impl Default for SupervisorConfig {
@@ -227,6 +230,7 @@ impl Default for SupervisorConfig {
             pricing: crate::usage::Pricing::default(),
             budgets: crate::usage::budget::Budgets::default(),
             project_budgets: Vec::new(),
+            pass_env: Vec::new(),
         }
     }
 }
@@ -293,10 +297,10 @@ impl SupervisorConfig {
             c.api_timeout = Duration::from_millis(n);
         }
         c.client_session = get(env::CLAUDE_SESSION.name).filter(|s| !s.trim().is_empty());
-        let nonempty = |k: &str| get(k).filter(|s| !s.trim().is_empty()).map(PathBuf::from);
-        c.state_dir = nonempty(env::STATE_DIR.name)
-            .or_else(|| nonempty("XDG_STATE_HOME").map(|d| d.join("opencode-bridge")))
-            .or_else(|| nonempty("HOME").map(|h| h.join(".local/state/opencode-bridge")));
+        c.pass_env = get(env::PASS_ENV.name)
+            .map(|v| parse_pass_env(&v))
+            .unwrap_or_default();
+        c.state_dir = env::state_dir(&get);
         c.pricing = crate::usage::Pricing::from_lookup(&get, &[]);
         // A budget that does not parse refuses every start (its error says why) rather than
         // being no budget: see `usage::budget::parse_usd`.
@@ -307,6 +311,15 @@ impl SupervisorConfig {
         };
         c
     }
+}
+
+/// `OPENCODE_BRIDGE_PASS_ENV`: names or `PREFIX*` patterns separated by commas or blanks.
+pub fn parse_pass_env(v: &str) -> Vec<String> {
+    v.split(|c: char| c == ',' || c.is_whitespace())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 #[cfg(test)]

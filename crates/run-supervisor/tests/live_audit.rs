@@ -12,17 +12,27 @@ use opencode_client::StoreSource;
 use run_supervisor::audit::{SessionReader, Turn, Used};
 use run_supervisor::{FailureKind, Supervisor, SupervisorConfig, TaskSpec, TaskState, ToolCall};
 
-/// Reads the sandbox's store, read-only.
+/// Reads the stores of the runs' worlds under a state directory, read-only.
 #[derive(Debug)]
 struct StoreReader(PathBuf);
 
 impl SessionReader for StoreReader {
     fn read(&self, session_id: &str, since: SystemTime) -> Result<Used, String> {
-        let store = StoreSource::open(&self.0).map_err(|e| e.to_string())?;
         let ctx = crate::common::store_scan_context();
         let since_ms = since.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
-        let u = opencode_client::usage::session_usage(&store, session_id, since_ms, &ctx)
-            .map_err(|e| e.to_string())?;
+        let mut found = Err(format!(
+            "no world under {} holds {session_id}",
+            self.0.display()
+        ));
+        for db in crate::common::world_stores(&self.0) {
+            let store = StoreSource::open(&db).map_err(|e| e.to_string())?;
+            if let Ok(u) = opencode_client::usage::session_usage(&store, session_id, since_ms, &ctx)
+            {
+                found = Ok(u);
+                break;
+            }
+        }
+        let u = found?;
         Ok(Used {
             turns: u
                 .turns
@@ -66,7 +76,8 @@ fn audited_supervisor_on(
         max_parallel: 1,
         kill_grace: Duration::from_secs(3),
         quiet_after: Duration::from_secs(600),
-        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
+        session_reader: Some(Arc::new(StoreReader(sb.root().join("bridge-state")))),
+        state_dir: Some(sb.root().join("bridge-state")),
         sandbox: run_supervisor::Sandbox::Off,
         engine,
         ..SupervisorConfig::default()
@@ -299,7 +310,7 @@ async fn live_serve_tasks_are_audited_and_isolated_ones_apply_into_the_checkout(
         max_parallel: 2,
         kill_grace: Duration::from_secs(3),
         quiet_after: Duration::from_secs(600),
-        session_reader: Some(Arc::new(StoreReader(sb.db_path()))),
+        session_reader: Some(Arc::new(StoreReader(state.path().to_path_buf()))),
         state_dir: Some(state.path().to_path_buf()),
         engine: run_supervisor::Engine::Serve,
         ..SupervisorConfig::default()

@@ -34,10 +34,18 @@ fn spec(cwd: &Path, model: &str, prompt: &str) -> TaskSpec {
     s
 }
 
-fn store_costs(sb: &OpencodeSandbox, session: &str) -> Vec<opencode_client::usage::MessageCost> {
-    let store = StoreSource::open(sb.db_path()).unwrap();
+/// What the store of the run's world (under the supervisor's state directory) recorded.
+fn store_costs(state: &Path, session: &str) -> Vec<opencode_client::usage::MessageCost> {
     let ctx = crate::common::store_scan_context();
-    opencode_client::usage::session_costs(&store, session, 0, &ctx).unwrap()
+    crate::common::world_stores(state)
+        .into_iter()
+        .find_map(|db| {
+            let store = StoreSource::open(db).unwrap();
+            opencode_client::usage::session_costs(&store, session, 0, &ctx)
+                .ok()
+                .filter(|c| !c.is_empty())
+        })
+        .unwrap_or_else(|| panic!("no world's store holds {session}"))
 }
 
 #[tokio::test]
@@ -91,7 +99,7 @@ async fn live_costs_budgets_and_max_cost() {
     assert_eq!(u_ok.basis, CostBasis::Reported, "{u_ok:?}");
     assert!(u_ok.cost > 0.0, "{u_ok:?}");
     // Exactly what opencode stored for the session, message by message.
-    let stored = store_costs(&sb, s_ok.session_id.as_deref().unwrap());
+    let stored = store_costs(state.path(), s_ok.session_id.as_deref().unwrap());
     let stored_sum: f64 = stored.iter().map(|m| m.cost).sum();
     assert!(
         (u_ok.cost - stored_sum).abs() < 1e-12,
@@ -128,7 +136,7 @@ async fn live_costs_budgets_and_max_cost() {
     // opencode stored 0 for the unpriced model: the bridge estimates it, and says so.
     let s_bash = sup.status(bash).unwrap();
     let u_bash = s_bash.usage.clone().unwrap();
-    let stored = store_costs(&sb, s_bash.session_id.as_deref().unwrap());
+    let stored = store_costs(state.path(), s_bash.session_id.as_deref().unwrap());
     assert!(stored.iter().all(|m| m.cost == 0.0), "{stored:?}");
     assert_eq!(u_bash.basis, CostBasis::Estimated, "{u_bash:?}");
     assert!((u_bash.cost - PRICE.cost(&u_bash.tokens)).abs() < 1e-12);

@@ -12,6 +12,7 @@ mod live_long_output;
 mod live_opencode;
 mod live_serve;
 mod live_usage;
+mod live_worlds;
 mod process_tree;
 mod read_only_writes;
 mod serve_placement;

@@ -52,6 +52,8 @@ impl World {
             ("XDG_CACHE_HOME".into(), p("xdg/cache")),
             ("OPENCODE_BRIDGE_ROOT".into(), p("root")),
             ("RUST_LOG".into(), "opencode_bridge=debug,info".into()),
+            // The fakes' own settings reach their runs (a run gets only what it needs else).
+            ("OPENCODE_BRIDGE_PASS_ENV".into(), "FAKE_*".into()),
         ]
     }
 }

@@ -82,10 +82,13 @@ pub(super) async fn run_attempt(
     };
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
     let launch = backend(runner).launch(spec, &launch_ctx);
-    let launch = match launch {
+    let mut launch = match launch {
         Ok(l) => l,
         Err(e) => return AttemptEnd::SpawnFailed(e),
     };
+    if let Err(e) = into_world(ctx, runner, &mut launch) {
+        return AttemptEnd::SpawnFailed(e);
+    }
     let _prompt_file = match &launch.prompt_file {
         Some((path, content)) => {
             if let Some(dir) = path.parent()
@@ -309,6 +312,43 @@ fn fence_for(
     bridge_fence::Fence::prepare(&bridge_fence::for_run(&world), ctx.shared.config.sandbox)
 }
 
+/// The private world of this task's project and access ([`bridge_fence::World`]), under the
+/// bridge's state directory (or, for a supervisor without one, a private directory of this
+/// user's in the system's temp dir).
+pub(super) fn world_of(ctx: &AttemptCtx<'_>) -> bridge_fence::World {
+    let project = project_for(&ctx.shared.config, ctx.id, ctx.cwd);
+    let state = (ctx.shared.config.state_dir.clone())
+        .unwrap_or_else(bridge_fence::world::fallback_state_dir);
+    bridge_fence::World::of(&state, &project.top, !ctx.spec.read_only)
+}
+
+/// Prepares the task's world and gives the launch its environment: only what the runner needs
+/// of the bridge's ([`crate::command::confine_env`]) and the world's directories.
+pub(super) fn into_world(
+    ctx: &AttemptCtx<'_>,
+    runner: crate::Runner,
+    launch: &mut crate::command::Launch,
+) -> Result<(), String> {
+    let kind = backend(runner).traits().fence;
+    let world = world_of(ctx);
+    world.prepare(kind, &user_dirs(&launch.env_set))?;
+    let cfg = &ctx.shared.config;
+    let model = ctx.spec.model.as_deref().or(cfg.default_model.as_deref());
+    crate::command::confine_env(launch, kind, model, &cfg.pass_env, &world.env(kind));
+    Ok(())
+}
+
+/// The user's own runner directories, where a run would find them without a world: the
+/// bridge's environment with the configured variables (`set`) over it (to seed worlds).
+fn user_dirs(set: &[(String, String)]) -> bridge_fence::UserDirs {
+    bridge_fence::UserDirs::from_lookup(|k| {
+        let found = set.iter().rev().find(|(n, _)| n == k);
+        found
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(k).ok())
+    })
+}
+
 /// What [`bridge_fence::for_run`] needs to know about a run of this attempt (also the warm
 /// server a served task runs on: the same project, access and environment).
 pub(super) fn world_for(
@@ -318,6 +358,8 @@ pub(super) fn world_for(
     tmp: &Path,
 ) -> bridge_fence::RunWorld {
     let project = project_for(&ctx.shared.config, ctx.id, ctx.cwd);
+    let kind = backend(runner).traits().fence;
+    let credentials = world_of(ctx).credentials(kind, &user_dirs(&ctx.shared.config.env));
     let mut env: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !launch.env_remove.contains(k))
         .collect();
@@ -325,7 +367,7 @@ pub(super) fn world_for(
     let mut extra_read = project.read;
     extra_read.extend(launch.prompt_file.as_ref().map(|(p, _)| p.clone()));
     bridge_fence::RunWorld {
-        kind: backend(runner).traits().fence,
+        kind,
         program: launch.program.clone(),
         project: project.top,
         editing: !ctx.spec.read_only,
@@ -333,6 +375,7 @@ pub(super) fn world_for(
         extra_read,
         extra_write: project.write,
         env,
+        credentials,
     }
 }
 

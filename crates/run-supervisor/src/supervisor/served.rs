@@ -13,7 +13,7 @@ use opencode_client::http::HttpClient;
 use opencode_client::sse::EventStream;
 use tokio::sync::watch;
 
-use super::child::{AttemptCtx, AttemptEnd, world_for};
+use super::child::{AttemptCtx, AttemptEnd, into_world, world_for};
 use super::output::{finish_stdout, fold_stdout};
 use super::record::Save;
 use super::{StopReason, persist};
@@ -426,8 +426,10 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                 prompt_file_path: PathBuf::new(),
             };
             // The environment a run of this task would get (its config overlay included).
-            let launch = build_launch(ctx.spec, ctx.cwd, &launch_ctx)?;
+            let mut launch = build_launch(ctx.spec, ctx.cwd, &launch_ctx)?;
             let runner = ctx.shared.with(ctx.id, |r| r.runner).unwrap_or_default();
+            // The server lives in the task's world, like a run of it: one server per world.
+            into_world(ctx, runner, &mut launch)?;
             let world = world_for(ctx, runner, &launch, Path::new("/"));
             let project = world.project.clone();
             let mut set: Vec<(String, String)> = launch

@@ -127,3 +127,13 @@ pub fn store_scan_context() -> opencode_client::ScanContext {
         liveness: opencode_client::Liveness::default(),
     }
 }
+
+/// The opencode stores of the runs' worlds under a supervisor's state directory (runs write
+/// their sessions there, never in the user's store).
+pub fn world_stores(state: &std::path::Path) -> Vec<std::path::PathBuf> {
+    bridge_fence::world::all(state)
+        .into_iter()
+        .map(|w| w.opencode_db())
+        .filter(|db| db.is_file())
+        .collect()
+}
