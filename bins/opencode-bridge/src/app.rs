@@ -419,7 +419,14 @@ impl App {
                         .map(|s| crate::mcp_resources::task_uri(s, &out.snapshot.engine)),
                 })
             }
-            Call::Apply { id, discard } => self.apply(&id, discard).await.map(Reply::text),
+            Call::Apply {
+                id,
+                discard,
+                allow_protected,
+            } => self
+                .apply(&id, discard, &allow_protected)
+                .await
+                .map(Reply::text),
             Call::Cancel { id } => {
                 let id = parse_task_id(&id)?;
                 render::tasks::cancelled(id, self.supervisor.cancel(id).await).map(Reply::text)
@@ -902,8 +909,14 @@ impl App {
 
     /// `opencode_apply`: brings an isolated task's change into the caller's checkout, or with
     /// `discard` throws it away; either removes its worktree. A task whose run ended without
-    /// its change collected (its bridge died) is collected first.
-    pub async fn apply(&self, id: &str, discard: bool) -> Result<String, String> {
+    /// its change collected (its bridge died) is collected first. Protected paths are written
+    /// only when `allow_protected` names them.
+    pub async fn apply(
+        &self,
+        id: &str,
+        discard: bool,
+        allow_protected: &[String],
+    ) -> Result<String, String> {
         use run_supervisor::worktree;
         let id = parse_task_id(id)?;
         let snap = self
@@ -921,6 +934,7 @@ impl App {
                 snap.state
             ));
         }
+        let allow = allow_protected.to_vec();
         blocking(move || {
             if worktree::load(&dir, id).is_some_and(|i| i.ended_ms.is_none()) {
                 worktree::collect(&dir, id)?;
@@ -928,7 +942,7 @@ impl App {
             if discard {
                 return worktree::discard(&dir, id).map(|i| render::isolation::discarded(id, &i));
             }
-            match worktree::apply(&dir, id) {
+            match worktree::apply(&dir, id, &allow) {
                 Ok(a) => Ok(render::isolation::applied(id, &a)),
                 Err(e) => Err(render::isolation::conflict(id, &e)),
             }

@@ -77,6 +77,8 @@ pub const WAIT_MAX_IDS: usize = 64;
 pub const MAX_PATH_CHARS: usize = 4096;
 /// The longest name argument: an agent, a lane, a label, a model, a session or task id.
 pub const MAX_NAME_CHARS: usize = 100;
+/// Most paths `allow_protected` names.
+pub const MAX_ALLOW_PROTECTED: usize = 64;
 /// The longest model argument (`provider/model#variant` can be long on gateways).
 pub const MAX_MODEL_CHARS: usize = 200;
 /// The longest title argument (and `title_prefix`).
@@ -173,7 +175,8 @@ pub fn definitions() -> Vec<ToolDef> {
                 "type": "object",
                 "properties": {
                     "id": id("Task id returned by opencode_start (a task started with isolation=worktree)."),
-                    "discard": {"type": "boolean", "description": "Throw the change away instead of applying it."}
+                    "discard": {"type": "boolean", "description": "Throw the change away instead of applying it."},
+                    "allow_protected": {"type": "array", "maxItems": MAX_ALLOW_PROTECTED, "items": {"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS}, "description": "Protected paths the change may write (git hooks and config, .mcp.json, .claude settings, commands and agents, .opencode, opencode.json, .envrc, .vscode, .idea, .devcontainer: they run later outside any fence), each as the refusal named it or a directory above it. Without it a change touching one is refused and nothing is written."}
                 },
                 "required": ["id"],
                 "additionalProperties": false
@@ -360,6 +363,8 @@ pub enum Call {
     Apply {
         id: String,
         discard: bool,
+        /// Protected paths the caller named (`allow_protected`).
+        allow_protected: Vec<String>,
     },
     Cancel {
         id: String,
@@ -510,6 +515,7 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
         "opencode_apply" => Call::Apply {
             id: a.required_str("id")?,
             discard: a.opt_bool("discard")?.unwrap_or(false),
+            allow_protected: a.opt_paths("allow_protected", MAX_ALLOW_PROTECTED)?,
         },
         "opencode_cancel" => Call::Cancel {
             id: a.required_str("id")?,
@@ -722,6 +728,47 @@ impl Args<'_> {
                 })
                 .collect(),
             Some(_) => Err(bad()),
+        }
+    }
+
+    /// An optional array of at most `max` non-empty paths of at most [`MAX_PATH_CHARS`]
+    /// characters each (absent: none).
+    fn opt_paths(&self, field: &'static str, max: usize) -> Result<Vec<String>, ArgError> {
+        let bad = |got: &Value| {
+            ArgError::new(
+                field,
+                ArgProblem::WrongType {
+                    expected: "an array of paths",
+                    got: got.clone(),
+                },
+            )
+        };
+        match self.get(field) {
+            None => Ok(vec![]),
+            Some(Value::Array(items)) if items.len() <= max => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) if s.chars().count() > MAX_PATH_CHARS => Err(ArgError::new(
+                        field,
+                        ArgProblem::TooLong {
+                            max: MAX_PATH_CHARS,
+                        },
+                    )),
+                    Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+                    Value::String(_) => Err(ArgError::new(field, ArgProblem::Empty)),
+                    other => Err(bad(other)),
+                })
+                .collect(),
+            // Too many: the count is what is out of range.
+            Some(Value::Array(items)) => Err(ArgError::new(
+                field,
+                ArgProblem::OutOfRange {
+                    got: Value::from(items.len()),
+                    min: 0,
+                    max: max as u64,
+                },
+            )),
+            Some(other) => Err(bad(other)),
         }
     }
 
@@ -1002,6 +1049,49 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(call("opencode_start", json!({"tier": "eesy", "prompt": "x"})).is_err());
+    }
+
+    #[test]
+    fn apply_takes_the_protected_paths_it_may_write_by_name() {
+        match call(
+            "opencode_apply",
+            json!({"id": "3", "allow_protected": [".mcp.json", ".vscode/"]}),
+        ) {
+            Ok(Call::Apply {
+                allow_protected, ..
+            }) => assert_eq!(allow_protected, [".mcp.json", ".vscode/"]),
+            other => panic!("{other:?}"),
+        }
+        match call("opencode_apply", json!({"id": "3"})) {
+            Ok(Call::Apply {
+                allow_protected, ..
+            }) => assert!(allow_protected.is_empty()),
+            other => panic!("{other:?}"),
+        }
+        let e = call(
+            "opencode_apply",
+            json!({"id": "3", "allow_protected": ".mcp.json"}),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("allow_protected") && e.contains("an array of paths"),
+            "{e}"
+        );
+        assert!(e.lines().count() == 1, "{e}");
+        let e = call(
+            "opencode_apply",
+            json!({"id": "3", "allow_protected": [""]}),
+        )
+        .unwrap_err();
+        assert!(e.contains("must not be empty"), "{e}");
+        let many: Vec<String> = (0..=MAX_ALLOW_PROTECTED).map(|i| format!("p{i}")).collect();
+        assert!(
+            call(
+                "opencode_apply",
+                json!({"id": "3", "allow_protected": many})
+            )
+            .is_err()
+        );
     }
 
     #[test]

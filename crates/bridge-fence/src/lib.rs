@@ -19,6 +19,10 @@
 //! kernel can and says why not elsewhere, `required` refuses to start a run it cannot confine,
 //! `off` starts runs unconfined. [`Confinement`] is what a run got, shown in every status.
 //!
+//! Every path a plan names is resolved by the fence itself (`resolve`): a symlink where any run
+//! may write, or one of another user, refuses the run, and so does any reason the ruleset
+//! cannot be built other than a kernel without Landlock, even under `auto`.
+//!
 //! The one module of this crate with `unsafe` code is [`apply`]: two system calls in the forked
 //! child.
 
@@ -28,6 +32,7 @@ mod apply;
 pub mod layers;
 pub mod plan;
 pub mod protected;
+mod resolve;
 mod seccomp;
 pub mod world;
 
@@ -37,12 +42,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
     RulesetCreatedAttr, Scope,
 };
 
 pub use layers::{Mechanisms, Namespaces, Protection, mechanisms};
-pub use plan::{Plan, Project, Rights, RunKind, RunWorld, for_run, project_of};
+pub use plan::{OwnWorktree, Plan, Project, Rights, RunKind, RunWorld, for_run, project_of};
 pub use world::{UserDirs, World};
 
 /// What the user asked for (`OPENCODE_BRIDGE_SANDBOX`).
@@ -159,17 +164,20 @@ impl Fence {
     }
 
     /// Builds the kernel ruleset for `plan` under `mode`. With `required`, a kernel without
-    /// Landlock, or a ruleset the kernel refuses, is an error that says what to do; with `auto`
-    /// it is a fence that confines nothing and says why; with `off` nothing is asked of the
-    /// kernel.
+    /// Landlock is an error that says what to do; with `auto` it is a fence that confines
+    /// nothing and says why; with `off` nothing is asked of the kernel. Any other reason the
+    /// fence cannot be built (a path a run could have redirected, a directory that cannot be
+    /// made, a rule the kernel refuses) is an error under `auto` too: a run never goes
+    /// unconfined because of something another run left behind.
     pub fn prepare(plan: &Plan, mode: Sandbox) -> Result<Fence, String> {
         if mode == Sandbox::Off {
             return Ok(Fence::none("OPENCODE_BRIDGE_SANDBOX=off"));
         }
-        let mut fence = Fence::decide(
-            kernel_abi().and_then(|abi| build(plan).map(|fd| (abi, fd))),
-            mode,
-        )?;
+        let built = match kernel_abi() {
+            Ok(abi) => build(plan).map(|fd| (abi, fd)),
+            Err(why) => Err(Unbuilt::NoLandlock(why)),
+        };
+        let mut fence = Fence::decide(built, mode)?;
         fence.add_layers(plan, &mechanisms());
         Ok(fence)
     }
@@ -228,7 +236,7 @@ impl Fence {
     }
 
     /// What `mode` makes of a ruleset that was built (with the kernel's ABI) or could not be.
-    fn decide(built: Result<(u8, OwnedFd), String>, mode: Sandbox) -> Result<Fence, String> {
+    fn decide(built: Result<(u8, OwnedFd), Unbuilt>, mode: Sandbox) -> Result<Fence, String> {
         match (built, mode) {
             (Ok((abi, fd)), _) => Ok(Fence {
                 ruleset: Some(Arc::new(fd)),
@@ -236,10 +244,13 @@ impl Fence {
                 layers: Layers::default(),
                 child: None,
             }),
-            (Err(why), Sandbox::Required) => Err(format!(
+            (Err(Unbuilt::Refused(why)), _) => {
+                Err(format!("refused: the run's fence cannot be built: {why}"))
+            }
+            (Err(Unbuilt::NoLandlock(why)), Sandbox::Required) => Err(format!(
                 "refused: OPENCODE_BRIDGE_SANDBOX=required and the run cannot be confined: {why}. Use a kernel with Landlock enabled (Linux 5.13 or later, `lsm=landlock,...`), or set OPENCODE_BRIDGE_SANDBOX=auto to run unconfined."
             )),
-            (Err(why), _) => Ok(Fence::none(why)),
+            (Err(Unbuilt::NoLandlock(why)), _) => Ok(Fence::none(why)),
         }
     }
 
@@ -269,14 +280,26 @@ impl Fence {
     }
 }
 
-fn build(plan: &Plan) -> Result<OwnedFd, String> {
+/// Why a fence was not built: the kernel has no Landlock (the one reason `auto` runs
+/// unconfined), or anything else (which refuses the run whatever the mode).
+#[derive(Debug)]
+enum Unbuilt {
+    NoLandlock(String),
+    Refused(String),
+}
+
+fn build(plan: &Plan) -> Result<OwnedFd, Unbuilt> {
     let fs_all = AccessFs::from_all(TARGET);
     let read = AccessFs::from_read(TARGET);
     let device =
         read | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev | AccessFs::MakeChar;
-    let err = |e: landlock::RulesetError| format!("the kernel refused the Landlock ruleset: {e}");
+    let err = |e: landlock::RulesetError| {
+        Unbuilt::Refused(format!("the kernel refused the Landlock ruleset: {e}"))
+    };
+    let guarded = resolve::areas(&plan.guarded());
     for dir in plan.dirs_to_create() {
-        create_private_dir(dir)?;
+        let r = resolve::resolve(dir, &guarded, true).map_err(Unbuilt::Refused)?;
+        resolve::create_missing(&r).map_err(Unbuilt::Refused)?;
     }
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -287,8 +310,15 @@ fn build(plan: &Plan) -> Result<OwnedFd, String> {
         .create()
         .map_err(err)?;
     for (path, rights) in plan.rules() {
-        let Some(fd) = open_path(path) else { continue };
-        let is_dir = std::fs::metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+        // Resolved where it is, never through a symlink a run could have planted; a path that
+        // does not exist is skipped (nothing beneath it can be reached either).
+        let r = resolve::resolve(path, &guarded, true).map_err(Unbuilt::Refused)?;
+        if !r.missing.is_empty() {
+            continue;
+        }
+        let own = *rights == Rights::Write;
+        let file = resolve::open_rule(&r.real, path, own).map_err(Unbuilt::Refused)?;
+        let is_dir = file.metadata().map(|m| m.is_dir()).unwrap_or(false);
         let mut access = match rights {
             Rights::Read => read,
             Rights::Write => fs_all,
@@ -299,11 +329,11 @@ fn build(plan: &Plan) -> Result<OwnedFd, String> {
             access &= AccessFs::from_file(TARGET);
         }
         ruleset = ruleset
-            .add_rule(PathBeneath::new(fd, access))
+            .add_rule(PathBeneath::new(file, access))
             .map_err(err)?;
     }
     let fd: Option<OwnedFd> = ruleset.into();
-    fd.ok_or_else(|| "this kernel does not enforce Landlock".to_owned())
+    fd.ok_or_else(|| Unbuilt::NoLandlock("this kernel does not enforce Landlock".to_owned()))
 }
 
 /// Writes a file the runner writes at start, when its directory is a plain directory (not a
@@ -330,22 +360,6 @@ fn seed(path: &Path, content: &str) {
     }
 }
 
-fn create_private_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    if dir.is_dir() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| format!("cannot create {} for the run: {e}", dir.display()))
-}
-
-fn open_path(path: &Path) -> Option<PathFd> {
-    PathFd::new(path).ok()
-}
-
 /// Paths a plan names that do not exist are skipped when the fence is built; this lists them
 /// (for `doctor`).
 pub fn missing(plan: &Plan) -> Vec<PathBuf> {
@@ -359,10 +373,15 @@ pub fn missing(plan: &Plan) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::{Path, PathBuf};
 
     #[test]
     fn without_landlock_auto_runs_unconfined_and_says_why_and_required_refuses() {
-        let none = || Err("this kernel has no Landlock (Linux 5.13 or later is needed)".to_owned());
+        let none = || {
+            Err(Unbuilt::NoLandlock(
+                "this kernel has no Landlock (Linux 5.13 or later is needed)".to_owned(),
+            ))
+        };
         let auto = Fence::decide(none(), Sandbox::Auto).unwrap();
         assert_eq!(
             auto.confinement().to_string(),
@@ -383,6 +402,69 @@ mod tests {
             off.confinement().to_string(),
             "not confined: OPENCODE_BRIDGE_SANDBOX=off"
         );
+    }
+
+    #[test]
+    fn a_fence_that_cannot_be_built_for_another_reason_refuses_even_under_auto() {
+        for mode in [Sandbox::Auto, Sandbox::Required] {
+            let e = Fence::decide(Err(Unbuilt::Refused("x is a planted symlink".into())), mode)
+                .unwrap_err();
+            assert_eq!(
+                e,
+                "refused: the run's fence cannot be built: x is a planted symlink"
+            );
+        }
+    }
+
+    #[test]
+    fn a_symlinked_or_dangling_runner_dir_where_runs_write_refuses_the_run() {
+        if kernel_abi().is_err() {
+            return; // the kernel is asked first; the decision is tested above
+        }
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (home, cache) = (root.join("home"), root.join("home/.cache"));
+        std::fs::create_dir_all(&cache).unwrap();
+        let world = |cache_dir: &Path| RunWorld {
+            kind: RunKind::Opencode,
+            program: PathBuf::from("/bin/sh"),
+            project: root.join("proj"),
+            editing: false,
+            tmp: root.join("tmp"),
+            extra_read: vec![],
+            extra_write: vec![],
+            credentials: vec![],
+            env: vec![
+                ("HOME".into(), home.display().to_string()),
+                ("XDG_CACHE_HOME".into(), cache_dir.display().to_string()),
+            ],
+        };
+        let plan = for_run(&world(&cache));
+        // A real directory (made by the fence) is fine.
+        assert!(Fence::prepare(&plan, Sandbox::Auto).is_ok());
+        assert!(cache.join("opencode").is_dir());
+        // An editing run replaced it with a symlink to the home directory.
+        std::fs::remove_dir(cache.join("opencode")).unwrap();
+        std::os::unix::fs::symlink(&home, cache.join("opencode")).unwrap();
+        let e = Fence::prepare(&plan, Sandbox::Auto).unwrap_err();
+        assert!(
+            e.starts_with("refused: the run's fence cannot be built: ")
+                && e.contains(&cache.join("opencode").display().to_string()),
+            "{e}"
+        );
+        // Dangling: refused too, never run unconfined.
+        std::fs::remove_file(cache.join("opencode")).unwrap();
+        std::os::unix::fs::symlink(root.join("gone"), cache.join("opencode")).unwrap();
+        assert!(Fence::prepare(&plan, Sandbox::Auto).is_err());
+        assert!(!root.join("gone").exists());
+        // The user's own symlink where no run writes (the cache on another disk) is followed.
+        let disk = root.join("disk");
+        std::fs::create_dir_all(&disk).unwrap();
+        let link = home.join("cache-link");
+        std::os::unix::fs::symlink(&disk, &link).unwrap();
+        let fence = Fence::prepare(&for_run(&world(&link)), Sandbox::Auto).unwrap();
+        assert!(fence.confinement().is_confined());
+        assert!(disk.join("opencode").is_dir());
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub struct Plan {
     create: Vec<PathBuf>,
     protect: Option<PathBuf>,
     seed: Vec<(PathBuf, &'static str)>,
+    guarded: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -76,6 +77,28 @@ impl Plan {
     /// The project whose protected paths stay read-only ([`protect`](Self::protect)).
     pub fn protected_top(&self) -> Option<&Path> {
         self.protect.as_deref()
+    }
+
+    /// Marks `path` as a directory some run may write (this one or another kind): a symlink
+    /// beneath it, met while the fence resolves a path, is refused, since a run could have
+    /// planted it. The plan's own write rules are guarded too.
+    pub fn guard(&mut self, path: impl Into<PathBuf>) -> &mut Plan {
+        let path = path.into();
+        if path.is_absolute() && !self.guarded.contains(&path) {
+            self.guarded.push(path);
+        }
+        self
+    }
+
+    /// The directories [`guard`](Self::guard) named, and the plan's write rules.
+    pub fn guarded(&self) -> Vec<PathBuf> {
+        let mut out = self.guarded.clone();
+        for (p, r) in &self.rules {
+            if *r == Rights::Write && !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        out
     }
 
     /// The directories [`own_dir`](Self::own_dir) named.
@@ -258,7 +281,27 @@ pub const HOME_CACHES_WRITE: &[&str] = &[".cargo/registry", ".cargo/git", "go/pk
 /// - an editing run also writes the project, [`HOME_CACHES_WRITE`] and `$XDG_CACHE_HOME`, but
 ///   not the project's protected paths ([`crate::protected`], [`Plan::protect`]);
 /// - devices: [`DEVICES`] only.
+///
+/// Every directory an editing run of either runner in this environment may write is
+/// [guarded](Plan::guard): a symlink there is refused when the fence is built, whoever planted it.
 pub fn for_run(w: &RunWorld) -> Plan {
+    let mut plan = rules_for(w);
+    for kind in [RunKind::Opencode, RunKind::Claude] {
+        let widest = RunWorld {
+            kind,
+            editing: true,
+            ..w.clone()
+        };
+        for (p, r) in rules_for(&widest).rules() {
+            if *r == Rights::Write {
+                plan.guard(p);
+            }
+        }
+    }
+    plan
+}
+
+fn rules_for(w: &RunWorld) -> Plan {
     let mut plan = Plan::new();
     for p in SYSTEM_READ {
         plan.read(*p);
@@ -367,58 +410,82 @@ pub fn for_run(w: &RunWorld) -> Plan {
 /// The project a run in `cwd` works on, and what git needs beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Project {
-    /// The nearest directory at or above `cwd`, not above the boundary, that holds `.git`;
-    /// else `cwd` itself.
+    /// The nearest directory at or above `cwd`, not above the boundary, that holds a `.git`
+    /// directory, or the bridge's own worktree; else `cwd` itself.
     pub top: PathBuf,
-    /// For a linked worktree (`.git` is a file): the repository's git directory, which git
-    /// reads (objects, refs). Empty otherwise.
+    /// For the bridge's own worktree: its repository's git directory, which git reads
+    /// (objects, refs). Empty otherwise.
     pub read: Vec<PathBuf>,
-    /// For a linked worktree: its administrative directory (`.git/worktrees/<name>`: index,
-    /// `HEAD`), which git writes in an editing run. Empty otherwise.
+    /// For the bridge's own worktree: its administrative directory (`.git/worktrees/<name>`:
+    /// index, `HEAD`), which git writes in an editing run. Empty otherwise.
     pub write: Vec<PathBuf>,
+}
+
+/// A linked worktree the bridge made itself (an isolated task's), as the bridge recorded it
+/// when it made it, before any run: its directory, its administrative directory and its
+/// repository's git directory. What the worktree's `.git` file or `commondir` say now is never
+/// read: a run may have rewritten them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnWorktree {
+    /// The worktree's top directory.
+    pub dir: PathBuf,
+    /// Its administrative directory (`<git dir>/worktrees/<name>`).
+    pub admin: PathBuf,
+    /// The repository's git directory (the common dir).
+    pub common: PathBuf,
 }
 
 /// Finds the [`Project`] of `cwd` (canonical) without running anything: it walks up from
 /// `cwd` looking for `.git`, never above `boundary` (the bridge's root, or an isolated task's
 /// worktree), so a run never gets a tree wider than the one it was given.
-pub fn project_of(cwd: &Path, boundary: &Path) -> Project {
-    let mut found = None;
-    for dir in cwd.ancestors() {
-        if dir.join(".git").exists() {
-            found = Some(dir.to_path_buf());
-            break;
-        }
-        if dir == boundary || !dir.starts_with(boundary) {
-            break;
-        }
-    }
-    let Some(top) = found.filter(|t| t.starts_with(boundary)) else {
-        return Project {
-            top: cwd.to_path_buf(),
-            read: vec![],
-            write: vec![],
-        };
-    };
-    let mut project = Project {
-        top: top.clone(),
+///
+/// Only a `.git` **directory** makes a project. A `.git` file (`gitdir: …`) or symlink points
+/// elsewhere, and any run that could write the tree could have written it: it counts only when
+/// it is the top of `own`, the bridge's own worktree, and then the paths granted are the ones
+/// the bridge recorded in `own`, not the ones the file names. Any other `.git` file or symlink
+/// stops the project at `cwd`, and nothing it names is granted.
+pub fn project_of(cwd: &Path, boundary: &Path, own: Option<&OwnWorktree>) -> Project {
+    let just_cwd = || Project {
+        top: cwd.to_path_buf(),
         read: vec![],
         write: vec![],
     };
-    // A linked worktree: `.git` is a file `gitdir: <repo>/.git/worktrees/<name>`, whose
-    // `commondir` names the repository's git directory.
-    if let Ok(text) = std::fs::read_to_string(top.join(".git"))
-        && let Some(admin) = text.lines().find_map(|l| l.strip_prefix("gitdir:"))
-    {
-        let admin = top.join(admin.trim());
-        let common = std::fs::read_to_string(admin.join("commondir"))
-            .map(|c| admin.join(c.trim()))
-            .unwrap_or_else(|_| admin.join("../.."));
-        if let (Ok(admin), Ok(common)) = (admin.canonicalize(), common.canonicalize()) {
-            project.read.push(common);
-            project.write.push(admin);
+    for dir in cwd.ancestors() {
+        if !dir.starts_with(boundary) {
+            break;
+        }
+        match std::fs::symlink_metadata(dir.join(".git")) {
+            Ok(m) if m.is_dir() => {
+                return Project {
+                    top: dir.to_path_buf(),
+                    read: vec![],
+                    write: vec![],
+                };
+            }
+            Ok(_) => {
+                return match own.filter(|o| o.dir == dir) {
+                    Some(o) => match (o.admin.canonicalize(), o.common.canonicalize()) {
+                        (Ok(admin), Ok(common)) => Project {
+                            top: dir.to_path_buf(),
+                            read: vec![common],
+                            write: vec![admin],
+                        },
+                        _ => Project {
+                            top: dir.to_path_buf(),
+                            read: vec![],
+                            write: vec![],
+                        },
+                    },
+                    None => just_cwd(),
+                };
+            }
+            Err(_) => {}
+        }
+        if dir == boundary {
+            break;
         }
     }
-    project
+    just_cwd()
 }
 
 /// Where a runner is installed: the outermost `node_modules` above its real binary (an npm
@@ -497,6 +564,23 @@ mod tests {
     }
 
     #[test]
+    fn what_any_run_of_the_environment_may_write_is_guarded() {
+        let g = for_run(&world(false)).guarded();
+        for p in [
+            "/home/u/projects/app",
+            "/home/u/.cache",
+            "/home/u/.cache/opencode",
+            "/home/u/.local/share/opencode",
+            "/home/u/.npm",
+            "/home/u/.claude",
+            "/home/u/.cargo/registry",
+        ] {
+            assert!(g.contains(&PathBuf::from(p)), "{p} is not guarded: {g:?}");
+        }
+        assert!(!g.contains(&PathBuf::from("/home/u")));
+    }
+
+    #[test]
     fn path_entries_that_are_home_or_above_are_not_readable_wholesale() {
         let plan = for_run(&world(false));
         assert!(plan.may_read(Path::new("/home/u/.cargo/bin/cargo")));
@@ -511,29 +595,84 @@ mod tests {
         let repo = root.join("repo");
         std::fs::create_dir_all(repo.join(".git")).unwrap();
         std::fs::create_dir_all(repo.join("src/deep")).unwrap();
-        assert_eq!(project_of(&repo.join("src/deep"), &root).top, repo);
+        assert_eq!(project_of(&repo.join("src/deep"), &root, None).top, repo);
         // A boundary below the repository's top: the cwd, never wider.
         let sub = repo.join("src");
-        assert_eq!(project_of(&sub.join("deep"), &sub).top, sub.join("deep"));
+        assert_eq!(
+            project_of(&sub.join("deep"), &sub, None).top,
+            sub.join("deep")
+        );
         let plain = root.join("plain");
         std::fs::create_dir_all(&plain).unwrap();
-        assert_eq!(project_of(&plain, &root).top, plain);
+        assert_eq!(project_of(&plain, &root, None).top, plain);
     }
 
-    #[test]
-    fn a_linked_worktree_reads_its_repository_and_writes_its_admin_dir() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().canonicalize().unwrap();
+    /// A linked worktree's `.git` file and `commondir`, as `git worktree add` writes them.
+    fn linked(root: &Path) -> (PathBuf, OwnWorktree) {
         let admin = root.join("repo/.git/worktrees/w1");
         std::fs::create_dir_all(&admin).unwrap();
         std::fs::write(admin.join("commondir"), "../..\n").unwrap();
         let wt = root.join("wt");
-        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::create_dir_all(wt.join("src")).unwrap();
         std::fs::write(wt.join(".git"), format!("gitdir: {}\n", admin.display())).unwrap();
-        let p = project_of(&wt, &wt);
+        let own = OwnWorktree {
+            dir: wt.clone(),
+            admin: admin.clone(),
+            common: root.join("repo/.git"),
+        };
+        (wt, own)
+    }
+
+    #[test]
+    fn the_bridges_own_worktree_reads_its_repository_and_writes_its_admin_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (wt, own) = linked(&root);
+        let p = project_of(&wt.join("src"), &wt, Some(&own));
         assert_eq!(p.top, wt);
         assert_eq!(p.read, vec![root.join("repo/.git")]);
-        assert_eq!(p.write, vec![admin]);
+        assert_eq!(p.write, vec![own.admin.clone()]);
+        // What the `.git` file and `commondir` say now is not read: a run rewrote them.
+        std::fs::write(wt.join(".git"), "gitdir: /\n").unwrap();
+        std::fs::write(own.admin.join("commondir"), "/\n").unwrap();
+        assert_eq!(project_of(&wt, &wt, Some(&own)), p);
+    }
+
+    #[test]
+    fn a_git_file_anywhere_else_stops_the_project_at_the_cwd_and_grants_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let (wt, own) = linked(&root);
+        // A linked worktree the bridge did not make (or a `.git` file a run wrote).
+        let p = project_of(&wt.join("src"), &root, None);
+        assert_eq!(
+            p,
+            Project {
+                top: wt.join("src"),
+                read: vec![],
+                write: vec![]
+            }
+        );
+        // Another worktree than the bridge's own.
+        let other = OwnWorktree {
+            dir: root.join("elsewhere"),
+            ..own
+        };
+        assert_eq!(
+            project_of(&wt.join("src"), &root, Some(&other)).top,
+            wt.join("src")
+        );
+        // A run planted `gitdir: $HOME` in a subdirectory of a real repository.
+        let repo = root.join("repo");
+        let sub = repo.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join(".git"), "gitdir: /root\n").unwrap();
+        let p = project_of(&sub, &root, None);
+        assert_eq!((p.top, p.read, p.write), (sub.clone(), vec![], vec![]));
+        // A `.git` symlink, even to a real git directory.
+        std::fs::remove_file(sub.join(".git")).unwrap();
+        std::os::unix::fs::symlink(repo.join(".git"), sub.join(".git")).unwrap();
+        assert_eq!(project_of(&sub, &root, None).top, sub);
     }
 
     #[test]

@@ -105,6 +105,14 @@ pub fn conflict(id: TaskId, e: &ApplyError) -> String {
             ));
             out
         }
+        ApplyError::Protected(paths) => {
+            let named: Vec<String> = paths.iter().map(|p| format!("{p:?}")).collect();
+            format!(
+                "task {id}: refused: the change touches protected paths, which run later outside any fence (git, Claude Code, opencode, editors): {}; nothing was written. Read them in the patch (opencode_result id={id}), then apply with allow_protected=[{}] to take them too, or discard=true\n",
+                paths.join(", "),
+                named.join(", ")
+            )
+        }
         ApplyError::Other(m) => format!("task {id}: {m}"),
     }
 }
@@ -151,6 +159,8 @@ mod tests {
             created_ms: 0,
             ended_ms: Some(1),
             stat: String::new(),
+            admin: None,
+            common: None,
         }
     }
 

@@ -739,3 +739,12 @@ fn provider_wait_and_its_end() {
         .join("\n")
     );
 }
+
+#[test]
+fn apply_refused_for_protected_paths() {
+    let e = run_supervisor::worktree::ApplyError::Protected(vec![
+        ".mcp.json".into(),
+        ".vscode/tasks.json".into(),
+    ]);
+    insta::assert_snapshot!(bridge_render::isolation::conflict(12, &e));
+}

@@ -596,7 +596,7 @@ fn temporary_server_env(
     let mut set = Vec::new();
     if let Some(state) = &cfg.state_dir {
         let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
-        let project = bridge_fence::project_of(cwd, &root);
+        let project = bridge_fence::project_of(cwd, &root, None);
         let world = bridge_fence::World::of(state, &project.top, false);
         let user = bridge_fence::UserDirs::from_lookup(|k| std::env::var(k).ok());
         world
@@ -873,7 +873,7 @@ fn server_fence(
     tmp: &Path,
 ) -> Result<bridge_fence::Fence, ClientError> {
     let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
-    let project = bridge_fence::project_of(cwd, &root);
+    let project = bridge_fence::project_of(cwd, &root, None);
     let mut vars: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !env.remove.contains(k))
         .collect();

@@ -40,6 +40,7 @@ pub mod command;
 pub mod footprint;
 pub mod git;
 pub mod proctable;
+pub mod protect;
 pub mod quota;
 pub mod registry;
 mod runner;

@@ -79,12 +79,31 @@ pub struct WorktreeInfo {
     /// `git diff --stat` of the change, once collected.
     #[serde(default)]
     pub stat: String,
+    /// The worktree's administrative directory (`<git dir>/worktrees/<name>`), as git reported
+    /// it when the worktree was made, before any run: the one git directory an editing run of
+    /// the task may write ([`WorktreeInfo::own`]). Absent in records of older bridges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<PathBuf>,
+    /// The repository's git directory (its common dir), as git reported it then: read by the
+    /// task's runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub common: Option<PathBuf>,
 }
 
 impl WorktreeInfo {
     /// The run's working directory inside the worktree.
     pub fn run_cwd(&self) -> PathBuf {
         run_cwd(&self.dir, &self.rel)
+    }
+
+    /// The worktree as the fence knows it ([`bridge_fence::project_of`]): the git directories
+    /// recorded when the bridge made it, never what its `.git` file says now.
+    pub fn own(&self) -> Option<bridge_fence::OwnWorktree> {
+        Some(bridge_fence::OwnWorktree {
+            dir: self.dir.clone(),
+            admin: self.admin.clone()?,
+            common: self.common.clone()?,
+        })
     }
 }
 
@@ -145,6 +164,10 @@ pub enum ApplyError {
     /// These files changed on both sides in ways that do not merge; nothing was written.
     #[error("{}", conflict_message(.0))]
     Conflicts(Vec<(String, String)>),
+    /// The change touches these protected paths (`bridge_fence::protected`), which the caller
+    /// did not name in `allow_protected`; nothing was written.
+    #[error("the change touches protected paths, nothing was written: {}", .0.join(", "))]
+    Protected(Vec<String>),
     /// Anything else (the message says what to do).
     #[error("{0}")]
     Other(String),
@@ -370,6 +393,18 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
             ));
         }
     }
+    // Where git put the worktree's administrative directory and the repository's git
+    // directory, asked now, before any run could rewrite the worktree's `.git` file.
+    let admin = text(git(
+        &plan.dir,
+        &["rev-parse", "--absolute-git-dir"],
+        "rev-parse --absolute-git-dir",
+    )?);
+    let common = text(git(
+        &plan.dir,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        "rev-parse --git-common-dir",
+    )?);
     for p in untracked.split(|&b| b == 0).filter(|p| !p.is_empty()) {
         let p = String::from_utf8_lossy(p).into_owned();
         copy_entry(&top.join(&p), &plan.dir.join(&p))
@@ -407,6 +442,8 @@ fn create_inner(plan: &Plan, state_dir: &Path) -> Result<WorktreeInfo, String> {
         created_ms: now_ms(),
         ended_ms: None,
         stat: String::new(),
+        admin: Some(PathBuf::from(admin)),
+        common: Some(PathBuf::from(common)),
     };
     save(state_dir, &info)?;
     Ok(info)
@@ -627,7 +664,12 @@ fn merge_file(
 /// is merged against the caller's file as it is now: taken as is where the caller has not
 /// touched it since the task started, merged three-way where they did. If any file conflicts,
 /// nothing is written and the files are named. On success the worktree is removed.
-pub fn apply(state_dir: &Path, id: u64) -> Result<Applied, ApplyError> {
+///
+/// A change to a protected path (git's hooks and config, `.mcp.json`, Claude Code's and
+/// opencode's project settings, editor tasks: `bridge_fence::protected::is_protected`) runs
+/// later outside any fence, so it is applied only when `allow` names it (the path itself or a
+/// directory above it); otherwise nothing is written and the paths are named.
+pub fn apply(state_dir: &Path, id: u64, allow: &[String]) -> Result<Applied, ApplyError> {
     let info = load(state_dir, id).ok_or_else(|| {
         ApplyError::Other(format!(
             "task {id} has no worktree change to apply (it ran without isolation, or its change was already applied or discarded)"
@@ -646,6 +688,10 @@ pub fn apply(state_dir: &Path, id: u64) -> Result<Applied, ApplyError> {
     }
     let end = tree_now(state_dir, &info).map_err(ApplyError::Other)?;
     let entries = raw_entries(&info, &end).map_err(ApplyError::Other)?;
+    let held = protected_not_allowed(&entries, allow);
+    if !held.is_empty() {
+        return Err(ApplyError::Protected(held));
+    }
     let tmp = root(state_dir).join(format!(".merge-{id}"));
     let plan = plan_writes(&info, &entries, &tmp);
     let _ = std::fs::remove_dir_all(&tmp);
@@ -674,6 +720,22 @@ pub fn apply(state_dir: &Path, id: u64) -> Result<Applied, ApplyError> {
         repo: info.repo,
         files,
     })
+}
+
+/// The protected paths among `entries` that `allow` does not name.
+fn protected_not_allowed(entries: &[RawEntry], allow: &[String]) -> Vec<String> {
+    let allowed = |p: &Path| {
+        allow
+            .iter()
+            .map(|a| Path::new(a.trim().trim_end_matches('/')))
+            .any(|a| !a.as_os_str().is_empty() && p.starts_with(a))
+    };
+    entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .filter(|p| bridge_fence::protected::is_protected(Path::new(p)) && !allowed(Path::new(p)))
+        .map(str::to_owned)
+        .collect()
 }
 
 fn plan_writes(
@@ -1062,6 +1124,10 @@ mod tests {
         let b = before(&r);
         let info = make(&r, &state, 7);
         assert_eq!(info.run_cwd(), info.dir.join("sub"));
+        // The git directories the fence grants, recorded as git made them.
+        let own = info.own().unwrap();
+        assert_eq!(own.common.canonicalize().unwrap(), r.join(".git"));
+        assert!(own.admin.starts_with(&own.common) && own.admin.join("HEAD").is_file());
         // The agent sees the caller's tree: the uncommitted edit and the untracked file, not
         // the ignored one.
         assert_eq!(
@@ -1095,7 +1161,7 @@ mod tests {
         assert_untouched_refs(&r, &b);
         // Meanwhile the caller edits a.txt elsewhere: merged three-way.
         std::fs::write(r.join("a.txt"), "ONE\n2\n3\n4\n5\n6\n7\n8\n").unwrap();
-        let a = apply(&state, 7).unwrap();
+        let a = apply(&state, 7, &[]).unwrap();
         assert_eq!(
             std::fs::read_to_string(r.join("a.txt")).unwrap(),
             "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"
@@ -1133,6 +1199,38 @@ mod tests {
     }
 
     #[test]
+    fn protected_paths_are_applied_only_when_named() {
+        let (d, r) = repo();
+        let state = d.path().join("state");
+        let info = make(&r, &state, 9);
+        std::fs::write(info.dir.join(".mcp.json"), "{\"mcpServers\":{}}\n").unwrap();
+        std::fs::create_dir_all(info.dir.join(".vscode")).unwrap();
+        std::fs::write(info.dir.join(".vscode/tasks.json"), "{}\n").unwrap();
+        std::fs::write(info.dir.join("ok.txt"), "ok\n").unwrap();
+        collect(&state, 9).unwrap();
+        let e = apply(&state, 9, &[]).unwrap_err();
+        assert_eq!(
+            e,
+            ApplyError::Protected(vec![".mcp.json".into(), ".vscode/tasks.json".into()])
+        );
+        // Nothing was written, and the worktree is kept.
+        for f in [".mcp.json", ".vscode", "ok.txt"] {
+            assert!(!r.join(f).exists(), "{f} was written");
+        }
+        assert!(info.dir.exists());
+        // Naming one is not naming the other.
+        let e = apply(&state, 9, &[".mcp.json".into()]).unwrap_err();
+        assert_eq!(e, ApplyError::Protected(vec![".vscode/tasks.json".into()]));
+        // A named directory covers what is beneath it.
+        let a = apply(&state, 9, &[".mcp.json".into(), ".vscode/".into()]).unwrap();
+        assert_eq!(a.files.len(), 3, "{:?}", a.files);
+        assert_eq!(
+            std::fs::read_to_string(r.join(".vscode/tasks.json")).unwrap(),
+            "{}\n"
+        );
+    }
+
+    #[test]
     fn binary_files_modes_and_symlinks_come_through_exactly() {
         use std::os::unix::fs::PermissionsExt;
         let (d, r) = repo();
@@ -1154,7 +1252,7 @@ mod tests {
         std::os::unix::fs::symlink("a.txt", info.dir.join("to-a")).unwrap();
         let c = collect(&state, 8).unwrap();
         assert!(c.patch.contains("GIT binary patch"), "{}", c.patch);
-        apply(&state, 8).unwrap();
+        apply(&state, 8, &[]).unwrap();
         assert_eq!(
             std::fs::read(r.join("blob.bin")).unwrap(),
             [0u8, 9, 9, 9, 255]
@@ -1182,7 +1280,7 @@ mod tests {
         collect(&state, 3).unwrap();
         // The caller changes line 3 too; b.txt alone would apply.
         std::fs::write(r.join("a.txt"), "1\n2\nME\n4\n5\n6\n7\n8\n").unwrap();
-        let e = apply(&state, 3).unwrap_err();
+        let e = apply(&state, 3, &[]).unwrap_err();
         let ApplyError::Conflicts(files) = &e else {
             panic!("{e:?}")
         };
@@ -1239,10 +1337,12 @@ mod tests {
         let state = d3.path().join("state");
         make(&r, &state, 5);
         assert!(
-            matches!(apply(&state, 5), Err(ApplyError::Other(m)) if m.contains("not finished"))
+            matches!(apply(&state, 5, &[]), Err(ApplyError::Other(m)) if m.contains("not finished"))
         );
         assert!(discard(&state, 5).unwrap_err().contains("not finished"));
-        assert!(matches!(apply(&state, 6), Err(ApplyError::Other(m)) if m.contains("no worktree")));
+        assert!(
+            matches!(apply(&state, 6, &[]), Err(ApplyError::Other(m)) if m.contains("no worktree"))
+        );
     }
 
     #[test]

@@ -419,3 +419,76 @@ async fn live_claude_follow_up_resumes_the_session() {
         "{body}"
     );
 }
+
+/// A repository's `.claude/settings.json` and `settings.local.json`, and the user's own
+/// `settings.json` (where an earlier run's hook planted one), whose hooks write a marker in
+/// Claude Code's config dir (which the run may write), at session start, prompt submit and
+/// stop. Returns the markers.
+fn plant_hooks(cwd: &Path, config_dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::create_dir_all(cwd.join(".claude")).unwrap();
+    let mut markers = Vec::new();
+    for (file, label) in [
+        (cwd.join(".claude/settings.json"), "project"),
+        (cwd.join(".claude/settings.local.json"), "local"),
+        (config_dir.join("settings.json"), "user"),
+    ] {
+        let mut hooks = serde_json::Map::new();
+        for event in ["SessionStart", "UserPromptSubmit", "Stop"] {
+            let marker = config_dir.join(format!("hook-{label}-{event}"));
+            let command = format!("touch '{}'", marker.display());
+            hooks.insert(
+                event.into(),
+                serde_json::json!([{"hooks": [{"type": "command", "command": command}]}]),
+            );
+            markers.push(marker);
+        }
+        std::fs::write(file, serde_json::json!({ "hooks": hooks }).to_string()).unwrap();
+    }
+    markers
+}
+
+#[tokio::test]
+async fn live_claude_no_hook_runs_in_a_delegated_run_neither_the_repositorys_nor_the_users() {
+    let claude = require_claude!();
+    let w = World::new();
+    let config_dir = w._home.path().join(".claude");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    let cwd = w.dir("hooked");
+    let markers = plant_hooks(&cwd, &config_dir);
+    let sup = w.supervisor(&claude);
+    let id = sup
+        .start(spec(&cwd, "claude-fake-text", "Say hello.", true))
+        .unwrap();
+    let s = finish(&sup, id, RUN_LIMIT).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    for m in &markers {
+        assert!(!m.exists(), "a hook ran: {}", m.display());
+    }
+    // The control: the same binary, in the same directory, without the runner's flags, runs
+    // the project's hooks (so the test above would see them if they ran).
+    let mut direct = std::process::Command::new(&claude);
+    direct
+        .args([
+            "-p",
+            "--output-format=stream-json",
+            "--verbose",
+            "--model=claude-fake-text",
+        ])
+        .current_dir(&cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .env_remove("CLAUDECODE")
+        .env_remove("CLAUDE_CODE_ENTRYPOINT")
+        .env_remove("CLAUDE_CODE_SESSION_ID");
+    for (k, v) in w.fake.claude_env(w._home.path()) {
+        direct.env(k, v);
+    }
+    let status = direct.arg("Say hello.").status().unwrap();
+    assert!(status.success(), "{status:?}");
+    let ran: Vec<_> = markers.iter().filter(|m| m.exists()).collect();
+    assert!(
+        ran.len() == markers.len(),
+        "without the flags the hooks run: only {ran:?} of {markers:?}"
+    );
+}

@@ -194,7 +194,7 @@ fn no_planted_git_command_runs_in_any_git_path_of_the_bridge() {
     assert!(change.patch.contains("+EIGHT"), "{}", change.patch);
     // The caller edits a.txt meanwhile: a three-way merge.
     std::fs::write(repo.join("a.txt"), "1\n2\n3\n4\n5\n6\n7\n8\n9\n").unwrap();
-    let applied = worktree::apply(&state, 1).expect("apply");
+    let applied = worktree::apply(&state, 1, &[]).expect("apply");
     assert!(!applied.files.is_empty());
     ran("the change's apply");
     assert_eq!(

@@ -344,7 +344,7 @@ async fn live_serve_tasks_are_audited_and_isolated_ones_apply_into_the_checkout(
         !proj.join("hello.txt").exists(),
         "the isolated task left the checkout alone"
     );
-    let applied = run_supervisor::worktree::apply(state.path(), iso).unwrap();
+    let applied = run_supervisor::worktree::apply(state.path(), iso, &[]).unwrap();
     assert_eq!(applied.files, vec![("hello.txt".to_owned(), "applied")]);
     assert_eq!(
         std::fs::read_to_string(proj.join("hello.txt")).unwrap(),

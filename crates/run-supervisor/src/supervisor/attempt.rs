@@ -201,6 +201,16 @@ pub(super) async fn run_task(
     } else {
         None
     };
+    // An editing run in the caller's checkout must leave its protected paths as they were
+    // (an isolated task's worktree is the caller's to apply, and `apply` holds them back).
+    let protected = if !read_only && !remote && spec.isolation == crate::Isolation::None {
+        let top = super::child::project_for(&shared.config, id, &cwd).top;
+        tokio::task::spawn_blocking(move || crate::protect::Protected::take(&top))
+            .await
+            .ok()
+    } else {
+        None
+    };
     let expected = audited::Expected::of(&spec);
     let dir = cwd.clone();
     let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
@@ -223,6 +233,13 @@ pub(super) async fn run_task(
         shared.with(id, |r| r.done.send_replace(true));
         return;
     }
+    // Put back what the run changed of them first, so the changed files below are what stays.
+    let restored = match protected {
+        Some(p) => tokio::task::spawn_blocking(move || p.restore())
+            .await
+            .unwrap_or_default(),
+        None => Default::default(),
+    };
     let mut tree = None;
     let mut disk = None;
     if read_only {
@@ -257,6 +274,19 @@ pub(super) async fn run_task(
     let _ = tokio::task::spawn_blocking(collect).await;
     let (state, failure) =
         audited::settle(&shared, id, &expected, state, failure, tree, disk).await;
+    let (state, failure) = audited::protected(state, failure, &restored);
+    if restored.installed > 0 {
+        shared.with(id, |r| {
+            let line = format!(
+                "protected paths: removed what opencode installed in .opencode ({} entries)",
+                restored.installed
+            );
+            r.audit = Some(match r.audit.take() {
+                Some(a) => format!("{a}; {line}"),
+                None => line,
+            });
+        });
+    }
     finish(&shared, id, state, failure).await;
 }
 

@@ -117,3 +117,33 @@ pub(super) async fn settle(
     });
     (state, failure)
 }
+
+/// Advice of a task that changed protected paths.
+const PROTECTED_ADVICE: &str = "the bridge put them back as they were; if the change was wanted, make it yourself after reading it, or run the task with isolation \"worktree\" and apply with allow_protected naming those paths";
+
+/// The end of an editing task whose run changed protected paths of its project (`restored`,
+/// already put back): a success becomes a failure (kind `agent`) naming every path; another
+/// failure keeps its kind and names them too.
+pub(super) fn protected(
+    state: TaskState,
+    failure: Option<Failure>,
+    restored: &crate::protect::Restored,
+) -> (TaskState, Option<Failure>) {
+    let Some(message) = restored.message() else {
+        return (state, failure);
+    };
+    match (state, failure) {
+        (TaskState::Succeeded, _) | (_, None) => (
+            TaskState::Failed,
+            Some(Failure::with_advice(
+                crate::FailureKind::Agent,
+                message,
+                PROTECTED_ADVICE,
+            )),
+        ),
+        (state, Some(f)) => {
+            let also = format!("{}; also: {message}", f.message);
+            (state, Some(Failure::with_advice(f.kind, also, &f.advice)))
+        }
+    }
+}

@@ -319,7 +319,7 @@ fn fence_for(
 /// bridge's state directory (or, for a supervisor without one, a private directory of this
 /// user's in the system's temp dir).
 pub(super) fn world_of(ctx: &AttemptCtx<'_>) -> bridge_fence::World {
-    let project = project_for(ctx);
+    let project = project_for(&ctx.shared.config, ctx.id, ctx.cwd);
     let state = (ctx.shared.config.state_dir.clone())
         .unwrap_or_else(bridge_fence::world::fallback_state_dir);
     bridge_fence::World::of(&state, &project.top, !ctx.spec.read_only)
@@ -352,19 +352,6 @@ fn user_dirs(set: &[(String, String)]) -> bridge_fence::UserDirs {
     })
 }
 
-/// The project the task works on: the git tree of its cwd inside the root, or an isolated
-/// task's worktree.
-fn project_for(ctx: &AttemptCtx<'_>) -> bridge_fence::Project {
-    let cfg = &ctx.shared.config;
-    // An isolated task's tree is its worktree; any other task's is inside the root.
-    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
-    let boundary = match worktrees.as_deref() {
-        Some(w) if ctx.cwd.starts_with(w) => w.join(ctx.id.to_string()),
-        _ => cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
-    };
-    bridge_fence::project_of(ctx.cwd, &boundary)
-}
-
 /// What [`bridge_fence::for_run`] needs to know about a run of this attempt (also the warm
 /// server a served task runs on: the same project, access and environment).
 pub(super) fn world_for(
@@ -373,7 +360,7 @@ pub(super) fn world_for(
     launch: &crate::command::Launch,
     tmp: &Path,
 ) -> bridge_fence::RunWorld {
-    let project = project_for(ctx);
+    let project = project_for(&ctx.shared.config, ctx.id, ctx.cwd);
     let kind = backend(runner).traits().fence;
     let credentials = world_of(ctx).credentials(kind, &user_dirs(&ctx.shared.config.env));
     let mut env: Vec<(String, String)> = std::env::vars()
@@ -393,6 +380,28 @@ pub(super) fn world_for(
         env,
         credentials,
     }
+}
+
+/// The project task `id`'s runs in `cwd` work on ([`bridge_fence::project_of`]): an isolated
+/// task's tree is its worktree, with the git directories the bridge recorded when it made it;
+/// any other task's is inside the root.
+pub(super) fn project_for(
+    cfg: &super::SupervisorConfig,
+    id: TaskId,
+    cwd: &Path,
+) -> bridge_fence::Project {
+    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
+    let (boundary, own) = match (worktrees.as_deref(), cfg.state_dir.as_deref()) {
+        (Some(w), Some(state)) if cwd.starts_with(w) => (
+            w.join(id.to_string()),
+            crate::worktree::load(state, id).and_then(|i| i.own()),
+        ),
+        _ => (
+            cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),
+            None,
+        ),
+    };
+    bridge_fence::project_of(cwd, &boundary, own.as_ref())
 }
 
 struct RemoveOnDrop(PathBuf);

@@ -102,7 +102,18 @@ pub const RUNNER_FLAGS: &[&str] = &[
     "--mcp-config",
     "--resume",
     "--name",
+    "--setting-sources",
+    "--settings",
 ];
+
+/// The settings sources a run loads: the user's own (login, model, permissions), never the
+/// project's `.claude/settings.json` nor its `settings.local.json`, which the repository (or an
+/// earlier run) wrote.
+pub const SETTING_SOURCES: &str = "user";
+
+/// Settings given on the command line, above every file but managed policy: no hook runs,
+/// neither the user's nor one a plugin brings (a hook is a command run outside the tool set).
+pub const RUN_SETTINGS: &str = r#"{"disableAllHooks":true}"#;
 
 /// What `claude --version` and `claude --help` say about the binary the runner would use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +165,8 @@ pub fn missing_flags(help: &str) -> Vec<&'static str> {
 /// tasks get [`EDIT_TOOLS`] with `acceptEdits` (edits inside the directory are accepted,
 /// outside denied) and `Bash` allowed. `--permission-prompts none` makes sure nothing waits for
 /// an answer. `--strict-mcp-config` with an empty `--mcp-config` gives the run no MCP server.
+/// `--setting-sources=user` loads no settings file of the project, and `--settings` with
+/// [`RUN_SETTINGS`] runs no hook at all: nothing the repository holds runs as the run starts.
 pub fn build_launch(
     spec: &TaskSpec,
     cwd: &Path,
@@ -188,7 +201,9 @@ pub fn build_launch(
     }
     args.value("--permission-prompts", "none")
         .word("--strict-mcp-config")
-        .value("--mcp-config", r#"{"mcpServers":{}}"#);
+        .value("--mcp-config", r#"{"mcpServers":{}}"#)
+        .value("--setting-sources", SETTING_SOURCES)
+        .value("--settings", RUN_SETTINGS);
     if let Some(session) = spec.session.as_deref().filter(|s| !s.trim().is_empty()) {
         // A follow-up continues that Claude Code session (same id, its history as context).
         args.value("--resume", session.trim());
@@ -769,6 +784,11 @@ mod tests {
         assert!(a.contains(&"--model=sonnet".to_owned()));
         assert!(a.contains(&"--effort=low".to_owned()));
         assert!(a.contains(&"--strict-mcp-config".to_owned()));
+        assert!(a.contains(&"--setting-sources=user".to_owned()), "{a:?}");
+        assert!(
+            a.contains(&r#"--settings={"disableAllHooks":true}"#.to_owned()),
+            "{a:?}"
+        );
         assert!(!a.iter().any(|x| x.contains("Write") || x.contains("Bash")));
         assert_eq!(l.stdin, b"look");
         assert!(l.env_remove.contains(&"CLAUDECODE".to_owned()));
