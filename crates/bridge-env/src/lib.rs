@@ -178,7 +178,13 @@ pub const ENGINE: EnvVar = EnvVar::new(
 pub const SERVE_IDLE_MIN: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_SERVE_IDLE_MIN",
     "10",
-    "the serve engine stops a warm local server idle for this many minutes (it starts again on the next task)",
+    "a warm local server with no turn running for this many minutes (decimals allowed) stops, whether or not a bridge is attached; it starts again on the next task",
+);
+/// `OPENCODE_BRIDGE_ON_EXIT`.
+pub const ON_EXIT: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_ON_EXIT",
+    "leave",
+    "what a clean stop of the bridge (stdin closed, SIGTERM) does to running tasks: `leave` them running (the next bridge adopts them and reports their results) or `cancel` them",
 );
 /// `OPENCODE_BRIDGE_SERVE_MAX`.
 pub const SERVE_MAX: EnvVar = EnvVar::new(
@@ -327,6 +333,7 @@ pub const ALL: &[EnvVar] = &[
     ENGINE,
     SERVE_IDLE_MIN,
     SERVE_MAX,
+    ON_EXIT,
     CONFIG,
     STATE_DIR,
     ROSTER,

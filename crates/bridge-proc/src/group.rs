@@ -139,6 +139,19 @@ impl GroupChild {
         self.kill_and_reap()
     }
 
+    /// Lets the child go on without us: it leaves the list [`stop_all_groups`] stops, and is
+    /// neither signalled nor reaped by this guard again (whoever adopts it reaps it, once this
+    /// process has ended). For a service meant to outlive this process; its pid is returned.
+    /// Its pid is ours no longer: later signals go through a start-time check
+    /// ([`crate::ProcId`], [`crate::stop_left_group`]).
+    pub fn release(self) -> u32 {
+        let pid = self.child.id();
+        live().remove(&pid);
+        // No drop: that would stop and reap it.
+        std::mem::forget(self);
+        pid
+    }
+
     fn reap(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             live().remove(&self.child.id());

@@ -1,6 +1,40 @@
 //! What a task is (given by the caller) and how the supervisor is configured.
 
 pub use crate::runner::serve::Engine;
+
+/// What a clean stop of the bridge does to its running tasks ([`env::ON_EXIT`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnExit {
+    /// They keep running: a process of the `run` engine in its own process group, a session on
+    /// its server (the warm local one is left running while it has a turn); the next bridge on
+    /// the state directory adopts them and reports their results (the default).
+    #[default]
+    Leave,
+    /// They are cancelled and recorded so, and the warm local servers stop.
+    Cancel,
+}
+
+impl OnExit {
+    /// The variable's value, or why it is not accepted (one line).
+    pub fn parse(value: &str) -> Result<OnExit, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "leave" => Ok(OnExit::Leave),
+            "cancel" => Ok(OnExit::Cancel),
+            _ => Err(format!(
+                "{}={value:?} is not accepted; use leave or cancel",
+                env::ON_EXIT.name
+            )),
+        }
+    }
+
+    /// `leave` or `cancel`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExit::Leave => "leave",
+            OnExit::Cancel => "cancel",
+        }
+    }
+}
 use crate::worktree::Isolation;
 use bridge_env as env;
 use std::path::{Path, PathBuf};
@@ -174,8 +208,16 @@ pub struct SupervisorConfig {
     pub engine: Engine,
     /// The remote servers of the bridge's config file, by name (`TaskSpec::server`).
     pub servers: Vec<bridge_config::Server>,
-    /// A warm local server idle this long is stopped.
+    /// [`env::SERVE_IDLE_MIN`]: a warm local server with no turn running this long stops,
+    /// whether or not a bridge is attached (its watcher or the next bridge stops it).
     pub serve_idle: Duration,
+    /// [`env::ON_EXIT`]: what [`crate::Supervisor::shutdown`] does to running tasks.
+    pub on_exit: OnExit,
+    /// The program that watches a warm local server once started (run as `PROGRAM serve-watch
+    /// NOTE`, see [`crate::serve_watch`]): it applies the idle rule while no bridge runs. The
+    /// bridge gives its own executable; `None` (the default): a server left running is
+    /// stopped by the next bridge that finds it idle.
+    pub serve_watcher: Option<PathBuf>,
     /// [`env::SERVE_MAX`]: at most this many warm local servers; starting another first stops
     /// the one idle longest (never one with a task running).
     pub serve_max: usize,
@@ -222,6 +264,8 @@ impl Default for SupervisorConfig {
             servers: Vec::new(),
             serve_idle: Duration::from_secs(env::SERVE_IDLE_MIN.default_number() * 60),
             serve_max: env::SERVE_MAX.default_number() as usize,
+            on_exit: OnExit::default(),
+            serve_watcher: None,
             api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
             client_session: None,
             pricing: crate::usage::Pricing::default(),
@@ -283,8 +327,15 @@ impl SupervisorConfig {
             // A value that cannot be read keeps the default (doctor says why).
             c.engine = Engine::parse(&v).unwrap_or_default();
         }
-        if let Some(n) = num(env::SERVE_IDLE_MIN.name).filter(|&n| n > 0) {
-            c.serve_idle = Duration::from_secs(n * 60);
+        let minutes = get(env::SERVE_IDLE_MIN.name)
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|m| m.is_finite() && *m > 0.0);
+        if let Some(m) = minutes {
+            c.serve_idle = Duration::from_secs_f64((m * 60.0).min(1e9));
+        }
+        if let Some(v) = get(env::ON_EXIT.name) {
+            // A value that cannot be read keeps the default (doctor says why).
+            c.on_exit = OnExit::parse(&v).unwrap_or_default();
         }
         if let Some(n) = num(env::SERVE_MAX.name) {
             c.serve_max = n.clamp(1, 64) as usize;
