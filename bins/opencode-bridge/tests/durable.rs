@@ -911,9 +911,11 @@ fn live_serve_a_slow_turn_survives_kill_9_then_an_eof_stop_and_the_next_bridge_r
     drop(second);
     let serve_dir = live.world.path("xdg/state/opencode-bridge/serve");
     let log = std::fs::read_to_string(serve_dir.join(format!("{pid}.d/log"))).unwrap_or_default();
-    let task =
-        std::fs::read_to_string(live.world.path("xdg/state/opencode-bridge/tasks/1/task.json"))
-            .unwrap_or_default();
+    let task = std::fs::read_to_string(
+        live.world
+            .path("xdg/state/opencode-bridge/tasks/1/task.json"),
+    )
+    .unwrap_or_default();
     assert!(
         running(pid, start),
         "the server outlives a clean stop with a turn on it:\n{said}\nlog: {log}\ntask: {task}\nfiles: {:?}",
@@ -1060,7 +1062,7 @@ fn live_serve_a_server_killed_while_no_bridge_runs_shows_its_task_lost() {
 }
 
 /// Issue 32: once idle, nothing of ours is left. A turn's server outlives its SIGKILLed bridge
-/// while the turn runs; a bridge started meanwhile leaves it alone; with no bridge at all, the
+/// while the turn runs; a bridge started meanwhile shares it and leaves it running; with no bridge at all, the
 /// server's watcher stops it once it has had no turn for `OPENCODE_BRIDGE_SERVE_IDLE_MIN`, and
 /// no server, watcher or opencode process of the world remains.
 #[test]
@@ -1080,10 +1082,23 @@ fn live_serve_once_idle_no_server_or_process_of_ours_is_left_behind() {
         .filter(|(_, cmd)| cmd.contains("serve-watch"))
         .collect();
     assert_eq!(watchers.len(), 1, "one watcher per server: {watchers:?}");
-    // Another bridge on the same state directory, while the first is alive: not its to stop.
+    // Another bridge on the same state directory, while the first is alive, shares the
+    // server (a task of the same kind runs on it), and leaves it running when it stops.
     let mut other = live.leaving(&idle);
-    let (list, _) = other.call_text(1, "opencode_list", json!({}));
-    assert!(list.contains("1 delegated task(s)"), "{list}");
+    let (t, _) = other.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Say hello", "wait_s": 55}),
+    );
+    assert!(t.contains("engine: serve"), "{t}");
+    assert!(t.contains("succeeded"), "{t}");
+    assert_eq!(noted(&live), vec![(pid, start)], "one server, shared");
+    let (procs, _) = other.call_text(2, "opencode_processes", json!({}));
+    assert!(
+        procs.lines().any(|l| l.starts_with(&format!("pid {pid} "))
+            && l.contains("[warm server held by this bridge")),
+        "{procs}"
+    );
     other.close_stdin();
     assert!(other.wait_exit(Duration::from_secs(20)).is_some());
     drop(other);
