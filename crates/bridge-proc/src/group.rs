@@ -173,6 +173,22 @@ impl Drop for GroupChild {
 mod tests {
     use super::*;
 
+    /// A released child goes on running, and `stop_all_groups` no longer reaches it.
+    #[test]
+    fn a_released_child_runs_on_and_is_not_stopped_with_the_others() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let child = GroupChild::spawn(&mut cmd).unwrap();
+        let id = crate::ProcId::of(child.pid() as i32).unwrap();
+        let pid = child.release();
+        assert_eq!(pid as i32, id.pid);
+        assert!(!live().contains(&pid));
+        assert!(id.is_alive(), "released means left running");
+        // The test's own cleanup of the fixture it started.
+        assert!(id.signal(nix::sys::signal::Signal::SIGKILL));
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(id.pid), None);
+    }
+
     /// A group whose owner never stops it (a thread abandoned at exit) is stopped whole by
     /// `stop_all_groups`; a reaped one is no longer signalled (its pid may be anyone's).
     #[test]

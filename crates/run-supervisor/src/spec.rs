@@ -396,6 +396,38 @@ mod tests {
     }
 
     #[test]
+    fn on_exit_and_decimal_idle_minutes_are_read() {
+        let get = |pairs: &'static [(&'static str, &'static str)]| {
+            SupervisorConfig::from_lookup(move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        assert_eq!(SupervisorConfig::default().on_exit, OnExit::Leave);
+        let c = get(&[
+            ("OPENCODE_BRIDGE_ON_EXIT", "Cancel"),
+            ("OPENCODE_BRIDGE_SERVE_IDLE_MIN", "0.1"),
+        ]);
+        assert_eq!(c.on_exit, OnExit::Cancel);
+        assert_eq!(c.serve_idle, Duration::from_secs(6));
+        // What cannot be read keeps the default; the error is one line naming the variable.
+        let c = get(&[
+            ("OPENCODE_BRIDGE_ON_EXIT", "later"),
+            ("OPENCODE_BRIDGE_SERVE_IDLE_MIN", "-1"),
+        ]);
+        assert_eq!(c.on_exit, OnExit::Leave);
+        assert_eq!(c.serve_idle, Duration::from_secs(600));
+        let e = OnExit::parse("later").unwrap_err();
+        assert!(
+            e.contains("OPENCODE_BRIDGE_ON_EXIT") && e.contains("leave or cancel"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
     fn env_values_are_read_and_clamped() {
         let vars: HashMap<&str, &str> = [
             ("OPENCODE_BRIDGE_MAX_PARALLEL", "100"),
