@@ -179,6 +179,9 @@ impl App {
         let mut cfg = SupervisorConfig::from_env();
         cfg.root = settings.root.clone();
         cfg.subreaper = serving;
+        // Each warm server is watched by this binary (`serve-watch`), so its idle rule holds
+        // while no bridge runs.
+        cfg.serve_watcher = std::env::current_exe().ok();
         if let Ok(file) = &settings.file {
             cfg.servers = file.servers.clone();
         }

@@ -109,6 +109,14 @@ pub enum Command {
         #[command(subcommand)]
         hook: Hook,
     },
+    /// The watcher of one warm `opencode serve` the bridge started (started with it; not for
+    /// people): stops the server once it has had no turn for OPENCODE_BRIDGE_SERVE_IDLE_MIN,
+    /// whether or not a bridge runs, and exits when the server is gone.
+    #[command(hide = true)]
+    ServeWatch {
+        /// The server's note, `<state dir>/serve/<pid>.json`.
+        note: std::path::PathBuf,
+    },
 }
 
 /// The hooks `opencode-bridge hook` runs.
@@ -123,7 +131,9 @@ pub enum Hook {
 /// Runs a subcommand; returns the process exit code.
 pub async fn run(app: &App, command: Command) -> i32 {
     let (tool, args) = match command {
-        Command::Serve | Command::Hook { .. } => unreachable!("handled by main"),
+        Command::Serve | Command::Hook { .. } | Command::ServeWatch { .. } => {
+            unreachable!("handled by main")
+        }
         Command::CheckSecrets { file } => return crate::check_secrets::run(file.as_deref()),
         Command::Doctor => {
             let (text, ok) = doctor(app).await;
@@ -255,13 +265,13 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
                 }
                 Err(e) => Err(e),
             };
-            let idle = sup.config().serve_idle.as_secs() / 60;
+            let idle = sup.config().serve_idle.as_secs_f64() / 60.0;
             lines.push(match probe {
                 Ok(()) => (
                     "ok",
                     "engine",
                     format!(
-                        "serve: tasks are sessions on a warm local opencode serve (started on the first task, stopped after {idle} min idle)"
+                        "serve: tasks are sessions on a warm local opencode serve (started on the first task, stopped after {idle} min with no turn, whether or not a bridge runs)"
                     ),
                 ),
                 Err(e) => (
@@ -274,6 +284,42 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
                 ),
             });
         }
+    }
+    // The warm servers of the state directory: this bridge's, and those bridges left running.
+    let procs = {
+        let sup = sup.clone();
+        tokio::task::spawn_blocking(move || sup.processes())
+            .await
+            .unwrap_or_default()
+    };
+    for p in &procs {
+        if let Some(w) = &p.bridge_server {
+            lines.push((
+                "ok",
+                "server",
+                format!("pid {}: {}", p.pid, bridge_render::tasks::warm_server(w)),
+            ));
+        }
+    }
+    lines.push((
+        "ok",
+        "on exit",
+        match sup.config().on_exit {
+            run_supervisor::OnExit::Leave => format!(
+                "leave: a clean stop leaves running tasks running; the next bridge adopts them ({}=cancel cancels them)",
+                bridge_env::ON_EXIT.name
+            ),
+            run_supervisor::OnExit::Cancel => format!(
+                "cancel: a clean stop cancels running tasks ({}=leave, the default, leaves them running)",
+                bridge_env::ON_EXIT.name
+            ),
+        },
+    ));
+    if let Some(Err(e)) = std::env::var(bridge_env::ON_EXIT.name)
+        .ok()
+        .map(|v| run_supervisor::OnExit::parse(&v))
+    {
+        lines.push(("warn", "on exit", format!("{e} (leave is used)")));
     }
     let timeout = sup
         .config()

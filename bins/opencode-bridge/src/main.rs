@@ -78,6 +78,10 @@ fn main() -> anyhow::Result<()> {
             bridge_proc::group::stop_all_groups(std::time::Duration::from_secs(3));
             outcome
         }
+        // A warm server's watcher reads its note and asks the server, nothing else.
+        Some(cli::Command::ServeWatch { note }) => {
+            std::process::exit(run_supervisor::serve_watch(&note))
+        }
         // A hook reads the registry and nothing else: no App (which would open and sweep it).
         Some(cli::Command::Hook {
             hook: cli::Hook::Stop,

@@ -460,14 +460,15 @@ pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
     let bridge = Bridge::new(app.clone());
     app.prewarm_roster();
     {
-        // Tasks an earlier bridge left running on remote servers are followed again.
+        // Tasks an earlier bridge left running on a server (remote, or the warm local one) are
+        // followed again.
         let sup = app.supervisor().clone();
         tokio::spawn(async move {
-            let adopted = sup.follow_remote_tasks().await;
+            let adopted = sup.follow_left_tasks().await;
             if !adopted.is_empty() {
                 tracing::info!(
                     ?adopted,
-                    "following remote tasks of an earlier bridge again"
+                    "following tasks an earlier bridge left on a server"
                 );
             }
         });
@@ -490,7 +491,7 @@ pub async fn serve(app: Arc<App>) -> anyhow::Result<()> {
         _ = sigterm.recv() => "SIGTERM".to_string(),
         _ = sigint.recv() => "SIGINT".to_string(),
     };
-    tracing::info!(%reason, "stopping: cancelling every task this server started");
+    tracing::info!(%reason, on_exit = app.supervisor().config().on_exit.as_str(), "stopping");
     app.shutdown().await;
     // rmcp's transport is gone by now; let the writer put out what rmcp wrote last.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;

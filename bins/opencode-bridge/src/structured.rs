@@ -505,9 +505,17 @@ pub struct ProcessView {
     pub session_id: Option<String>,
     /// The bridge task that started it (this bridge's or another's), if any.
     pub task_id: Option<u64>,
-    /// This bridge's warm `opencode serve`: the tasks running on it (empty: idle).
+    /// A warm `opencode serve` of the bridge's state directory: the tasks running on it
+    /// (empty: idle).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bridge_server_tasks: Option<Vec<u64>>,
+    /// How long that warm server has been idle (0 while a task is on it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge_server_idle_ms: Option<u64>,
+    /// Whether this bridge holds that warm server (started or adopted it); otherwise a bridge
+    /// that stopped left it running, or another bridge holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bridge_server_held: Option<bool>,
 }
 
 impl From<&OpencodeProcess> for ProcessView {
@@ -523,7 +531,9 @@ impl From<&OpencodeProcess> for ProcessView {
             cwd: p.cwd.as_ref().map(|c| c.display().to_string()),
             session_id: p.session_id.clone(),
             task_id: p.task_id,
-            bridge_server_tasks: p.bridge_server.clone(),
+            bridge_server_tasks: p.bridge_server.as_ref().map(|w| w.tasks.clone()),
+            bridge_server_idle_ms: p.bridge_server.as_ref().map(|w| w.idle.as_millis() as u64),
+            bridge_server_held: p.bridge_server.as_ref().map(|w| w.held),
         }
     }
 }

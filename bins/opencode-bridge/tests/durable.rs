@@ -1,8 +1,11 @@
 //! Durable tasks through the real binary: a bridge killed with SIGKILL leaves an orphan that a
-//! restarted bridge lists, shows and cancels; a clean stop records the outcome; waiting,
+//! restarted bridge lists, shows and cancels; a clean stop leaves it running the same way (and
+//! records it cancelled with `OPENCODE_BRIDGE_ON_EXIT=cancel`); waiting,
 //! labels and progress notifications. `live_…` tests use the real opencode and our fake LLM:
 //! waiting on real runs, a follow-up in an existing session, the files a real run wrote, and
-//! a real run outliving a killed bridge.
+//! a real run outliving a killed bridge; on the serve engine (issue 32) a turn outliving a
+//! killed and a cleanly stopped bridge and its answer read by the next one, the cancel mode, a
+//! cancel after adoption, a server killed while no bridge runs, and nothing left once idle.
 
 use crate::common;
 
@@ -170,10 +173,55 @@ fn a_bridge_killed_with_sigkill_leaves_an_orphan_that_a_restarted_bridge_cancels
     assert!(text.starts_with("started task 2:"), "{text}");
 }
 
+/// By default a clean stop leaves a running task running: its run goes on in its own process
+/// group, and the next bridge shows it (an orphan with its pid) and can cancel it.
 #[test]
-fn a_clean_stop_records_the_outcome_for_the_next_bridge() {
+fn a_clean_stop_leaves_the_run_running_for_the_next_bridge() {
     let world = World::new();
-    let mut first = Server::start(&world, &fake_env(&world));
+    let mut env = fake_env(&world);
+    env.push(("OPENCODE_BRIDGE_ON_EXIT", "leave".into()));
+    let mut first = Server::start(&world, &env);
+    first.initialize();
+    let (text, _) = first.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Summarise the changelog"}),
+    );
+    assert!(text.starts_with("started task 1:"), "{text}");
+    let run = wait_for("the run's pid", Duration::from_secs(20), || {
+        read_pid(&world.path("pids.group"))
+    });
+    first.close_stdin();
+    let status = first
+        .wait_exit(Duration::from_secs(20))
+        .expect("the bridge exits");
+    assert!(status.success(), "{status:?}\n{}", first.stderr());
+    assert!(group_alive(run), "the run was stopped with the bridge");
+    drop(first);
+    let mut second = Server::start(&world, &fake_env(&world));
+    second.initialize();
+    let (status, _) = second.call_text(2, "opencode_status", json!({"id": "1"}));
+    assert!(
+        status.contains(&format!("task 1  orphaned (pid {run}")),
+        "{status}"
+    );
+    let (cancel, is_error) = second.call_text(3, "opencode_cancel", json!({"id": "1"}));
+    assert!(
+        !is_error && cancel.starts_with("task 1 cancelled"),
+        "{cancel}"
+    );
+    wait_for("the run gone", Duration::from_secs(15), || {
+        (!group_alive(run)).then_some(())
+    });
+}
+
+/// With `OPENCODE_BRIDGE_ON_EXIT=cancel` a clean stop cancels the running task and records it.
+#[test]
+fn in_the_cancel_mode_a_clean_stop_records_the_outcome_for_the_next_bridge() {
+    let world = World::new();
+    let mut env = fake_env(&world);
+    env.push(("OPENCODE_BRIDGE_ON_EXIT", "cancel".into()));
+    let mut first = Server::start(&world, &env);
     first.initialize();
     let (text, _) = first.call_text(
         1,
@@ -712,74 +760,368 @@ fn running(pid: i32, start: u64) -> bool {
     fields.first() != Some(&"Z") && fields.get(19).and_then(|s| s.parse().ok()) == Some(start)
 }
 
-/// A warm `opencode serve` outlives a SIGKILLed bridge (nothing of the bridge is left to stop
-/// it), and the next bridge on the same state directory stops it; a bridge that starts while
-/// the server's own bridge is alive leaves it alone.
+/// The warm servers noted in the world's state directory: (pid, start time) of each.
+fn noted(live: &Live) -> Vec<(i32, u64)> {
+    let dir = live.world.path("xdg/state/opencode-bridge/serve");
+    let mut found: Vec<(i32, u64)> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|p| {
+            let n: Value = serde_json::from_slice(&std::fs::read(&p).ok()?).ok()?;
+            Some((n["pid"].as_i64()? as i32, n["start_time"].as_u64()?))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The processes of this test's world (the bridge passes its environment on to the servers it
+/// starts and their watchers): pid and command line, the test itself left out.
+fn ours(live: &Live) -> Vec<(i32, String)> {
+    let marker = live.world.path("xdg/state").to_string_lossy().into_owned();
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&marker))
+        })
+        .filter(|&pid| {
+            // Zombies are not running anything.
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        })
+        .map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            (pid, String::from_utf8_lossy(&cmd).replace('\0', " "))
+        })
+        .collect()
+}
+
+/// The test's own cleanup, should it fail half-way: the servers noted in its world are stopped
+/// (a server left running is the behaviour under test, so nothing else would stop it).
+struct StopLeftServers<'a>(&'a Live);
+
+impl Drop for StopLeftServers<'_> {
+    fn drop(&mut self) {
+        for (pid, start) in noted(self.0) {
+            if running(pid, start) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+impl Live {
+    /// A bridge on the serve engine whose clean stop leaves its tasks running (the default),
+    /// with `extra` variables.
+    fn leaving(&self, extra: &[(&'static str, &str)]) -> Server {
+        let mut env = self.env();
+        env.push(("OPENCODE_BRIDGE_ON_EXIT", "leave".into()));
+        env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        let mut s = Server::start_in(&self.world, &env, self.sb.project_dir());
+        s.initialize();
+        s
+    }
+}
+
+/// Starts a slow served task on `bridge` and waits until its model streams (its session known).
+fn start_slow(bridge: &mut Server, n: &mut i64) -> String {
+    *n += 1;
+    let (t, _) = bridge.call_text(
+        *n,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Tell a long story", "model": "fk/slow"}),
+    );
+    assert!(t.contains("engine: serve"), "{t}");
+    wait_for("the turn streaming", Duration::from_secs(120), || {
+        *n += 1;
+        let (s, _) = bridge.call_text(*n, "opencode_status", json!({"id": "1"}));
+        (s.starts_with("task 1  running") && s.contains("session: ses_")).then_some(s)
+    })
+}
+
+/// Issue 32: a slow served turn survives a `kill -9` of its bridge, then an EOF stop of the
+/// bridge that adopted it; the next bridge shows it running, then its answer.
 #[test]
-fn live_a_warm_server_left_by_a_killed_bridge_is_stopped_by_the_next_bridge() {
+fn live_serve_a_slow_turn_survives_kill_9_then_an_eof_stop_and_the_next_bridge_reports_it() {
     let oc = require_opencode!();
     let live = Live::new(oc);
-    let mut first = live.server();
-    let (t, _) = first.call_text(
+    let _cleanup = StopLeftServers(&live);
+    // Long enough for two bridge lifetimes while the turn runs.
+    live.llm.set_slow_secs(60);
+    let mut n = 0;
+    let mut first = live.leaving(&[]);
+    let status = start_slow(&mut first, &mut n);
+    let session = session_of(&status);
+    let servers = noted(&live);
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let (pid, start) = servers[0];
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(first);
+    assert!(
+        running(pid, start),
+        "the server outlives a SIGKILLed bridge"
+    );
+
+    // The next bridge adopts the task and the server: running, on that server.
+    let mut second = live.leaving(&[]);
+    let (status, _) = second.call_text(1, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  running"), "{status}");
+    assert_eq!(session_of(&status), session, "{status}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for k in 2.. {
+        let (p, _) = second.call_text(k, "opencode_processes", json!({}));
+        let held = p.lines().any(|l| {
+            l.starts_with(&format!("pid {pid} "))
+                && l.contains("[warm server held by this bridge: task 1]")
+        });
+        if held {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the adopted server is not shown held: {p}\n{}",
+            second.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // It stops cleanly (stdin EOF), the turn still going: the task and the server stay.
+    second.close_stdin();
+    let exit = second
+        .wait_exit(Duration::from_secs(30))
+        .expect("the bridge exits");
+    assert!(exit.success(), "{exit:?}\n{}", second.stderr());
+    let said = second.stderr();
+    drop(second);
+    let serve_dir = live.world.path("xdg/state/opencode-bridge/serve");
+    let log = std::fs::read_to_string(serve_dir.join(format!("{pid}.d/log"))).unwrap_or_default();
+    let task = std::fs::read_to_string(
+        live.world
+            .path("xdg/state/opencode-bridge/tasks/1/task.json"),
+    )
+    .unwrap_or_default();
+    assert!(
+        running(pid, start),
+        "the server outlives a clean stop with a turn on it:\n{said}\nlog: {log}\ntask: {task}\nfiles: {:?}",
+        std::fs::read_dir(&serve_dir).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+    );
+
+    let mut third = live.leaving(&[]);
+    let (status, _) = third.call_text(1, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  running"), "{status}");
+    let mut n = 10;
+    let status = common::until_ended(&mut third, "1", &mut n);
+    assert!(status.starts_with("task 1  succeeded"), "{status}");
+    let (result, _) = third.call_text(99, "opencode_result", json!({"id": "1"}));
+    assert!(result.contains("DONE"), "{result}");
+    assert_eq!(session_of(&status), session, "{status}");
+}
+
+/// Issue 32: with `OPENCODE_BRIDGE_ON_EXIT=cancel` an EOF stop cancels the turn, and no server,
+/// watcher or opencode process of the world is left.
+#[test]
+fn live_serve_in_the_cancel_mode_an_eof_stop_cancels_the_turn_and_leaves_no_process() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    let _cleanup = StopLeftServers(&live);
+    live.llm.set_slow_secs(300);
+    let mut n = 0;
+    let mut env = live.env();
+    env.push(("OPENCODE_BRIDGE_ON_EXIT", "cancel".into()));
+    let mut first = Server::start_in(&live.world, &env, live.sb.project_dir());
+    first.initialize();
+    start_slow(&mut first, &mut n);
+    let (pid, start) = noted(&live)[0];
+    first.close_stdin();
+    let exit = first
+        .wait_exit(Duration::from_secs(60))
+        .expect("the bridge exits");
+    assert!(exit.success(), "{exit:?}\n{}", first.stderr());
+    drop(first);
+    assert!(
+        !running(pid, start),
+        "the server outlived a cancel-mode stop"
+    );
+    let left = wait_for("no process of ours", Duration::from_secs(10), || {
+        let left = ours(&live);
+        left.is_empty().then_some(left)
+    });
+    assert!(left.is_empty());
+    assert!(noted(&live).is_empty());
+    let mut second = live.server();
+    let (status, _) = second.call_text(1, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  cancelled"), "{status}");
+    assert!(
+        status.contains("stopped because the bridge shut down"),
+        "{status}"
+    );
+}
+
+/// Issue 32: a turn adopted after its bridge was killed is cancelled by the adopting bridge: the
+/// turn ends (the session is free for a follow-up), the task is recorded cancelled.
+#[test]
+fn live_serve_a_cancel_after_adoption_ends_the_turn() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    let _cleanup = StopLeftServers(&live);
+    live.llm.set_slow_secs(300);
+    let mut n = 0;
+    let mut first = live.leaving(&[]);
+    let status = start_slow(&mut first, &mut n);
+    let session = session_of(&status);
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(first);
+    let mut second = live.leaving(&[]);
+    let (status, _) = second.call_text(1, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  running"), "{status}");
+    let (cancel, is_error) = second.call_text(2, "opencode_cancel", json!({"id": "1"}));
+    assert!(
+        !is_error && cancel.starts_with("task 1 cancelled"),
+        "{cancel}"
+    );
+    let (status, _) = second.call_text(3, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  cancelled"), "{status}");
+    // The session is free: a follow-up in it runs and answers.
+    let (t, is_error) = second.call_text(
+        4,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "And now briefly", "session": session, "model": "fk/ok"}),
+    );
+    assert!(!is_error, "{t}");
+    let mut n = 10;
+    let status = common::until_ended(&mut second, "2", &mut n);
+    assert!(status.starts_with("task 2  succeeded"), "{status}");
+}
+
+/// Issue 32: a warm server killed while no bridge runs: the next bridge shows its task `lost`,
+/// naming the server, with advice.
+#[test]
+fn live_serve_a_server_killed_while_no_bridge_runs_shows_its_task_lost() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    let _cleanup = StopLeftServers(&live);
+    live.llm.set_slow_secs(300);
+    let mut n = 0;
+    let mut first = live.leaving(&[]);
+    let status = start_slow(&mut first, &mut n);
+    let session = session_of(&status);
+    let (pid, start) = noted(&live)[0];
+    first.close_stdin();
+    assert!(first.wait_exit(Duration::from_secs(30)).is_some());
+    drop(first);
+    assert!(running(pid, start));
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for("the server gone", Duration::from_secs(10), || {
+        (!running(pid, start)).then_some(())
+    });
+    let mut second = live.leaving(&[]);
+    let (status, _) = second.call_text(1, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  failed"), "{status}");
+    assert!(
+        status.contains(&format!(
+            "lost: the local opencode serve it ran on (pid {pid})"
+        )),
+        "{status}"
+    );
+    assert!(status.contains("opencode_session_output"), "{status}");
+    assert_eq!(session_of(&status), session, "{status}");
+    let bridge = second.child.id() as i32;
+    let left = wait_for(
+        "nothing of ours but the bridge",
+        Duration::from_secs(10),
+        || {
+            let left: Vec<_> = ours(&live)
+                .into_iter()
+                .filter(|(p, _)| *p != bridge)
+                .collect();
+            left.is_empty().then_some(left)
+        },
+    );
+    assert!(left.is_empty());
+}
+
+/// Issue 32: once idle, nothing of ours is left. A turn's server outlives its SIGKILLed bridge
+/// while the turn runs; a bridge started meanwhile shares it and leaves it running; with no bridge at all, the
+/// server's watcher stops it once it has had no turn for the idle time (here 6 s), and
+/// no server, watcher or opencode process of the world remains.
+#[test]
+fn live_serve_once_idle_no_server_or_process_of_ours_is_left_behind() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    let _cleanup = StopLeftServers(&live);
+    live.llm.set_slow_secs(15);
+    let mut n = 0;
+    // 6 s with no turn.
+    let idle = [("OPENCODE_BRIDGE_SERVE_IDLE_MS", "6000")];
+    let mut first = live.leaving(&idle);
+    start_slow(&mut first, &mut n);
+    let (pid, start) = noted(&live)[0];
+    let watchers: Vec<_> = ours(&live)
+        .into_iter()
+        .filter(|(_, cmd)| cmd.contains("serve-watch"))
+        .collect();
+    assert_eq!(watchers.len(), 1, "one watcher per server: {watchers:?}");
+    // Another bridge on the same state directory, while the first is alive, shares the
+    // server (a task of the same kind runs on it), and leaves it running when it stops.
+    let mut other = live.leaving(&idle);
+    let (t, _) = other.call_text(
         1,
         "opencode_start",
         json!({"tier": "easy", "prompt": "Say hello", "wait_s": 55}),
     );
     assert!(t.contains("engine: serve"), "{t}");
-    let notes = live.world.path("xdg/state/opencode-bridge/serve");
-    let note: Value = {
-        let files: Vec<PathBuf> = std::fs::read_dir(&notes)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .collect();
-        assert_eq!(files.len(), 1, "{files:?}");
-        serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap()
-    };
-    let (pid, start) = (
-        note["pid"].as_i64().unwrap() as i32,
-        note["start_time"].as_u64().unwrap(),
+    assert!(t.contains("succeeded"), "{t}");
+    assert_eq!(noted(&live), vec![(pid, start)], "one server, shared");
+    let (procs, _) = other.call_text(2, "opencode_processes", json!({}));
+    assert!(
+        procs.lines().any(|l| l.starts_with(&format!("pid {pid} "))
+            && l.contains("[warm server held by this bridge")),
+        "{procs}"
     );
-    assert!(running(pid, start), "the warm server runs: {note}");
-
-    // Another bridge on the same state directory, while the first is alive: not its to stop.
-    let mut second = live.server();
-    let (list, _) = second.call_text(2, "opencode_list", json!({}));
-    assert!(list.contains("1 delegated task(s)"), "{list}");
-    std::thread::sleep(Duration::from_secs(2));
+    other.close_stdin();
+    assert!(other.wait_exit(Duration::from_secs(20)).is_some());
+    drop(other);
     assert!(running(pid, start), "a live bridge's server was stopped");
-    second.close_stdin();
-    assert!(second.wait_exit(Duration::from_secs(20)).is_some());
-    assert!(running(pid, start), "a live bridge's server was stopped");
-
-    // The first bridge dies without a word: its server is left running ...
     first.child.kill().unwrap();
     first.child.wait().unwrap();
-    std::thread::sleep(Duration::from_secs(1));
+    drop(first);
     assert!(
         running(pid, start),
-        "the server should outlive a SIGKILLed bridge"
+        "the server outlives its bridge while the turn runs"
     );
-    // ... until the next bridge starts.
-    let mut third = live.server();
-    wait_for("the left server stopped", Duration::from_secs(20), || {
-        (!running(pid, start)).then_some(())
+    // No bridge runs now: the turn ends, and 6 s later the watcher stops the server.
+    let left = wait_for("nothing of ours left", Duration::from_secs(120), || {
+        let left = ours(&live);
+        left.is_empty().then_some(left)
     });
-    // Its note goes once the whole group is gone, which can be a moment after the leader.
-    let left = || -> Vec<PathBuf> {
-        std::fs::read_dir(&notes)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect()
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !left().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let left = left();
-    assert!(left.is_empty(), "notes left: {left:?}");
-    let (list, _) = third.call_text(3, "opencode_list", json!({}));
-    assert!(list.contains("1 delegated task(s)"), "{list}");
+    assert!(left.is_empty());
+    assert!(!running(pid, start));
+    assert!(noted(&live).is_empty(), "its note goes with it");
+    let files: Vec<PathBuf> = std::fs::read_dir(live.world.path("xdg/state/opencode-bridge/serve"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(files.is_empty(), "{files:?}");
 }

@@ -1,6 +1,7 @@
 //! Kill guarantees of the real binary: a delegated run of the fake opencode whose process tree
 //! holds a SIGTERM-ignoring grandchild and a `setsid` escapee is stopped by `opencode_cancel`,
-//! by its timeout, by SIGTERM to the bridge and by stdin EOF, leaving no survivor and no zombie.
+//! by its timeout, by SIGTERM to the bridge and by stdin EOF (in the cancel mode,
+//! `OPENCODE_BRIDGE_ON_EXIT=cancel`), leaving no survivor and no zombie.
 //!
 //! Every process of the run carries a marker in its environment (the bridge passes its
 //! environment on), so survivors are found by scanning `/proc/*/environ`, besides checking the
@@ -112,6 +113,9 @@ fn stop_a_tree(stop: Stop) {
             ),
             ("OPENCODE_BRIDGE_KILL_GRACE_MS", "500".into()),
             ("FAKE_OPENCODE_KILLTEST", marker.clone()),
+            // A clean stop cancels running tasks only in the cancel mode (by default they
+            // are left running for the next bridge: tests/durable.rs).
+            ("OPENCODE_BRIDGE_ON_EXIT", "cancel".into()),
         ],
     );
     let bridge = server.child.id() as i32;
@@ -239,12 +243,12 @@ fn cancel_leaves_no_survivor_and_no_zombie() {
 }
 
 #[test]
-fn sigterm_to_the_bridge_leaves_no_survivor_and_no_zombie() {
+fn in_the_cancel_mode_sigterm_to_the_bridge_leaves_no_survivor_and_no_zombie() {
     stop_a_tree(Stop::Sigterm);
 }
 
 #[test]
-fn stdin_eof_leaves_no_survivor_and_no_zombie() {
+fn in_the_cancel_mode_stdin_eof_leaves_no_survivor_and_no_zombie() {
     stop_a_tree(Stop::StdinEof);
 }
 

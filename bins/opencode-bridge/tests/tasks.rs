@@ -20,10 +20,17 @@ fn start_env(world: &World) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The environment of a bridge whose clean stop cancels its running tasks.
+fn cancel_on_exit(world: &World) -> Vec<(&'static str, String)> {
+    let mut env = start_env(world);
+    env.push(("OPENCODE_BRIDGE_ON_EXIT", "cancel".into()));
+    env
+}
+
 #[test]
-fn stdin_eof_stops_a_running_task_and_its_process_group() {
+fn in_the_cancel_mode_stdin_eof_stops_a_running_task_and_its_process_group() {
     let world = World::new();
-    let mut server = Server::start(&world, &start_env(&world));
+    let mut server = Server::start(&world, &cancel_on_exit(&world));
     server.initialize();
     let (text, is_error) = server.call_text(
         2,
@@ -186,11 +193,11 @@ fn unknown_mode_value_in_the_environment_refuses() {
     );
 }
 
-/// Starts a task, sends the server `signal`, and checks that it exits cleanly having stopped the
-/// run's process group. Returns the world for more checks.
+/// Starts a task on a bridge in the cancel mode, sends the bridge `signal`, and checks that it
+/// exits cleanly having stopped the run's process group. Returns the world for more checks.
 fn signal_stops_the_running_task(signal: nix::sys::signal::Signal) -> (World, String) {
     let world = World::new();
-    let mut server = Server::start(&world, &start_env(&world));
+    let mut server = Server::start(&world, &cancel_on_exit(&world));
     server.initialize();
     let pgid = start_sleeping_task(
         &mut server,
@@ -205,16 +212,17 @@ fn signal_stops_the_running_task(signal: nix::sys::signal::Signal) -> (World, St
 }
 
 #[test]
-fn sigterm_stops_running_tasks_then_exits() {
+fn in_the_cancel_mode_sigterm_stops_running_tasks_then_exits() {
     let (_world, stderr) = signal_stops_the_running_task(nix::sys::signal::Signal::SIGTERM);
     assert!(stderr.contains("SIGTERM"), "{stderr}");
 }
 
-/// Claude Code ends its stdio servers with SIGINT and sends no tasks/cancel: the bridge stops
-/// the runs it started (their whole process groups) and records them cancelled, so a later
-/// bridge on the same state directory reports them as such instead of as lost.
+/// Claude Code ends its stdio servers with SIGINT and sends no tasks/cancel: in the cancel mode
+/// the bridge stops the runs it started (their whole process groups) and records them
+/// cancelled, so a later bridge on the same state directory reports them as such instead of as
+/// lost.
 #[test]
-fn sigint_from_an_exiting_client_cancels_running_tasks_and_records_it() {
+fn in_the_cancel_mode_sigint_from_an_exiting_client_cancels_running_tasks_and_records_it() {
     let (world, _) = signal_stops_the_running_task(nix::sys::signal::Signal::SIGINT);
     let mut later = Server::start(&world, &start_env(&world));
     later.initialize();

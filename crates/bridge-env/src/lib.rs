@@ -294,7 +294,22 @@ pub const SERVE_IDLE_MIN: EnvVar = EnvVar::number(
     "OPENCODE_BRIDGE_SERVE_IDLE_MIN",
     "10",
     (1, 10_080, "minutes"),
-    "the serve engine stops a warm local server idle for this many minutes (it starts again on the next task)",
+    "a warm local server with no turn running for this many minutes stops, whether or not a bridge is attached; it starts again on the next task",
+);
+/// `OPENCODE_BRIDGE_SERVE_IDLE_MS`: the same idle time in milliseconds, for tests that watch a
+/// server stop (not shown: people set minutes).
+pub const SERVE_IDLE_MS: EnvVar = EnvVar::number(
+    "OPENCODE_BRIDGE_SERVE_IDLE_MS",
+    "600000",
+    (1_000, 604_800_000, "ms"),
+    "the idle time of a warm local server in milliseconds, over OPENCODE_BRIDGE_SERVE_IDLE_MIN (tests)",
+)
+.hidden();
+/// `OPENCODE_BRIDGE_ON_EXIT`.
+pub const ON_EXIT: EnvVar = EnvVar::new(
+    "OPENCODE_BRIDGE_ON_EXIT",
+    "leave",
+    "what a clean stop of the bridge (stdin closed, SIGTERM) does to running tasks: `leave` them running (the next bridge adopts them and reports their results) or `cancel` them",
 );
 /// `OPENCODE_BRIDGE_SERVE_MAX`.
 pub const SERVE_MAX: EnvVar = EnvVar::number(
@@ -450,7 +465,9 @@ pub const ALL: &[EnvVar] = &[
     SANDBOX,
     ENGINE,
     SERVE_IDLE_MIN,
+    SERVE_IDLE_MS,
     SERVE_MAX,
+    ON_EXIT,
     CONFIG,
     STATE_DIR,
     PASS_ENV,

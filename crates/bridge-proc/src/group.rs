@@ -139,6 +139,19 @@ impl GroupChild {
         self.kill_and_reap()
     }
 
+    /// Lets the child go on without us: it leaves the list [`stop_all_groups`] stops, and is
+    /// neither signalled nor reaped by this guard again (whoever adopts it reaps it, once this
+    /// process has ended). For a service meant to outlive this process; its pid is returned.
+    /// Its pid is ours no longer: later signals go through a start-time check
+    /// ([`crate::ProcId`], [`crate::stop_left_group`]).
+    pub fn release(self) -> u32 {
+        let pid = self.child.id();
+        live().remove(&pid);
+        // No drop: that would stop and reap it.
+        std::mem::forget(self);
+        pid
+    }
+
     fn reap(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             live().remove(&self.child.id());
@@ -159,6 +172,22 @@ impl Drop for GroupChild {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A released child goes on running, and `stop_all_groups` no longer reaches it.
+    #[test]
+    fn a_released_child_runs_on_and_is_not_stopped_with_the_others() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        let child = GroupChild::spawn(&mut cmd).unwrap();
+        let id = crate::ProcId::of(child.pid() as i32).unwrap();
+        let pid = child.release();
+        assert_eq!(pid as i32, id.pid);
+        assert!(!live().contains(&pid));
+        assert!(id.is_alive(), "released means left running");
+        // The test's own cleanup of the fixture it started.
+        assert!(id.signal(nix::sys::signal::Signal::SIGKILL));
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(id.pid), None);
+    }
 
     /// A group whose owner never stops it (a thread abandoned at exit) is stopped whole by
     /// `stop_all_groups`; a reaped one is no longer signalled (its pid may be anyone's).

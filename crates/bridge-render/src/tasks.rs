@@ -581,6 +581,27 @@ pub fn task_list(tasks: &[TaskSnapshot], running: usize, limit: usize) -> String
     out
 }
 
+/// A warm server of the state directory, as `opencode_processes` and `doctor` show it: whose it
+/// is, and the tasks on it or how long it has been idle.
+pub fn warm_server(w: &run_supervisor::WarmServer) -> String {
+    let whose = if w.held {
+        "warm server held by this bridge"
+    } else {
+        "warm server not held by this bridge"
+    };
+    match w.tasks.as_slice() {
+        [] => format!("{whose}, idle {}", duration_ms(w.idle.as_millis() as u64)),
+        tasks => {
+            let ids: Vec<String> = tasks.iter().map(u64::to_string).collect();
+            format!(
+                "{whose}: task{} {}",
+                if tasks.len() == 1 { "" } else { "s" },
+                ids.join(", ")
+            )
+        }
+    }
+}
+
 /// `opencode_processes`.
 pub fn processes(procs: &[OpencodeProcess]) -> String {
     let mut out = format!("{} opencode process(es)\n", procs.len());
@@ -594,17 +615,8 @@ pub fn processes(procs: &[OpencodeProcess]) -> String {
             if let Some(t) = p.task_id {
                 what = format!("[task {t}] {what}");
             }
-            match p.bridge_server.as_deref() {
-                Some([]) => what = format!("[this bridge's warm server, idle] {what}"),
-                Some(tasks) => {
-                    let ids: Vec<String> = tasks.iter().map(u64::to_string).collect();
-                    what = format!(
-                        "[this bridge's warm server: task{} {}] {what}",
-                        if tasks.len() == 1 { "" } else { "s" },
-                        ids.join(", ")
-                    );
-                }
-                None => {}
+            if let Some(w) = &p.bridge_server {
+                what = format!("[{}] {what}", warm_server(w));
             }
             vec![
                 format!("pid {}", p.pid),

@@ -12,7 +12,7 @@ use opencode_client::{
 use run_supervisor::{
     CancelOutcome, ChangeSource, ChangedFiles, Cut, Failure, FailureKind, FileChange,
     OpencodeProcess, ProcessKind, TaskOutput, TaskSnapshot, TaskState, TokenUsage, ToolCall,
-    WaitReport,
+    WaitReport, WarmServer,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -544,12 +544,36 @@ fn process_table() {
         p(77, ProcessKind::Tui, None, None, None),
         p(9000, ProcessKind::Serve, None, None, None),
         OpencodeProcess {
-            bridge_server: Some(vec![3, 5]),
+            bridge_server: Some(WarmServer {
+                tasks: vec![3, 5],
+                idle: Duration::ZERO,
+                held: true,
+            }),
             ..p(9100, ProcessKind::Serve, None, None, None)
         },
         OpencodeProcess {
-            bridge_server: Some(vec![]),
+            bridge_server: Some(WarmServer {
+                tasks: vec![],
+                idle: Duration::from_secs(150),
+                held: true,
+            }),
             ..p(9200, ProcessKind::Serve, None, None, None)
+        },
+        OpencodeProcess {
+            bridge_server: Some(WarmServer {
+                tasks: vec![7],
+                idle: Duration::ZERO,
+                held: false,
+            }),
+            ..p(9300, ProcessKind::Serve, None, None, None)
+        },
+        OpencodeProcess {
+            bridge_server: Some(WarmServer {
+                tasks: vec![],
+                idle: Duration::from_secs(40),
+                held: false,
+            }),
+            ..p(9400, ProcessKind::Serve, None, None, None)
         },
     ];
     insta::assert_snapshot!("processes", tasks::processes(&procs));

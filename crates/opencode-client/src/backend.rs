@@ -575,6 +575,7 @@ pub fn with_temporary_server<T>(
         purpose,
         api_timeout: cfg.api_timeout,
         max_reply_bytes: cfg.max_reply_bytes,
+        log: None,
     };
     // Confined like a read-only run in `cwd`: the server loads that directory's plugins and
     // tools, which may read the project but write nothing of it.
@@ -634,6 +635,9 @@ pub struct ServeStart<'a> {
     pub api_timeout: Duration,
     /// The reply-size cap of its [`HttpClient`].
     pub max_reply_bytes: u64,
+    /// Where its stdout and stderr go, for a server that may outlive this process (a pipe to
+    /// us would break when we end). `None`: pipes, drained while it runs.
+    pub log: Option<&'a Path>,
 }
 
 /// An `opencode serve` the bridge started: on `127.0.0.1`, a port of its own choosing, a random
@@ -644,14 +648,15 @@ pub struct ServeProcess {
     child: TempServer,
     http: HttpClient,
     confinement: String,
-    _tmp: ServerTmp,
+    password: String,
+    tmp: ServerTmp,
 }
 
 impl fmt::Debug for ServeProcess {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServeProcess")
             .field("url", &self.http.base())
-            .field("pid", &self.child.0.pid())
+            .field("pid", &self.child.group().pid())
             .finish()
     }
 }
@@ -682,19 +687,35 @@ impl ServeProcess {
             .env("TMPDIR", &tmp.0)
             .env("TMP", &tmp.0)
             .env("TEMP", &tmp.0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdin(Stdio::null());
+        match start.log {
+            Some(log) => {
+                use std::os::unix::fs::OpenOptionsExt;
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o600)
+                    .open(log)
+                    .and_then(|f| Ok((f.try_clone()?, f)))
+                    .map_err(|e| ClientError::TempServer {
+                        detail: format!(
+                            "cannot open {} for the server's output: {e}",
+                            log.display()
+                        ),
+                    })?;
+                cmd.stdout(file.0).stderr(file.1);
+            }
+            None => {
+                cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            }
+        }
         fence.apply_to(&mut cmd);
         // Dropping `server` on any path below stops it (SIGTERM, then SIGKILL) and reaps it.
-        let mut server =
-            TempServer(
-                GroupChild::spawn(&mut cmd).map_err(|e| ClientError::TempServer {
-                    detail: format!("cannot start `{} serve`: {e}", start.shown.display()),
-                })?,
-            );
-        let stdout = server.0.child_mut().stdout.take().expect("stdout is piped");
-        let stderr = server.0.child_mut().stderr.take().expect("stderr is piped");
+        let mut server = TempServer(Some(GroupChild::spawn(&mut cmd).map_err(|e| {
+            ClientError::TempServer {
+                detail: format!("cannot start `{} serve`: {e}", start.shown.display()),
+            }
+        })?));
         let (tx, rx) = mpsc::channel();
         // What the server printed besides its URL, to explain an early exit (bounded).
         let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -708,31 +729,99 @@ impl ServeProcess {
             }
         };
         let said_out = said.clone();
-        // The readers keep draining the pipes for the server's whole life (a long-lived server
-        // must never block on a full pipe); they end when it does.
-        let out_thread = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(pos) = line.find("http://") {
-                    let _ = tx.send(line[pos..].trim().to_string());
-                } else {
-                    keep(&said_out, &line);
-                }
+        let url_of = move |line: &str, tx: &mpsc::Sender<String>| {
+            if let Some(pos) = line.find("http://") {
+                let _ = tx.send(line[pos..].trim().to_string());
+            } else {
+                keep(&said_out, line);
             }
-        });
-        let said_err = said.clone();
-        let err_thread = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                keep(&said_err, &line);
+        };
+        let (out_thread, err_thread) = match start.log {
+            // The log is read from its start until the URL is in it (or the server ended).
+            Some(log) => {
+                let (log, pid) = (log.to_path_buf(), server.group().pid() as i32);
+                let reader = std::thread::spawn(move || {
+                    let mut seen = 0;
+                    loop {
+                        let text = std::fs::read(&log).unwrap_or_default();
+                        let lines: Vec<String> = String::from_utf8_lossy(&text)
+                            .lines()
+                            .map(str::to_owned)
+                            .collect();
+                        let whole = text.ends_with(b"\n");
+                        let upto = if whole {
+                            lines.len()
+                        } else {
+                            lines.len().saturating_sub(1)
+                        };
+                        for line in lines.iter().take(upto).skip(seen) {
+                            url_of(line, &tx);
+                            if line.contains("http://") {
+                                return;
+                            }
+                        }
+                        seen = seen.max(upto);
+                        // Ended (a zombie or gone): what it printed is all there is.
+                        let ended = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                            .map(|s| {
+                                s.rsplit(')')
+                                    .next()
+                                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+                            })
+                            .unwrap_or(true);
+                        if ended {
+                            for line in lines.iter().skip(seen) {
+                                url_of(line, &tx);
+                            }
+                            return;
+                        }
+                        if tx.send(String::new()).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                });
+                (reader, std::thread::spawn(|| {}))
             }
-        });
+            None => {
+                let stdout = server
+                    .group_mut()
+                    .child_mut()
+                    .stdout
+                    .take()
+                    .expect("stdout is piped");
+                let stderr = server
+                    .group_mut()
+                    .child_mut()
+                    .stderr
+                    .take()
+                    .expect("stderr is piped");
+                // The readers keep draining the pipes for the server's whole life (a
+                // long-lived server must never block on a full pipe); they end when it does.
+                let out_thread = std::thread::spawn(move || {
+                    for line in BufReader::new(stdout).lines() {
+                        let Ok(line) = line else { break };
+                        url_of(&line, &tx);
+                    }
+                });
+                let said_err = said.clone();
+                let err_thread = std::thread::spawn(move || {
+                    for line in BufReader::new(stderr).lines() {
+                        let Ok(line) = line else { break };
+                        keep(&said_err, &line);
+                    }
+                });
+                (out_thread, err_thread)
+            }
+        };
         let deadline = bridge_proc::deadline::after(start.startup);
         let received = loop {
             let slice = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(100));
             match rx.recv_timeout(slice) {
+                // The log's reader says it is still looking.
+                Ok(url) if url.is_empty() => {}
                 Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
                     if start
                         .cancel
@@ -754,9 +843,9 @@ impl ServeProcess {
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // stdout closed: the server is ending; let both readers finish (bounded).
-                server.0.wait_exit(Duration::from_secs(5));
+                server.group().wait_exit(Duration::from_secs(5));
                 let _ = out_thread.join();
-                if server.0.has_exited() {
+                if server.group().has_exited() {
                     let _ = err_thread.join();
                 }
                 let lines = said.lock().map(|v| v.clone()).unwrap_or_default();
@@ -784,7 +873,7 @@ impl ServeProcess {
         };
         let http = HttpClient::new(
             &url,
-            Some(BasicAuth::new("opencode", password)),
+            Some(BasicAuth::new("opencode", password.clone())),
             start.api_timeout,
             start.max_reply_bytes,
         )?;
@@ -792,8 +881,33 @@ impl ServeProcess {
             child: server,
             http,
             confinement: fence.confinement().to_string(),
-            _tmp: tmp,
+            password,
+            tmp,
         })
+    }
+
+    /// Its password (user `opencode`), for whoever adopts it later.
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// Its private `TMPDIR` (removed when it is stopped through this value).
+    pub fn tmp(&self) -> &Path {
+        &self.tmp.0
+    }
+
+    /// Lets the server go on without us (started with a [`ServeStart::log`], so nothing of it
+    /// depends on this process): it is neither stopped nor reaped by this value again, and its
+    /// `TMPDIR` stays. Whoever stops it later removes that ([`ServeProcess::tmp`]). Returns its
+    /// pid.
+    pub fn leave(self) -> u32 {
+        let ServeProcess { child, tmp, .. } = self;
+        std::mem::forget(tmp);
+        let mut child = child;
+        match child.0.take() {
+            Some(group) => group.release(),
+            None => 0,
+        }
     }
 
     /// A client for it (its URL and password).
@@ -803,12 +917,12 @@ impl ServeProcess {
 
     /// Its process id.
     pub fn pid(&self) -> u32 {
-        self.child.0.pid()
+        self.child.group().pid()
     }
 
     /// Whether it has exited.
     pub fn has_exited(&self) -> bool {
-        self.child.0.has_exited()
+        self.child.group().has_exited()
     }
 
     /// How it is confined (`confined (Landlock ABI 7)`, `not confined: …`).
@@ -916,11 +1030,24 @@ impl Drop for ServerTmp {
     }
 }
 
-struct TempServer(GroupChild);
+/// `None` once let go ([`ServeProcess::leave`]).
+struct TempServer(Option<GroupChild>);
+
+impl TempServer {
+    fn group(&self) -> &GroupChild {
+        self.0.as_ref().expect("a server let go is not used")
+    }
+
+    fn group_mut(&mut self) -> &mut GroupChild {
+        self.0.as_mut().expect("a server let go is not used")
+    }
+}
 
 impl Drop for TempServer {
     fn drop(&mut self) {
-        self.0.stop(Duration::from_secs(3));
+        if let Some(g) = &mut self.0 {
+            g.stop(Duration::from_secs(3));
+        }
     }
 }
 

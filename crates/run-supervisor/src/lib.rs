@@ -64,10 +64,11 @@ pub use changes::{ChangeSource, ChangedFiles, FileChange};
 pub use classify::{ExitInfo, Failure, FailureKind};
 pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
-pub use proctable::{OpencodeProcess, ProcessKind};
+pub use proctable::{OpencodeProcess, ProcessKind, WarmServer};
 pub use runner::Runner;
+pub use runner::serve::pool::serve_watch;
 pub use runner::serve::{ServerCheck, check_server, server_agents, server_client};
-pub use spec::{Engine, SupervisorConfig, TaskSpec};
+pub use spec::{Engine, OnExit, SupervisorConfig, TaskSpec};
 pub use supervisor::{FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Supervisor};
 pub use task::{
     CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,

@@ -43,6 +43,18 @@ impl ProcessKind {
     }
 }
 
+/// What the bridge knows of one of its warm servers ([`OpencodeProcess::bridge_server`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WarmServer {
+    /// The tasks running on it as sessions, ascending (empty: none).
+    pub tasks: Vec<u64>,
+    /// How long since its last activity (a task, a turn); zero while one is on it.
+    pub idle: Duration,
+    /// Held by this bridge (started or adopted); otherwise left by a bridge that stopped or
+    /// died, or held by another bridge on the same state directory.
+    pub held: bool,
+}
+
 /// One opencode process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpencodeProcess {
@@ -66,9 +78,10 @@ pub struct OpencodeProcess {
     pub session_id: Option<String>,
     /// The id of the bridge task that started it, if any.
     pub task_id: Option<u64>,
-    /// A warm `opencode serve` of this bridge's serve engine: the tasks running on it as
-    /// sessions (empty: idle). `None` for every other process.
-    pub bridge_server: Option<Vec<u64>>,
+    /// A warm `opencode serve` of the serve engine noted in this bridge's state directory:
+    /// the tasks running on it, how long it has been idle, and whether this bridge holds it.
+    /// `None` for every other process.
+    pub bridge_server: Option<WarmServer>,
     /// The full command line.
     pub cmdline: Vec<String>,
 }

@@ -1,6 +1,40 @@
 //! What a task is (given by the caller) and how the supervisor is configured.
 
 pub use crate::runner::serve::Engine;
+
+/// What a clean stop of the bridge does to its running tasks ([`env::ON_EXIT`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnExit {
+    /// They keep running: a process of the `run` engine in its own process group, a session on
+    /// its server (the warm local one is left running while it has a turn); the next bridge on
+    /// the state directory adopts them and reports their results (the default).
+    #[default]
+    Leave,
+    /// They are cancelled and recorded so, and the warm local servers stop.
+    Cancel,
+}
+
+impl OnExit {
+    /// The variable's value, or why it is not accepted (one line).
+    pub fn parse(value: &str) -> Result<OnExit, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "leave" => Ok(OnExit::Leave),
+            "cancel" => Ok(OnExit::Cancel),
+            _ => Err(format!(
+                "{}={value:?} is not accepted; use leave or cancel",
+                env::ON_EXIT.name
+            )),
+        }
+    }
+
+    /// `leave` or `cancel`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExit::Leave => "leave",
+            OnExit::Cancel => "cancel",
+        }
+    }
+}
 use crate::worktree::Isolation;
 use bridge_env as env;
 use std::path::{Path, PathBuf};
@@ -174,8 +208,16 @@ pub struct SupervisorConfig {
     pub engine: Engine,
     /// The remote servers of the bridge's config file, by name (`TaskSpec::server`).
     pub servers: Vec<bridge_config::Server>,
-    /// A warm local server idle this long is stopped.
+    /// [`env::SERVE_IDLE_MIN`]: a warm local server with no turn running this long stops,
+    /// whether or not a bridge is attached (its watcher or the next bridge stops it).
     pub serve_idle: Duration,
+    /// [`env::ON_EXIT`]: what [`crate::Supervisor::shutdown`] does to running tasks.
+    pub on_exit: OnExit,
+    /// The program that watches a warm local server once started (run as `PROGRAM serve-watch
+    /// NOTE`, see [`crate::serve_watch`]): it applies the idle rule while no bridge runs. The
+    /// bridge gives its own executable; `None` (the default): a server left running is
+    /// stopped by the next bridge that finds it idle.
+    pub serve_watcher: Option<PathBuf>,
     /// [`env::SERVE_MAX`]: at most this many warm local servers; starting another first stops
     /// the one idle longest (never one with a task running).
     pub serve_max: usize,
@@ -225,6 +267,8 @@ impl Default for SupervisorConfig {
             servers: Vec::new(),
             serve_idle: Duration::from_secs(env::SERVE_IDLE_MIN.default_number() * 60),
             serve_max: env::SERVE_MAX.default_number() as usize,
+            on_exit: OnExit::default(),
+            serve_watcher: None,
             api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
             client_session: None,
             pricing: crate::usage::Pricing::default(),
@@ -293,6 +337,13 @@ impl SupervisorConfig {
         if let Some(n) = num(&env::SERVE_IDLE_MIN) {
             c.serve_idle = Duration::from_secs(n.saturating_mul(60));
         }
+        if let Some(n) = num(&env::SERVE_IDLE_MS) {
+            c.serve_idle = Duration::from_millis(n);
+        }
+        if let Some(v) = get(env::ON_EXIT.name) {
+            // A value that cannot be read keeps the default (doctor says why).
+            c.on_exit = OnExit::parse(&v).unwrap_or_default();
+        }
         if let Some(n) = num(&env::SERVE_MAX) {
             c.serve_max = n as usize;
         }
@@ -358,6 +409,43 @@ mod tests {
         );
         let long = TaskSpec::new("p", "/p", format!("-{}", "a".repeat(5000)), "t");
         assert!(long.check_option_like(None).unwrap_err().len() < 200);
+    }
+
+    #[test]
+    fn on_exit_and_the_idle_time_are_read() {
+        let get = |pairs: &'static [(&'static str, &'static str)]| {
+            SupervisorConfig::from_lookup(move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        assert_eq!(SupervisorConfig::default().on_exit, OnExit::Leave);
+        let c = get(&[
+            ("OPENCODE_BRIDGE_ON_EXIT", "Cancel"),
+            ("OPENCODE_BRIDGE_SERVE_IDLE_MIN", "3"),
+        ]);
+        assert_eq!(c.on_exit, OnExit::Cancel);
+        assert_eq!(c.serve_idle, Duration::from_secs(180));
+        let c = get(&[
+            ("OPENCODE_BRIDGE_SERVE_IDLE_MIN", "3"),
+            ("OPENCODE_BRIDGE_SERVE_IDLE_MS", "6000"),
+        ]);
+        assert_eq!(c.serve_idle, Duration::from_secs(6));
+        // What cannot be read keeps the default; the error is one line naming the variable.
+        let c = get(&[
+            ("OPENCODE_BRIDGE_ON_EXIT", "later"),
+            ("OPENCODE_BRIDGE_SERVE_IDLE_MIN", "-1"),
+        ]);
+        assert_eq!(c.on_exit, OnExit::Leave);
+        assert_eq!(c.serve_idle, Duration::from_secs(600));
+        let e = OnExit::parse("later").unwrap_err();
+        assert!(
+            e.contains("OPENCODE_BRIDGE_ON_EXIT") && e.contains("leave or cancel"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
 use common::*;
 use run_supervisor::{
-    CancelOutcome, Engine, FailureKind, Supervisor, SupervisorConfig, TaskSpec, TaskState,
+    CancelOutcome, Engine, FailureKind, OnExit, Supervisor, SupervisorConfig, TaskSpec, TaskState,
 };
 use serde_json::json;
 
@@ -394,14 +394,15 @@ async fn live_serve_keeps_at_most_serve_max_warm_servers() {
         .filter(|p| p.bridge_server.is_some())
         .collect();
     assert_eq!(warm.len(), 1, "{warm:?}");
-    assert_eq!(warm[0].bridge_server, Some(vec![slow]), "{warm:?}");
+    let w = warm[0].bridge_server.as_ref().unwrap();
+    assert_eq!((&w.tasks, w.held), (&vec![slow], true), "{warm:?}");
     // A third project while the second's server works: that one stays, the limit is passed.
     let third = sup.start(spec(&three, "ok", "Hello?")).unwrap();
     assert_eq!(done(&sup, third).await.state, TaskState::Succeeded);
     let mut serving: Vec<_> = sup
         .processes()
         .into_iter()
-        .filter_map(|p| p.bridge_server)
+        .filter_map(|p| p.bridge_server.map(|w| w.tasks))
         .collect();
     serving.sort();
     assert_eq!(serving, vec![vec![], vec![slow]], "one idle, one working");
@@ -416,10 +417,11 @@ async fn live_serve_keeps_at_most_serve_max_warm_servers() {
     );
 }
 
-/// Shutting down with a served task running: the task is recorded stopped by the shutdown and
-/// its local server is stopped with it (no turn is waited for: the server ends whole).
+/// Shutting down in the cancel mode (`OPENCODE_BRIDGE_ON_EXIT=cancel`) with a served task
+/// running: the task is recorded stopped by the shutdown, its turn aborted, and its local server
+/// (no other bridge on it) is stopped with it.
 #[tokio::test]
-async fn live_serve_shutdown_stops_a_running_task_and_its_server() {
+async fn live_serve_a_cancel_mode_shutdown_stops_a_running_task_and_its_server() {
     let oc = require_opencode!();
     let llm = FakeLlm::start().unwrap();
     llm.set_slow_secs(600);
@@ -433,6 +435,7 @@ async fn live_serve_shutdown_stops_a_running_task_and_its_server() {
         quiet_after: Duration::from_secs(600),
         engine: Engine::Serve,
         state_dir: Some(state.path().to_path_buf()),
+        on_exit: OnExit::Cancel,
         ..SupervisorConfig::default()
     });
     let slow = sup.start(spec(&proj, "slow", "Take your time.")).unwrap();
@@ -447,4 +450,124 @@ async fn live_serve_shutdown_stops_a_running_task_and_its_server() {
         "the server outlived the shutdown"
     );
     assert_eq!(noted_servers(state.path()), Vec::<i32>::new());
+}
+
+/// The test's own cleanup, should it fail half-way: the servers noted in a state directory are
+/// stopped (a server left running is the behaviour under test, so nothing else stops it).
+struct StopNotedServers(std::path::PathBuf);
+
+impl Drop for StopNotedServers {
+    fn drop(&mut self) {
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            let note: Option<serde_json::Value> = std::fs::read(e.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            if let Some(n) = note
+                && let (Some(pid), Some(start)) = (n["pid"].as_i64(), n["start_time"].as_u64())
+            {
+                let server = run_supervisor::ProcId {
+                    pid: pid as i32,
+                    start_time: start,
+                };
+                bridge_proc::stop_left_group(server, Duration::from_secs(3));
+            }
+        }
+    }
+}
+
+/// Points a task's record at a bridge that is gone (in-process, both supervisors are the same
+/// process, so the first one's end is played by its record).
+fn owner_gone(state: &Path, id: u64) {
+    let path = state.join(format!("tasks/{id}/task.json"));
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = run_supervisor::ProcId::of(child.id() as i32).unwrap();
+    child.wait().unwrap();
+    t["owner"] = json!({"pid": dead.pid, "start_time": dead.start_time});
+    std::fs::write(&path, serde_json::to_vec(&t).unwrap()).unwrap();
+}
+
+/// Issue 32, on the library: a shutdown (the default, leave) leaves a served turn running on its
+/// warm server, which stays; the next supervisor on the state directory shows the task running,
+/// adopts the server and follows the turn to its answer; the server then stops once it has had
+/// no turn for the idle time, leaving no note and no process.
+#[tokio::test]
+async fn live_serve_a_turn_left_at_shutdown_is_followed_to_its_answer_by_the_next_supervisor() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    llm.set_slow_secs(10);
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    let state = tempfile::tempdir().unwrap();
+    let _cleanup = StopNotedServers(state.path().join("serve"));
+    let config = || SupervisorConfig {
+        opencode_bin: Some(oc.to_path_buf()),
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        quiet_after: Duration::from_secs(600),
+        engine: Engine::Serve,
+        state_dir: Some(state.path().to_path_buf()),
+        serve_idle: Duration::from_secs(3),
+        ..SupervisorConfig::default()
+    };
+    let first = Supervisor::new(config());
+    let slow = first.start(spec(&proj, "slow", "Take your time.")).unwrap();
+    wait_until(&first, slow, LIMIT, |s| s.last_event_age.is_some()).await;
+    let servers = noted_servers(state.path());
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let server = run_supervisor::ProcId::of(servers[0]).unwrap();
+    first.shutdown().await;
+    drop(first);
+    assert!(
+        server.is_alive(),
+        "the server was stopped with a turn on it"
+    );
+    assert_eq!(noted_servers(state.path()), servers, "its note stays");
+    owner_gone(state.path(), slow);
+
+    let second = Supervisor::new(config());
+    let s = second.status(slow).unwrap();
+    assert_eq!(s.state, TaskState::Running, "{s:?}");
+    assert_eq!(second.follow_left_tasks().await, vec![slow]);
+    // The process table shows the server, held once the task follows its turn there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let held: Vec<_> = second
+            .processes()
+            .into_iter()
+            .filter_map(|p| p.bridge_server.map(|w| (p.pid, w)))
+            .collect();
+        let on_it = held
+            .iter()
+            .any(|(pid, w)| *pid == server.pid && w.tasks == vec![slow]);
+        if on_it && held.iter().any(|(_, w)| w.held) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the adopted server and its task: {held:?}; {:?}",
+            second.status(slow)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = done(&second, slow).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    let out = second.result(slow, None, None).unwrap();
+    assert!(out.final_text.contains("DONE"), "{}", out.final_text);
+    // No turn for the idle time: the server stops, and its files go.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.is_alive() || !noted_servers(state.path()).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle server was not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left: Vec<_> = std::fs::read_dir(state.path().join("serve"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    second.shutdown().await;
 }

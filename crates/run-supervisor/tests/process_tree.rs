@@ -1,5 +1,6 @@
 //! Process-tree behaviour of the supervisor against our fake `opencode`: cancel, timeout and
-//! shutdown leave no survivor and no zombie; limits, retries, capture and classification.
+//! shutdown in the cancel mode leave no survivor and no zombie (a default shutdown leaves runs
+//! running); limits, retries, capture and classification.
 
 use crate::common;
 
@@ -174,11 +175,52 @@ async fn timeout_kills_the_whole_tree() {
     assert_no_zombies().await;
 }
 
+/// By default a shutdown leaves the runs running (their groups go on) and says so in their
+/// records; no new task is accepted.
 #[tokio::test]
-async fn shutdown_stops_every_task_and_refuses_new_ones() {
+async fn a_shutdown_leaves_every_run_running_and_recorded_and_refuses_new_ones() {
     let _g = SERIAL.lock().await;
     let w = World::new();
-    let (cfg, pidfile) = w.config_with_pidfile();
+    let state = tempfile::tempdir().unwrap();
+    let (mut cfg, _) = w.config_with_pidfile();
+    cfg.state_dir = Some(state.path().to_path_buf());
+    let sup = Supervisor::new(cfg);
+    let a = sup.start(w.spec("tree")).unwrap();
+    let b = sup.start(w.spec("silent")).unwrap();
+    let mut roots = Vec::new();
+    for id in [a, b] {
+        let s = wait_until(&sup, id, Duration::from_secs(20), running).await;
+        roots.push(ProcId::of(s.pid.unwrap()).unwrap());
+    }
+    sup.shutdown().await;
+    for (id, root) in [a, b].into_iter().zip(&roots) {
+        assert!(root.is_alive(), "the run of task {id} was stopped");
+        let text =
+            std::fs::read_to_string(state.path().join(format!("tasks/{id}/task.json"))).unwrap();
+        let t: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(t["state"], "running", "{t}");
+        assert_eq!(t["run"]["pid"], root.pid, "{t}");
+    }
+    assert!(matches!(
+        sup.start(w.spec("ok")),
+        Err(StartError::ShuttingDown)
+    ));
+    // The test's own cleanup: these runs are its children.
+    let mut known = std::collections::BTreeSet::new();
+    for root in roots {
+        bridge_proc::terminate_tree(root, &mut known, Duration::from_millis(400)).await;
+        bridge_proc::reap_if_our_zombie(root);
+    }
+    bridge_proc::sweep(&known, Duration::from_secs(2)).await;
+    assert_no_zombies().await;
+}
+
+#[tokio::test]
+async fn in_the_cancel_mode_shutdown_stops_every_task_and_refuses_new_ones() {
+    let _g = SERIAL.lock().await;
+    let w = World::new();
+    let (mut cfg, pidfile) = w.config_with_pidfile();
+    cfg.on_exit = run_supervisor::OnExit::Cancel;
     let sup = Supervisor::new(cfg);
     let a = sup.start(w.spec("tree")).unwrap();
     let b = sup.start(w.spec("ignore-term")).unwrap();

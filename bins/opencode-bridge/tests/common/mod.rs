@@ -131,6 +131,10 @@ impl Server {
         ));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
         cmd.env_clear().envs(world.env());
+        // A test's bridge cancels its tasks when it stops (the default leaves them running for
+        // the next bridge), so a test leaves no run or turn behind; the durability tests ask
+        // for `leave` in `extra_env`.
+        cmd.env("OPENCODE_BRIDGE_ON_EXIT", "cancel");
         if runs_a_fake(extra_env) {
             cmd.env("OPENCODE_BRIDGE_SANDBOX", "off");
         }
@@ -254,7 +258,8 @@ impl Server {
 }
 
 impl Drop for Server {
-    /// Ends the bridge the way a client does (stdin EOF), so it stops the tasks it started;
+    /// Ends the bridge the way a client does (stdin EOF), so it stops the tasks it started (in
+    /// the cancel mode, which [`Server::start_via`] sets unless the test asks for `leave`);
     /// SIGKILL only if it does not exit in time. Killing it outright would orphan its runs.
     fn drop(&mut self) {
         self.close_stdin();

@@ -181,6 +181,10 @@ pub(crate) struct TaskRecord {
     pub session_id: Option<String>,
     /// The running attempt's `opencode run` process.
     pub run: Option<StoredProc>,
+    /// The warm local `opencode serve` a served task runs on (engine `serve`); absent for
+    /// other engines and in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<StoredProc>,
     pub failure: Option<StoredFailure>,
     /// Its bridge and its run went away before it ended: the outcome is unknown (a failure
     /// of kind `exit` whose message says so). Version 1 files said it only by the message's
@@ -239,6 +243,7 @@ impl TaskRecord {
             finished_ms: None,
             session_id: None,
             run: None,
+            server: None,
             failure: None,
             lost: false,
             exit_code: None,
@@ -270,8 +275,9 @@ pub(crate) enum Owner {
     Alive(i32),
     /// Its bridge is gone, its run still runs.
     Orphan(ProcId),
-    /// Its bridge is gone, and it runs as a session on a remote server: a bridge with that
-    /// server in its config follows it again ([`crate::Supervisor::follow_remote_tasks`]).
+    /// Its bridge is gone, and it runs as a session on a server: a remote one (a bridge with
+    /// that server in its config follows it again), or the warm local one it ran on, still
+    /// running ([`crate::Supervisor::follow_left_tasks`]).
     Resumable,
     /// Its bridge is gone and so is its run: the outcome is unknown.
     Lost,
@@ -289,6 +295,14 @@ pub(crate) fn judge(t: &TaskRecord) -> Owner {
     if t.session_id.is_some() && t.engine.as_deref().is_some_and(|e| e.starts_with("serve:")) {
         return Owner::Resumable;
     }
+    if t.engine.as_deref() == Some("serve") {
+        let server = t.server.map(ProcId::from).filter(ProcId::is_alive);
+        return if server.is_some() && t.session_id.is_some() {
+            Owner::Resumable
+        } else {
+            Owner::Lost
+        };
+    }
     match t.run.map(ProcId::from).filter(ProcId::is_alive) {
         Some(run) => Owner::Orphan(run),
         None => Owner::Lost,
@@ -298,14 +312,26 @@ pub(crate) fn judge(t: &TaskRecord) -> Owner {
 /// Records a task as lost, ended at `at_ms`.
 pub(crate) fn settle_lost(t: &mut TaskRecord, at_ms: u64) {
     t.state = TaskState::Failed.as_str().into();
-    t.failure = Some(StoredFailure::from(&Failure::with_advice(
-        FailureKind::Exit,
-        format!(
-            "lost: the bridge that ran it (pid {}) stopped before the run ended, and the run is gone too; its outcome is unknown",
-            t.owner.pid
+    let failure = match (t.engine.as_deref(), t.server) {
+        (Some("serve"), Some(server)) => Failure::with_advice(
+            FailureKind::Exit,
+            format!(
+                "lost: the local opencode serve it ran on (pid {}) stopped while no bridge followed the task (its bridge, pid {}, had stopped), so nobody saw how the turn ended; its outcome is unknown",
+                server.pid, t.owner.pid
+            ),
+            "Read what the session did with opencode_session_output (its id is in the status), continue it with a follow-up in that session, or start the task again.",
         ),
-        "Read what the session did with opencode_session_output (its id is in the status, when one was known), or start the task again.",
-    )));
+        _ => Failure::with_advice(
+            FailureKind::Exit,
+            format!(
+                "lost: the bridge that ran it (pid {}) stopped before the run ended, and the run is gone too; its outcome is unknown",
+                t.owner.pid
+            ),
+            "Read what the session did with opencode_session_output (its id is in the status, when one was known), or start the task again.",
+        ),
+    };
+    t.failure = Some(StoredFailure::from(&failure));
+    t.server = None;
     t.lost = true;
     t.finished_ms = Some(at_ms);
     t.run = None;
@@ -602,6 +628,7 @@ pub(crate) mod tests {
             finished_ms,
             session_id: None,
             run: None,
+            server: None,
             failure: Some(StoredFailure::from(&Failure::new(FailureKind::Quota, "q"))),
             lost: false,
             exit_code: Some(1),

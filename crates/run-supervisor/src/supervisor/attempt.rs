@@ -165,10 +165,14 @@ pub(super) async fn run_task(
     // agent's are a policy violation (the audit).
     // A task on a remote server changes that server's tree, not this one: its changes come
     // from its tool calls.
-    let remote = spec
-        .server
-        .as_deref()
-        .is_some_and(|s| s.trim() != "local" && !s.trim().is_empty());
+    // So does a task adopted from a bridge that is gone: its tree changed before this bridge
+    // looked.
+    let resumed = shared.with(id, |r| r.resume).unwrap_or(false);
+    let remote = resumed
+        || spec
+            .server
+            .as_deref()
+            .is_some_and(|s| s.trim() != "local" && !s.trim().is_empty());
     let before = if remote {
         None
     } else {
@@ -215,7 +219,8 @@ pub(super) async fn run_task(
     let dir = cwd.clone();
     let (state, failure) = run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;
     if shared.with(id, |r| r.detached).unwrap_or(false) {
-        // Left running on a remote server at shutdown: recorded as it is, not finished.
+        // Left running at the bridge's stop (its process, or its turn on a server): recorded as
+        // it is, not finished.
         let written = shared
             .with(id, |r| {
                 let version = shared.version();
@@ -382,9 +387,10 @@ async fn run_task_inner(
                 );
             }
             AttemptEnd::Stopped(StopReason::Shutdown)
-                if matches!(place, Some(crate::runner::serve::Place::Remote(_))) =>
+                if matches!(place, Some(crate::runner::serve::Place::Remote(_)))
+                    || cfg.on_exit == crate::OnExit::Leave =>
             {
-                // The session goes on on its server; the next bridge follows it again.
+                // The run or the session goes on; the next bridge adopts it.
                 shared.with(id, |r| r.detached = true);
                 return (TaskState::Running, None);
             }

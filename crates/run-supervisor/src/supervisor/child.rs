@@ -271,6 +271,17 @@ pub(super) async fn run_attempt(
         }
     }
 
+    if matches!(stop_reason, Some(AttemptEnd::Stopped(StopReason::Shutdown)))
+        && cfg.on_exit == crate::OnExit::Leave
+    {
+        // Left running at the bridge's stop: its process group goes on (its stdout is a file,
+        // its prompt went on stdin); its temporary directory and prompt file stay with it, and
+        // its record keeps its pid for the next bridge.
+        std::mem::forget(tmp);
+        std::mem::forget(_prompt_file);
+        let _ = out_done.send(true);
+        return AttemptEnd::Stopped(StopReason::Shutdown);
+    }
     if exit.is_none() {
         // Stop the whole tree, then reap the root.
         procs::terminate_tree(root, &mut known, cfg.kill_grace).await;

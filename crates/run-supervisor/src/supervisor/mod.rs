@@ -157,27 +157,34 @@ impl Supervisor {
                 let pid = std::process::id() as i32;
                 ProcId::of(pid).unwrap_or(ProcId { pid, start_time: 0 })
             });
-            // Warm servers are noted beside the registry; those a dead bridge left are stopped
-            // (off the start path: a stop may wait its grace).
+            // Warm servers are noted beside the registry; those left idle with no bridge
+            // attached are held to the idle rule (off the start path: a stop may wait its grace).
             let serve_pool = match config.state_dir.as_deref() {
                 Some(dir) => {
                     let notes = dir.join("serve");
                     let sweep = notes.clone();
+                    let (idle, timeout) = (config.serve_idle, config.api_timeout);
                     // Most starts find nothing noted: no thread for them.
                     if std::fs::read_dir(&notes).is_ok_and(|mut d| d.next().is_some()) {
                         let _ = std::thread::Builder::new()
                             .name("serve-sweep".into())
                             .spawn(move || {
-                                let stopped = crate::runner::serve::pool::stop_left_servers(&sweep);
+                                let stopped =
+                                    crate::runner::serve::pool::sweep_notes(&sweep, idle, timeout);
                                 if stopped > 0 {
                                     tracing::info!(
                                         stopped,
-                                        "warm servers left by a bridge that died were stopped"
+                                        "idle warm servers no bridge held were stopped"
                                     );
                                 }
                             });
                     }
-                    Arc::new(crate::runner::serve::pool::Pool::noting_in(notes, me))
+                    Arc::new(crate::runner::serve::pool::Pool::noting_in(
+                        notes,
+                        me,
+                        config.serve_watcher.clone(),
+                        (config.api_timeout, config.serve_idle),
+                    ))
                 }
                 None => Arc::default(),
             };
@@ -376,12 +383,14 @@ impl Supervisor {
         Ok(id)
     }
 
-    /// Adopts the registry's tasks that run as sessions on a remote server and whose bridge is
-    /// gone ([`Owner::Resumable`]): each is followed again from its record and its server (its
-    /// output read back from the session's messages once the turn ends), as if it had never
-    /// been left. A task whose server is no longer in the config file is recorded lost. Returns
-    /// the ids adopted. Call it once the runtime runs (the bridge does when it starts serving).
-    pub async fn follow_remote_tasks(&self) -> Vec<TaskId> {
+    /// Adopts the registry's tasks that run as sessions on a server and whose bridge is gone
+    /// ([`Owner::Resumable`]): on a remote server, or on the warm local server they ran on, left
+    /// running by a bridge that stopped or died. Each is followed again from its record and its
+    /// server (its output read back from the session's messages once the turn ends), as if it
+    /// had never been left. A task whose remote server is no longer in the config file is
+    /// recorded lost. Returns the ids adopted. Call it once the runtime runs (the bridge does
+    /// when it starts serving).
+    pub async fn follow_left_tasks(&self) -> Vec<TaskId> {
         let Some(reg) = self.shared.registry.clone() else {
             return Vec::new();
         };
@@ -397,7 +406,13 @@ impl Supervisor {
         let mut adopted = Vec::new();
         for mut t in found {
             let place = t.engine.as_deref().and_then(Place::of_engine_name);
-            let known = matches!(&place, Some(Place::Remote(name)) if self.shared.config.servers.iter().any(|s| &s.name == name));
+            let known = match &place {
+                Some(Place::Remote(name)) => {
+                    self.shared.config.servers.iter().any(|s| &s.name == name)
+                }
+                Some(Place::Local) => true,
+                None => false,
+            };
             if !known {
                 settle_lost(&mut t, registry::now_ms());
                 if let Some(reg) = &self.shared.registry {
@@ -405,8 +420,15 @@ impl Supervisor {
                 }
                 continue;
             }
-            let Some(Place::Remote(server)) = place else {
-                continue;
+            let (server, bin) = match place {
+                Some(Place::Remote(server)) => (Some(server), PathBuf::new()),
+                _ => {
+                    let runner = Runner::for_model(t.model.as_deref());
+                    match backend(runner).binary(&self.shared.config) {
+                        Ok(bin) => (None, bin),
+                        Err(_) => continue,
+                    }
+                }
             };
             let id = t.id;
             let mut spec = TaskSpec::new("", &t.cwd, &t.agent, &t.title);
@@ -415,7 +437,7 @@ impl Supervisor {
             spec.model = t.model.clone();
             spec.session = t.session_id.clone();
             spec.label = t.label.clone();
-            spec.server = Some(server);
+            spec.server = server;
             let (stop_tx, stop_rx) = watch::channel(None);
             {
                 let mut inner = self.shared.lock();
@@ -444,7 +466,7 @@ impl Supervisor {
                 id,
                 spec,
                 t.cwd.clone(),
-                PathBuf::new(),
+                bin,
                 stop_rx,
             ));
             adopted.push(id);
@@ -844,8 +866,11 @@ impl Supervisor {
         Some(self.shared.lock().tasks.get(&id)?.done.subscribe())
     }
 
-    /// Stops every unfinished task (process groups killed, everything reaped) and refuses
-    /// new ones. Returns when all are finished.
+    /// The bridge's clean stop: refuses new tasks and, by [`SupervisorConfig::on_exit`], leaves
+    /// every unfinished task running (recorded so, for the next bridge to adopt: a run's process
+    /// goes on in its own group, a served task's turn on its server) or cancels it (process
+    /// groups killed, turns aborted, everything reaped). Each warm local server stays while it
+    /// has work and stops otherwise. Returns when every task is recorded.
     pub async fn shutdown(&self) {
         let waits: Vec<watch::Receiver<bool>> = {
             let mut inner = self.shared.lock();
@@ -863,7 +888,7 @@ impl Supervisor {
         for w in waits {
             wait_done(w).await;
         }
-        self.shared.serve_pool.stop_all().await;
+        self.shared.serve_pool.exit().await;
         // Every record is on disk before the process may exit.
         if let Some(writer) = self.shared.writer.clone() {
             let _ = tokio::task::spawn_blocking(move || writer.flush()).await;
@@ -992,27 +1017,61 @@ impl Supervisor {
                 }
             }
         }
-        // The warm servers of the serve engine, with the tasks running on each (found by pid
-        // when the scan did not know the binary's name).
-        let warm = self.shared.serve_pool.pids();
+        // The warm servers of the state directory (this bridge's, adopted, left by others),
+        // with the tasks running on each and their idle time (found by pid when the scan did
+        // not know the binary's name).
+        let warm = self.shared.serve_pool.views();
         if let Some(program) = program.as_deref() {
-            for &pid in &warm {
-                if !table.iter().any(|p| p.pid == pid as i32)
-                    && let Some(entry) = proctable::own_run_entry(pid as i32, program)
+            for w in &warm {
+                if !table.iter().any(|p| p.pid == w.pid as i32)
+                    && let Some(entry) = proctable::own_run_entry(w.pid as i32, program)
                 {
                     table.push(entry);
                 }
             }
         }
-        for p in table.iter_mut().filter(|p| warm.contains(&(p.pid as u32))) {
+        let elsewhere: Vec<(u32, TaskId)> = match &self.shared.registry {
+            Some(reg) if warm.iter().any(|w| !w.held) => reg
+                .ids()
+                .into_iter()
+                .filter(|id| !inner.tasks.contains_key(id))
+                .filter_map(|id| reg.read_task(id))
+                .filter(|t| !t.state().is_finished())
+                .filter_map(|t| Some((t.server?.pid as u32, t.id)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for p in table.iter_mut() {
+            let Some(w) = warm.iter().find(|w| w.pid as i32 == p.pid) else {
+                continue;
+            };
             let mut on_it: Vec<TaskId> = inner
                 .tasks
                 .iter()
-                .filter(|(_, r)| !r.state.is_finished() && r.server_pid == Some(p.pid as u32))
+                .filter(|(_, r)| {
+                    !r.state.is_finished()
+                        && (r.server_pid == Some(w.pid)
+                            || r.rec.server.is_some_and(|s| s.pid as u32 == w.pid))
+                })
                 .map(|(&id, _)| id)
+                .chain(
+                    elsewhere
+                        .iter()
+                        .filter(|(pid, _)| *pid == w.pid)
+                        .map(|(_, id)| *id),
+                )
                 .collect();
             on_it.sort_unstable();
-            p.bridge_server = Some(on_it);
+            on_it.dedup();
+            p.bridge_server = Some(proctable::WarmServer {
+                idle: if on_it.is_empty() {
+                    w.idle
+                } else {
+                    Duration::ZERO
+                },
+                tasks: on_it,
+                held: w.held,
+            });
         }
         drop(inner);
         // Runs of the registry's other tasks (orphans, other bridges') are marked too.

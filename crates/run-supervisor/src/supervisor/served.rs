@@ -66,9 +66,17 @@ pub(super) async fn run_served_attempt(
     let shared = ctx.shared;
     let id = ctx.id;
     let spec = ctx.spec;
-    let server = match server_for(ctx, place).await {
+    // A task adopted from a bridge that is gone follows the session it has, on the server it
+    // ran on.
+    let resume_on = shared
+        .with(id, |r| r.resume.then_some(r.rec.server).flatten())
+        .flatten();
+    let server = match server_for(ctx, place, resume_on.map(Into::into)).await {
         Ok(s) => s,
-        Err(e) if *place == Place::Local => return AttemptEnd::NoLocalServer(e),
+        // A task followed again whose server is gone cannot run elsewhere: it has no prompt.
+        Err(e) if *place == Place::Local && resume_on.is_none() => {
+            return AttemptEnd::NoLocalServer(e);
+        }
         Err(e) => return AttemptEnd::ServerFailed(e),
     };
     let runner = shared.with(id, |r| r.runner).unwrap_or_default();
@@ -82,6 +90,7 @@ pub(super) async fn run_served_attempt(
         );
         r.rec.engine = Some(place.engine_name());
         r.server_pid = server.lease.as_ref().map(Lease::pid);
+        r.rec.server = server.lease.as_ref().map(|l| l.ident().into());
         persist(shared, r, Save::Record);
     });
     let http = server.http.clone();
@@ -337,10 +346,14 @@ pub(super) async fn run_served_attempt(
             }
         }
     };
-    // A turn still going is aborted, except a remote task at the bridge's shutdown: that one
-    // keeps running on its server, and a restarted bridge follows it again.
+    // A turn still going is aborted, except at the bridge's shutdown when tasks are left
+    // running (always on a remote server): it keeps running on its server, and the next bridge
+    // follows it again.
     let keep_running = matches!(end, AttemptEnd::Stopped(StopReason::Shutdown))
-        && matches!(place, Place::Remote(_));
+        && (matches!(place, Place::Remote(_)) || cfg.on_exit == crate::OnExit::Leave);
+    if keep_running && let Some(lease) = &server.lease {
+        lease.leave_running();
+    }
     let turn_open = matches!(
         end,
         AttemptEnd::Stopped(_)
@@ -349,10 +362,9 @@ pub(super) async fn run_served_attempt(
             | AttemptEnd::OverBudget(_)
             | AttemptEnd::ProviderLimit(..)
     );
-    // At the bridge's shutdown a local server is stopped whole right after: no turn to wait for.
-    let server_ends =
-        matches!(end, AttemptEnd::Stopped(StopReason::Shutdown)) && matches!(place, Place::Local);
-    if turn_open && !keep_running && !server_ends {
+    // (A local server may serve another bridge too: a task cancelled at the bridge's stop has
+    // its turn aborted like any other.)
+    if turn_open && !keep_running {
         stop_turn(&mut rx, &mut follow, (&http, &dir, &sid), prompted_ms).await;
     }
     if let Some(c) = &closer {
@@ -403,8 +415,22 @@ async fn lost(server: &Server, why: &str) -> AttemptEnd {
 }
 
 /// The server of a served attempt: the warm local one for this kind of run, or the remote one.
-async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, String> {
+async fn server_for(
+    ctx: &AttemptCtx<'_>,
+    place: &Place,
+    resume_on: Option<bridge_proc::ProcId>,
+) -> Result<Server, String> {
     let cfg = &ctx.shared.config;
+    if let (Place::Local, Some(ident)) = (place, resume_on) {
+        let lease = Arc::clone(&ctx.shared.serve_pool).lease_of(ident).await?;
+        return Ok(Server {
+            http: lease.http().clone(),
+            dir: ctx.cwd.to_path_buf(),
+            confinement: lease.confinement().to_owned(),
+            who: format!("the local opencode serve (pid {})", lease.pid()),
+            lease: Some(lease),
+        });
+    }
     match place {
         Place::Remote(name) => {
             let s = cfg
@@ -478,7 +504,7 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
             };
             let (program, sandbox) = (ctx.bin.to_path_buf(), cfg.sandbox);
             let (api_timeout, cwd) = (cfg.api_timeout, project.clone());
-            let start = move || {
+            let start = move |log: Option<&Path>| {
                 let start = ServeStart {
                     program: &program,
                     shown: &program,
@@ -489,6 +515,7 @@ async fn server_for(ctx: &AttemptCtx<'_>, place: &Place) -> Result<Server, Strin
                     purpose: "the bridge's local opencode serve",
                     api_timeout,
                     max_reply_bytes: 32 * 1024 * 1024,
+                    log,
                 };
                 ServeProcess::start(&start, |tmp| {
                     let mut world = world;

@@ -1,39 +1,319 @@
-//! The bridge's warm local servers: one `opencode serve` per kind of run (its project, whether
-//! it may write there, its environment and config overlay), because the kernel fence and
-//! opencode's config are per process. Started on the first task that needs it, shared by the
-//! tasks that follow, restarted when it died, stopped once idle for the idle time and when the
-//! supervisor ends (dropping a [`opencode_client::backend::ServeProcess`] stops and reaps it).
+//! The warm local servers: one `opencode serve` per kind of run (its project, whether it may
+//! write there, its environment and config overlay), because the kernel fence and opencode's
+//! config are per process. Started on the first task that needs it and shared by the tasks that
+//! follow, by every bridge on the same state directory.
 //!
-//! A bridge that dies without stopping them (SIGKILL, a crash) cannot stop them: each server it
-//! starts is noted in `<state>/serve/<pid>.json` (its id and the bridge's), and the next bridge
-//! on that state directory stops the servers whose bridge is gone ([`stop_left_servers`]).
+//! A server is a service that outlives the bridge while it has work. Each one is noted in
+//! `<state>/serve/<pid>.json` (mode 0600, in the state directory, which no run's fence grants):
+//! its id (pid and start time), the bridge that started it, its URL and password, its kind of
+//! run (the pool's key), its `TMPDIR`, the identity of each task directory's configuration when
+//! it first worked there, and whether it is retired. Beside it, `<pid>.d/` holds its output
+//! (`log`: the server writes to a file, not a pipe to a bridge that may end), `used` (whose
+//! modification time is the server's last activity: a lease taken or given back, a turn seen
+//! running) and one `bridge-<pid>-<start>` file per bridge attached to it.
+//!
+//! **The idle rule, one for everyone.** A server with no turn running (`/session/status` of each
+//! directory it worked in) whose `used` is older than the idle time
+//! (`OPENCODE_BRIDGE_SERVE_IDLE_MIN`) stops, whether or not a bridge is attached; a retired
+//! server stops as soon as it has no turn. It is applied by the pool's reaper in each bridge that
+//! holds the server, by the server's watcher (`opencode-bridge serve-watch NOTE`, started with
+//! the server: it runs while no bridge does, see [`serve_watch`]), and by every bridge that opens
+//! the state directory ([`sweep_notes`]). Whoever stops a server it did not start checks its
+//! identity first ([`bridge_proc::stop_left_group`]: still that process, leading its group).
+//!
+//! **A bridge's end.** A clean stop leaves a server that has a task left running on it, a turn
+//! running, or another live bridge attached ([`Warm::end`]); every other server of the bridge
+//! stops with it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bridge_proc::ProcId;
 use opencode_client::backend::ServeProcess;
-use opencode_client::http::HttpClient;
+use opencode_client::http::{BasicAuth, HttpClient};
 use serde::{Deserialize, Serialize};
 
 use crate::registry::StoredProc;
+use crate::runner::serve::session;
 
-/// What is noted of a warm server: its id and the id of the bridge that started it.
-#[derive(Debug, Serialize, Deserialize)]
-struct Note {
+/// How long a stopped server's group has to end before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// What is noted of a warm server (`<state>/serve/<pid>.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Note {
     #[serde(flatten)]
-    server: StoredProc,
-    bridge: StoredProc,
+    pub server: StoredProc,
+    /// The bridge that started it.
+    pub bridge: StoredProc,
+    /// Its URL and password (user `opencode`); empty in notes of older bridges.
+    #[serde(default)]
+    pub url: String,
+    #[serde(default)]
+    pub password: String,
+    /// The pool's key: which kind of run it serves.
+    #[serde(default)]
+    pub key: String,
+    /// Its private `TMPDIR`, removed once it is stopped.
+    #[serde(default)]
+    pub tmp: Option<PathBuf>,
+    #[serde(default)]
+    pub confinement: String,
+    /// The identity of each task directory's configuration when it first worked there.
+    #[serde(default)]
+    pub loaded: BTreeMap<PathBuf, u64>,
+    /// Its configuration changed: no new task goes to it; it stops once it has no turn.
+    #[serde(default)]
+    pub retired: bool,
+    /// The idle time of the bridge that started it, which its watcher applies.
+    #[serde(default)]
+    pub idle_ms: u64,
 }
 
-/// Stops the warm servers noted in `dir` whose bridge is gone (SIGTERM to each one's process
-/// group, SIGKILL after 3 s; only while the noted pid is still that process, leading its own
-/// group), and removes their notes. A server of a live bridge is left alone. Returns how many
-/// were stopped.
-pub(crate) fn stop_left_servers(dir: &Path) -> usize {
+/// A note and where it lies.
+#[derive(Debug, Clone)]
+pub(crate) struct Noted {
+    pub path: PathBuf,
+    pub note: Note,
+}
+
+impl Noted {
+    fn read(path: &Path) -> Option<Noted> {
+        let bytes = std::fs::read(path).ok()?;
+        let note = serde_json::from_slice(&bytes).ok()?;
+        Some(Noted {
+            path: path.to_path_buf(),
+            note,
+        })
+    }
+
+    /// `<pid>.d/`.
+    fn dir(&self) -> PathBuf {
+        files_of(&self.path)
+    }
+
+    pub fn server(&self) -> ProcId {
+        self.note.server.into()
+    }
+
+    pub fn alive(&self) -> bool {
+        self.server().is_alive()
+    }
+
+    fn client(&self, timeout: Duration) -> Option<HttpClient> {
+        if self.note.url.is_empty() {
+            return None;
+        }
+        let auth = BasicAuth::new("opencode", self.note.password.clone());
+        HttpClient::new(&self.note.url, Some(auth), timeout, 32 * 1024 * 1024).ok()
+    }
+
+    /// How long since its last activity.
+    pub fn idle_for(&self) -> Duration {
+        used_age(&self.path)
+    }
+
+    /// Whether a turn runs on it, in any directory it worked in.
+    fn has_turn(&self, http: &HttpClient) -> Result<bool, String> {
+        turn_in(http, self.note.loaded.keys())
+    }
+
+    /// The live bridges attached to it.
+    fn attached(&self) -> Vec<ProcId> {
+        attached(&self.path)
+    }
+
+    /// Stops it (SIGTERM to its group, SIGKILL after [`STOP_GRACE`], only while it is still that
+    /// process leading its group) and removes its files. Blocks up to the grace.
+    fn stop(&self) -> bool {
+        let stopped = bridge_proc::stop_left_group(self.server(), STOP_GRACE);
+        self.forget();
+        stopped
+    }
+
+    /// Removes its note, its files and its `TMPDIR` (it is gone).
+    fn forget(&self) {
+        if let Some(tmp) = &self.note.tmp {
+            let _ = std::fs::remove_dir_all(tmp);
+        }
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir_all(self.dir());
+    }
+}
+
+/// `<pid>.d/` of the note at `note`.
+fn files_of(note: &Path) -> PathBuf {
+    note.with_extension("d")
+}
+
+/// Marks the server of `note` active now.
+fn touch(note: &Path) {
+    let dir = files_of(note);
+    let _ = private_dir(&dir);
+    let used = dir.join("used");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&used);
+    if let Ok(f) = file {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+/// How long since the server of `note` was last active (its `used`, else its note).
+fn used_age(note: &Path) -> Duration {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let at = modified(&files_of(note).join("used")).or_else(|| modified(note));
+    at.and_then(|t| SystemTime::now().duration_since(t).ok())
+        .unwrap_or_default()
+}
+
+fn attachment(note: &Path, bridge: ProcId) -> PathBuf {
+    files_of(note).join(format!("bridge-{}-{}", bridge.pid, bridge.start_time))
+}
+
+/// The live bridges attached to the server of `note` (files of dead ones are removed).
+fn attached(note: &Path) -> Vec<ProcId> {
+    let Ok(entries) = std::fs::read_dir(files_of(note)) else {
+        return Vec::new();
+    };
+    let mut live = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("bridge-")) else {
+            continue;
+        };
+        let id = rest.split_once('-').and_then(|(p, s)| {
+            Some(ProcId {
+                pid: p.parse().ok()?,
+                start_time: s.parse().ok()?,
+            })
+        });
+        match id {
+            Some(b) if b.is_alive() => live.push(b),
+            _ => {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    live
+}
+
+fn private_dir(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+}
+
+/// Writes a note whole (mode 0600, through a temporary name).
+fn write_note(path: &Path, note: &Note) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&serde_json::to_vec(note).map_err(std::io::Error::other)?)?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+/// Changes a note under an exclusive lock (`<pid>.d/lock`), so two bridges' changes both land.
+fn update_note(path: &Path, change: impl FnOnce(&mut Note)) {
+    let dir = files_of(path);
+    let _ = private_dir(&dir);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .ok()
+        .and_then(|f| nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).ok());
+    if let Some(mut n) = Noted::read(path) {
+        change(&mut n.note);
+        let _ = write_note(path, &n.note);
+    }
+    drop(lock);
+}
+
+/// Whether a turn runs on the server in any of `dirs`.
+fn turn_in<'a>(
+    http: &HttpClient,
+    dirs: impl IntoIterator<Item = &'a PathBuf>,
+) -> Result<bool, String> {
+    for dir in dirs {
+        if session::any_busy(http, dir)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Every note in `dir` (unreadable ones are left out).
+pub(crate) fn read_notes(dir: &Path) -> Vec<Noted> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut notes: Vec<Noted> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|p| Noted::read(&p))
+        .collect();
+    notes.sort_by_key(|n| n.note.server.pid);
+    notes
+}
+
+/// How long a retired server may go without a lease before it stops (a lease holder touches
+/// `used` more often than this).
+fn retired_grace(idle: Duration) -> Duration {
+    reaper_tick(idle) * 2
+}
+
+fn reaper_tick(idle: Duration) -> Duration {
+    (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30))
+}
+
+/// The idle rule for one noted server nobody in this process holds: stops it when it has no
+/// turn and was idle long enough (`idle`; a retired one after [`retired_grace`]). A turn seen
+/// running counts as activity. Returns whether it was stopped.
+fn apply_idle_rule(n: &Noted, idle: Duration, timeout: Duration) -> bool {
+    let Some(http) = n.client(timeout) else {
+        return false;
+    };
+    match n.has_turn(&http) {
+        Ok(true) => {
+            touch(&n.path);
+            false
+        }
+        Ok(false) => {
+            let limit = if n.note.retired {
+                retired_grace(idle)
+            } else {
+                idle
+            };
+            n.idle_for() >= limit && n.stop()
+        }
+        // Cannot tell (busy, or not answering): decided on a later look.
+        Err(_) => false,
+    }
+}
+
+/// What a bridge does with the notes it finds as it opens the state directory: a server that is
+/// gone leaves no files; one noted by an older bridge (no URL) is stopped once its bridge is
+/// gone (as before); any other with no live bridge attached is held to the idle rule (its
+/// watcher may be gone). A server with a bridge attached is that bridge's to judge. Returns how
+/// many were stopped.
+pub(crate) fn sweep_notes(dir: &Path, idle: Duration, timeout: Duration) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -43,29 +323,63 @@ pub(crate) fn stop_left_servers(dir: &Path) -> usize {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        let Some(note) = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Note>(&b).ok())
-        else {
+        let Some(n) = Noted::read(&path) else {
             // Torn or foreign: nothing in it can be signalled.
             let _ = std::fs::remove_file(&path);
             continue;
         };
-        if ProcId::from(note.bridge).exists() {
+        if !n.alive() {
+            n.forget();
             continue;
         }
-        if bridge_proc::stop_left_group(note.server.into(), Duration::from_secs(3)) {
+        if n.note.url.is_empty() {
+            if !ProcId::from(n.note.bridge).exists() && n.stop() {
+                stopped += 1;
+            }
+            continue;
+        }
+        if n.attached().is_empty() && apply_idle_rule(&n, idle, timeout) {
             stopped += 1;
         }
-        let _ = std::fs::remove_file(&path);
     }
     stopped
 }
 
-/// One warm server.
+/// The watcher of one warm server (`opencode-bridge serve-watch NOTE`): it applies the idle rule
+/// to the server of `note` (with the idle time noted there) until the server is gone, then
+/// removes its files. It looks at the server's process every 250 ms and asks the server whether
+/// a turn runs every quarter of the idle time (between 0.5 and 30 s). Exit code 0.
+pub fn serve_watch(note: &Path) -> i32 {
+    let Some(first) = Noted::read(note) else {
+        return 0;
+    };
+    let idle = Duration::from_millis(first.note.idle_ms.max(1_000));
+    let every = reaper_tick(idle).max(Duration::from_millis(500));
+    let mut asked = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(250));
+        let Some(n) = Noted::read(note) else {
+            return 0;
+        };
+        if !n.alive() {
+            n.forget();
+            return 0;
+        }
+        if asked.elapsed() < every {
+            continue;
+        }
+        asked = Instant::now();
+        if apply_idle_rule(&n, idle, Duration::from_secs(10)) {
+            return 0;
+        }
+    }
+}
+
+/// One warm server in this bridge: started by it (`process`), or adopted from its note.
 #[derive(Debug)]
 pub(crate) struct Warm {
     process: Mutex<Option<ServeProcess>>,
+    ident: ProcId,
     http: HttpClient,
     confinement: String,
     pid: u32,
@@ -76,39 +390,130 @@ pub(crate) struct Warm {
     /// The identity of each task directory's configuration when the server first worked there
     /// ([`opencode_client::config_files`]): opencode loads a directory's configuration once.
     loaded: Mutex<HashMap<PathBuf, u64>>,
+    /// Tasks of this bridge left running on it at the bridge's stop.
+    left: AtomicUsize,
+    /// Its configuration changed: no new task goes to it.
+    retired: AtomicBool,
+    /// Stopped or let go: nothing more is done with it.
+    settled: AtomicBool,
+    /// The bridge attached to it (this one).
+    me: Option<ProcId>,
 }
 
 impl Warm {
     /// Whether the server's configuration of `dir` is still `identity` (first use: noted).
     fn current_for(&self, dir: &Path, identity: u64) -> bool {
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        *loaded.entry(dir.to_path_buf()).or_insert(identity) == identity
+        let first = !loaded.contains_key(dir);
+        let current = *loaded.entry(dir.to_path_buf()).or_insert(identity) == identity;
+        drop(loaded);
+        if first && let Some(note) = &self.note {
+            update_note(note, |n| {
+                n.loaded.entry(dir.to_path_buf()).or_insert(identity);
+            });
+        }
+        current
     }
 
     fn alive(&self) -> bool {
-        self.process
+        match self
+            .process
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_some_and(|p| !p.has_exited())
+        {
+            Some(p) => !p.has_exited(),
+            None => !self.settled.load(Ordering::SeqCst) && self.ident.is_alive(),
+        }
     }
 
+    fn retire(&self) {
+        self.retired.store(true, Ordering::SeqCst);
+        if let Some(note) = &self.note {
+            update_note(note, |n| n.retired = true);
+        }
+    }
+
+    /// Whether a turn runs on it (in any directory it worked in).
+    fn has_turn(&self) -> Result<bool, String> {
+        let dirs: Vec<PathBuf> = self
+            .loaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        turn_in(&self.http, &dirs)
+    }
+
+    /// Stops it: ours through its process (stopped and reaped), an adopted one after its
+    /// identity check; its files go.
     fn stop(&self) {
+        if self.settled.swap(true, Ordering::SeqCst) {
+            return;
+        }
         let p = self
             .process
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        drop(p);
+        match p {
+            Some(p) => drop(p),
+            None => {
+                bridge_proc::stop_left_group(self.ident, STOP_GRACE);
+            }
+        }
         if let Some(note) = &self.note {
-            let _ = std::fs::remove_file(note);
+            match Noted::read(note) {
+                Some(n) if n.note.server == self.ident.into() => n.forget(),
+                _ => {
+                    let _ = std::fs::remove_dir_all(files_of(note));
+                }
+            }
+        }
+    }
+
+    /// Lets it run on without this bridge: no longer ours to reap, its note and files stay.
+    fn leave(&self) {
+        if self.settled.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let p = self
+            .process
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(p) = p {
+            p.leave();
+        }
+        if let (Some(note), Some(me)) = (&self.note, self.me) {
+            let _ = std::fs::remove_file(attachment(note, me));
+        }
+    }
+
+    /// This bridge is done with it: it stays while it has work (a task left running on it, a
+    /// turn running, another live bridge attached), and stops otherwise. Blocking.
+    fn end(&self) {
+        if self.settled.load(Ordering::SeqCst) {
+            return;
+        }
+        let noted = self.note.is_some();
+        let others = self.note.as_deref().map(attached).unwrap_or_default();
+        let others = others.iter().any(|b| Some(*b) != self.me);
+        let work = self.left.load(Ordering::SeqCst) > 0
+            || others
+            || (self.alive() && self.has_turn().unwrap_or(true));
+        if work && noted && self.alive() {
+            self.leave();
+        } else {
+            self.stop();
         }
     }
 }
 
 impl Drop for Warm {
     fn drop(&mut self) {
-        self.stop();
+        self.end();
     }
 }
 
@@ -129,9 +534,19 @@ impl Lease {
         self.0.pid
     }
 
+    /// The server's id (pid and start time), recorded with the task.
+    pub(crate) fn ident(&self) -> ProcId {
+        self.0.ident
+    }
+
     /// Whether the server is still running.
     pub(crate) fn alive(&self) -> bool {
         self.0.alive()
+    }
+
+    /// The task is left running on the server at the bridge's stop: the server stays.
+    pub(crate) fn leave_running(&self) {
+        self.0.left.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -139,17 +554,47 @@ impl Drop for Lease {
     fn drop(&mut self) {
         *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         self.0.users.fetch_sub(1, Ordering::SeqCst);
+        if let Some(note) = &self.0.note {
+            touch(note);
+        }
     }
+}
+
+fn lease(w: &Arc<Warm>) -> Lease {
+    w.users.fetch_add(1, Ordering::SeqCst);
+    if let Some(note) = &w.note {
+        touch(note);
+    }
+    Lease(Arc::clone(w))
+}
+
+/// A warm server as `opencode_processes` shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerView {
+    pub pid: u32,
+    /// How long it has been idle (0 while a task or turn is on it, as far as it is known).
+    pub idle: Duration,
+    /// Held by this bridge (started or adopted).
+    pub held: bool,
 }
 
 /// The warm servers, by key.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
     servers: tokio::sync::Mutex<HashMap<String, Arc<Warm>>>,
+    /// Servers held but not for new tasks: retired ones, and ones adopted for a left task when
+    /// their key had another server.
+    others: Mutex<Vec<Arc<Warm>>>,
     reaper: std::sync::OnceLock<()>,
     /// Where each server started is noted, and the bridge's own id (`None`: no state directory,
     /// nothing noted).
     notes: Option<(PathBuf, ProcId)>,
+    /// The watcher program ([`serve_watch`]).
+    watcher: Option<PathBuf>,
+    /// The limit of each call to a noted server.
+    timeout: Duration,
+    /// The idle time ([`crate::SupervisorConfig::serve_idle`]).
+    idle: Duration,
     /// The last time a local server could not be started, and why: for [`DOWN_FOR`] after it,
     /// tasks run as `opencode run` without trying again (a server that hangs at start would
     /// otherwise cost each task the whole startup limit).
@@ -160,22 +605,75 @@ pub(crate) struct Pool {
 pub(crate) const DOWN_FOR: Duration = Duration::from_secs(5 * 60);
 
 impl Pool {
-    /// A pool noting its servers in `dir` as started by `bridge`.
-    pub(crate) fn noting_in(dir: PathBuf, bridge: ProcId) -> Pool {
+    /// A pool noting its servers in `dir` as started by `bridge`, watched by `watcher`.
+    pub(crate) fn noting_in(
+        dir: PathBuf,
+        bridge: ProcId,
+        watcher: Option<PathBuf>,
+        (timeout, idle): (Duration, Duration),
+    ) -> Pool {
         Pool {
             servers: tokio::sync::Mutex::default(),
+            others: Mutex::default(),
             reaper: std::sync::OnceLock::new(),
             notes: Some((dir, bridge)),
+            watcher,
+            timeout,
+            idle,
             down: Mutex::new(None),
         }
     }
 
-    /// The pids of the warm servers (none while another caller holds the table).
-    pub(crate) fn pids(&self) -> Vec<u32> {
-        self.servers
+    fn all(&self) -> Vec<Arc<Warm>> {
+        let mut all: Vec<Arc<Warm>> = self
+            .servers
             .try_lock()
-            .map(|s| s.values().filter(|w| w.alive()).map(|w| w.pid).collect())
-            .unwrap_or_default()
+            .map(|s| s.values().cloned().collect())
+            .unwrap_or_default();
+        all.extend(
+            self.others
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
+        all
+    }
+
+    /// Every live warm server of the state directory (held by this bridge or not), with how
+    /// long it has been idle.
+    pub(crate) fn views(&self) -> Vec<ServerView> {
+        let held = self.all();
+        let mut views: Vec<ServerView> = held
+            .iter()
+            .filter(|w| w.alive())
+            .map(|w| ServerView {
+                pid: w.pid,
+                idle: if w.users.load(Ordering::SeqCst) > 0 {
+                    Duration::ZERO
+                } else {
+                    let since = w
+                        .idle_since
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .elapsed();
+                    w.note.as_deref().map_or(since, |n| used_age(n).min(since))
+                },
+                held: true,
+            })
+            .collect();
+        if let Some((dir, _)) = &self.notes {
+            for n in read_notes(dir) {
+                if n.alive() && !views.iter().any(|v| v.pid as i32 == n.note.server.pid) {
+                    views.push(ServerView {
+                        pid: n.note.server.pid as u32,
+                        idle: n.idle_for(),
+                        held: false,
+                    });
+                }
+            }
+        }
+        views
     }
 
     /// Why a local server could not be started, when that was less than [`DOWN_FOR`] ago.
@@ -198,49 +696,192 @@ impl Pool {
             Some((Instant::now(), why.to_owned()));
     }
 
-    /// Notes a server just started; the note's path.
-    fn note(&self, pid: u32) -> Option<PathBuf> {
-        let (dir, bridge) = self.notes.as_ref()?;
+    /// A warm server from its note: attached to this bridge, for new tasks of its kind or to
+    /// follow a task left on it.
+    fn adopt(&self, n: &Noted) -> Result<Arc<Warm>, String> {
+        let http = n
+            .client(self.timeout)
+            .ok_or_else(|| "its note has no address".to_owned())?;
+        http.get_json("/global/health")
+            .map_err(|e| format!("it does not answer: {e}"))?;
+        let me = self.notes.as_ref().map(|(_, me)| *me);
+        if let Some(me) = me {
+            let _ = private_dir(&n.dir());
+            let _ = std::fs::write(attachment(&n.path, me), b"");
+        }
+        Ok(Arc::new(Warm {
+            process: Mutex::new(None),
+            ident: n.server(),
+            http,
+            confinement: n.note.confinement.clone(),
+            pid: n.note.server.pid as u32,
+            users: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            note: Some(n.path.clone()),
+            loaded: Mutex::new(n.note.loaded.clone().into_iter().collect()),
+            left: AtomicUsize::new(0),
+            retired: AtomicBool::new(n.note.retired),
+            settled: AtomicBool::new(false),
+            me,
+        }))
+    }
+
+    /// A noted server of another bridge (or of an earlier one) for `key`, still current for
+    /// `dir`: adopted. One whose configuration of `dir` changed is retired on the spot.
+    fn adopt_for(&self, key: &str, dir: &Path, identity: u64) -> Option<Arc<Warm>> {
+        let (notes, _) = self.notes.as_ref()?;
+        for n in read_notes(notes) {
+            if n.note.key != key || n.note.retired || n.note.url.is_empty() || !n.alive() {
+                continue;
+            }
+            if n.note.loaded.get(dir).is_some_and(|&i| i != identity) {
+                update_note(&n.path, |n| n.retired = true);
+                continue;
+            }
+            if let Ok(w) = self.adopt(&n)
+                && w.current_for(dir, identity)
+            {
+                return Some(w);
+            }
+        }
+        None
+    }
+
+    /// The server `ident` a task of an earlier bridge was left running on, to follow it.
+    pub(crate) async fn lease_of(self: &Arc<Self>, ident: ProcId) -> Result<Lease, String> {
+        self.start_reaper(self.idle);
+        if let Some(w) = self
+            .all()
+            .into_iter()
+            .find(|w| w.ident == ident && w.alive())
+        {
+            return Ok(lease(&w));
+        }
+        let this = Arc::clone(self);
+        let found = tokio::task::spawn_blocking(move || {
+            let (dir, _) = this
+                .notes
+                .as_ref()
+                .ok_or_else(|| "no state directory notes servers".to_owned())?;
+            // A server busy with turns may be slow to answer: a few tries.
+            let mut why = String::from("it is not noted in the state directory, or has ended");
+            for _ in 0..5 {
+                let Some(n) = read_notes(dir)
+                    .into_iter()
+                    .find(|n| n.server() == ident && n.alive())
+                else {
+                    break;
+                };
+                match this.adopt(&n) {
+                    Ok(w) => return Ok((n.note.key.clone(), w)),
+                    Err(e) => why = e,
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(why)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        let (key, w) = found.map_err(|why| {
+            format!(
+                "the local opencode serve it ran on (pid {}) cannot be used: {why}",
+                ident.pid
+            )
+        })?;
+        let l = lease(&w);
+        let mut servers = self.servers.lock().await;
+        let vacant = servers.get(&key).is_none_or(|s| !s.alive());
+        if vacant && !w.retired.load(Ordering::SeqCst) {
+            servers.insert(key, w);
+        } else {
+            self.others
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(w);
+        }
+        Ok(l)
+    }
+
+    /// Notes a server just started (and attaches this bridge); the note's path.
+    fn note(
+        &self,
+        p: &ServeProcess,
+        key: &str,
+        (dir, identity): (&Path, u64),
+        idle: Duration,
+        log: Option<&Path>,
+    ) -> Option<PathBuf> {
+        let (notes, bridge) = self.notes.as_ref()?;
+        let pid = p.pid();
         let note = Note {
             server: ProcId::of(pid as i32)?.into(),
             bridge: (*bridge).into(),
+            url: p.http().base().to_owned(),
+            password: p.password().to_owned(),
+            key: key.to_owned(),
+            tmp: Some(p.tmp().to_path_buf()),
+            confinement: p.confinement().to_owned(),
+            loaded: BTreeMap::from([(dir.to_path_buf(), identity)]),
+            retired: false,
+            idle_ms: idle.as_millis() as u64,
         };
-        std::fs::create_dir_all(dir).ok()?;
-        let path = dir.join(format!("{pid}.json"));
-        let tmp = dir.join(format!(".{pid}.json.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec(&note).ok()?).ok()?;
-        std::fs::rename(&tmp, &path).ok()?;
+        let path = notes.join(format!("{pid}.json"));
+        let files = files_of(&path);
+        private_dir(&files).ok()?;
+        if let Some(log) = log {
+            let _ = std::fs::rename(log, files.join("log"));
+        }
+        write_note(&path, &note).ok()?;
+        let _ = std::fs::write(attachment(&path, *bridge), b"");
+        touch(&path);
+        if let Some(program) = &self.watcher {
+            spawn_watcher(program, &path);
+        }
         Some(path)
     }
 
-    /// The server for `key` to work in `dir`, whose configuration's identity is `identity`;
-    /// started with `start` (on the blocking pool) when there is none, it died, or the
+    /// The server for `key` to work in `dir`, whose configuration's identity is `identity`:
+    /// this bridge's, a noted one of another bridge (adopted), or one started with `start` (on
+    /// the blocking pool, given where its output goes) when there is none, it died, or the
     /// configuration of `dir` changed since the server loaded it: that one is retired (no new
-    /// task goes to it; it is stopped once its running tasks are done) so the task sees the
-    /// configuration a new `opencode run` would. Starts are serialised: two first tasks share
-    /// one start.
+    /// task goes to it; it stops once its turns are done) so the task sees the configuration
+    /// a new `opencode run` would. Starts are serialised: two first tasks share one start.
     pub(crate) async fn acquire(
         self: &Arc<Self>,
         key: String,
         (dir, identity): (&Path, u64),
         (idle, max): (Duration, usize),
-        start: impl FnOnce() -> Result<ServeProcess, String> + Send + 'static,
+        start: impl FnOnce(Option<&Path>) -> Result<ServeProcess, String> + Send + 'static,
     ) -> Result<Lease, String> {
         self.start_reaper(idle);
         let mut servers = self.servers.lock().await;
         if let Some(w) = servers.get(&key) {
             if w.alive() && w.current_for(dir, identity) {
-                w.users.fetch_add(1, Ordering::SeqCst);
-                return Ok(Lease(Arc::clone(w)));
+                return Ok(lease(w));
             }
             // Died, was stopped, or holds an older configuration: a new one takes its place.
-            // The old one stops when its last lease goes (`Warm`'s drop), or now when it has
-            // none.
-            if let Some(old) = servers.remove(&key)
-                && old.users.load(Ordering::SeqCst) == 0
-            {
-                tokio::task::spawn_blocking(move || old.stop());
+            // The old one is kept until its turns end.
+            if let Some(old) = servers.remove(&key) {
+                if old.alive() {
+                    old.retire();
+                }
+                self.others
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(old);
             }
+        }
+        // Another bridge's server of the same kind, or one an earlier bridge left.
+        let (this, k, d) = (Arc::clone(self), key.clone(), dir.to_path_buf());
+        let adopted = tokio::task::spawn_blocking(move || this.adopt_for(&k, &d, identity))
+            .await
+            .ok()
+            .flatten();
+        if let Some(w) = adopted {
+            let l = lease(&w);
+            servers.insert(key, w);
+            return Ok(l);
         }
         // Room for one more: the servers idle longest go first; one with a task running stays
         // (the limit is then passed rather than a task stopped).
@@ -253,86 +894,291 @@ impl Pool {
             let Some(old) = oldest.and_then(|k| servers.remove(&k)) else {
                 break;
             };
-            tokio::task::spawn_blocking(move || old.stop());
+            tokio::task::spawn_blocking(move || old.end());
         }
-        let process = tokio::task::spawn_blocking(start)
+        let log = self.notes.as_ref().map(|(dir, _)| {
+            let _ = private_dir(dir);
+            let nanos = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            dir.join(format!(".start-{}-{nanos}.log", std::process::id()))
+        });
+        let log2 = log.clone();
+        let process = tokio::task::spawn_blocking(move || start(log2.as_deref()))
             .await
-            .map_err(|e| format!("the server start was interrupted: {e}"))??;
+            .map_err(|e| format!("the server start was interrupted: {e}"))?;
+        let process = match process {
+            Ok(p) => p,
+            Err(e) => {
+                if let Some(log) = &log {
+                    let _ = std::fs::remove_file(log);
+                }
+                return Err(e);
+            }
+        };
+        let key2 = key.clone();
+        let note = self.note(&process, &key2, (dir, identity), idle, log.as_deref());
         let warm = Arc::new(Warm {
             http: process.http().clone(),
             confinement: process.confinement().to_owned(),
             pid: process.pid(),
-            note: self.note(process.pid()),
+            ident: ProcId::of(process.pid() as i32).unwrap_or(ProcId {
+                pid: process.pid() as i32,
+                start_time: 0,
+            }),
+            note,
             process: Mutex::new(Some(process)),
-            users: AtomicUsize::new(1),
+            users: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             loaded: Mutex::new(HashMap::from([(dir.to_path_buf(), identity)])),
+            left: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
+            me: self.notes.as_ref().map(|(_, me)| *me),
         });
-        servers.insert(key, Arc::clone(&warm));
-        Ok(Lease(warm))
+        let l = lease(&warm);
+        servers.insert(key, warm);
+        Ok(l)
     }
 
-    /// Stops servers idle for longer than `idle`, every few seconds, for as long as the pool
-    /// lives.
+    /// Applies the idle rule to the servers this bridge holds, every quarter of the idle time
+    /// (between 0.2 and 30 s), for as long as the pool lives; a server in use is marked active.
     fn start_reaper(self: &Arc<Self>, idle: Duration) {
         if self.reaper.set(()).is_err() {
             return;
         }
         let weak = Arc::downgrade(self);
-        let every = (idle / 4).clamp(Duration::from_millis(200), Duration::from_secs(30));
+        let every = reaper_tick(idle);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(pool) = weak.upgrade() else { return };
-                let idle_ones: Vec<Arc<Warm>> = {
-                    let mut servers = pool.servers.lock().await;
-                    let keys: Vec<String> = servers
+                let held = {
+                    let servers = pool.servers.lock().await;
+                    let mut held: Vec<(Option<String>, Arc<Warm>)> = servers
                         .iter()
-                        .filter(|(_, w)| {
-                            w.users.load(Ordering::SeqCst) == 0
-                                && (w
-                                    .idle_since
-                                    .lock()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .elapsed()
-                                    >= idle
-                                    || !w.alive())
-                        })
-                        .map(|(k, _)| k.clone())
+                        .map(|(k, w)| (Some(k.clone()), Arc::clone(w)))
                         .collect();
-                    keys.iter().filter_map(|k| servers.remove(k)).collect()
+                    held.extend(
+                        pool.others
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .iter()
+                            .map(|w| (None, Arc::clone(w))),
+                    );
+                    held
                 };
-                if !idle_ones.is_empty() {
-                    let _ = tokio::task::spawn_blocking(move || {
-                        for w in idle_ones {
-                            w.stop();
+                let judged = tokio::task::spawn_blocking(move || {
+                    let mut gone = Vec::new();
+                    for (key, w) in held {
+                        if w.users.load(Ordering::SeqCst) > 0 {
+                            if let Some(note) = &w.note {
+                                touch(note);
+                            }
+                            continue;
                         }
-                    })
-                    .await;
+                        if !w.alive() {
+                            w.stop();
+                            gone.push((key, w));
+                            continue;
+                        }
+                        let since = w
+                            .idle_since
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .elapsed();
+                        let used = w.note.as_deref().map_or(since, used_age);
+                        let limit = if w.retired.load(Ordering::SeqCst) {
+                            retired_grace(idle)
+                        } else {
+                            idle
+                        };
+                        if since.min(used) < limit {
+                            continue;
+                        }
+                        match w.has_turn() {
+                            Ok(false) => {
+                                w.stop();
+                                gone.push((key, w));
+                            }
+                            Ok(true) => {
+                                if let Some(note) = &w.note {
+                                    touch(note);
+                                }
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    gone
+                })
+                .await
+                .unwrap_or_default();
+                if judged.is_empty() {
+                    continue;
+                }
+                let mut servers = pool.servers.lock().await;
+                for (key, w) in judged {
+                    match key {
+                        Some(k) if servers.get(&k).is_some_and(|s| Arc::ptr_eq(s, &w)) => {
+                            servers.remove(&k);
+                        }
+                        _ => pool
+                            .others
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .retain(|o| !Arc::ptr_eq(o, &w)),
+                    }
                 }
             }
         });
     }
 
-    /// Stops every server (the supervisor is ending).
-    pub(crate) async fn stop_all(&self) {
-        let all: Vec<Arc<Warm>> = self.servers.lock().await.drain().map(|(_, w)| w).collect();
+    /// The bridge is ending: each server it holds stays while it has work and stops otherwise
+    /// ([`Warm::end`]).
+    pub(crate) async fn exit(&self) {
+        let mut all: Vec<Arc<Warm>> = self.servers.lock().await.drain().map(|(_, w)| w).collect();
+        all.append(&mut self.others.lock().unwrap_or_else(|e| e.into_inner()));
         if all.is_empty() {
             return;
         }
         let _ = tokio::task::spawn_blocking(move || {
             for w in all {
-                w.stop();
+                w.end();
             }
         })
         .await;
     }
 }
 
+/// Starts the watcher of the server noted at `note`, in a process group of its own, reaped by a
+/// thread of this bridge while it runs (afterwards by whoever adopts it).
+fn spawn_watcher(program: &Path, note: &Path) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg("serve-watch")
+        .arg(note)
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    match cmd.spawn() {
+        Ok(mut child) => {
+            let _ = std::thread::Builder::new()
+                .name("serve-watch-reaper".into())
+                .spawn(move || child.wait());
+        }
+        Err(e) => tracing::warn!(
+            "the watcher of a warm server could not start ({e}); the next bridge applies its idle rule"
+        ),
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
-        for w in self.servers.get_mut().values() {
-            w.stop();
+        let all: Vec<Arc<Warm>> = self.servers.get_mut().drain().map(|(_, w)| w).collect();
+        for w in all {
+            w.end();
         }
+        for w in self
+            .others
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            w.end();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note_in(dir: &Path, server: ProcId, bridge: ProcId) -> PathBuf {
+        let path = dir.join(format!("{}.json", server.pid));
+        let note = Note {
+            server: server.into(),
+            bridge: bridge.into(),
+            url: "http://127.0.0.1:9".into(),
+            password: "pw".into(),
+            key: "k".into(),
+            tmp: None,
+            confinement: String::new(),
+            loaded: BTreeMap::new(),
+            retired: false,
+            idle_ms: 60_000,
+        };
+        write_note(&path, &note).unwrap();
+        path
+    }
+
+    /// A note is the user's alone, its changes under the lock all land, and the idle clock is
+    /// `used`'s age.
+    #[test]
+    fn notes_are_private_changes_land_and_used_is_the_idle_clock() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let me = ProcId::of(std::process::id() as i32).unwrap();
+        let path = note_in(dir.path(), me, me);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        update_note(&path, |n| {
+            n.loaded.insert(PathBuf::from("/a"), 1);
+        });
+        update_note(&path, |n| n.retired = true);
+        let n = Noted::read(&path).unwrap();
+        assert_eq!(n.note.loaded.get(Path::new("/a")), Some(&1));
+        assert!(n.note.retired);
+        let used = files_of(&path).join("used");
+        touch(&path);
+        let f = std::fs::File::options().write(true).open(&used).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(120))
+            .unwrap();
+        assert!(
+            n.idle_for() >= Duration::from_secs(119),
+            "{:?}",
+            n.idle_for()
+        );
+        touch(&path);
+        assert!(n.idle_for() < Duration::from_secs(60));
+    }
+
+    /// A bridge attached is listed while it lives; a dead one's file is cleared.
+    #[test]
+    fn only_live_bridges_count_as_attached() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = ProcId::of(std::process::id() as i32).unwrap();
+        let path = note_in(dir.path(), me, me);
+        private_dir(&files_of(&path)).unwrap();
+        std::fs::write(attachment(&path, me), b"").unwrap();
+        let dead = ProcId {
+            pid: me.pid,
+            start_time: me.start_time + 1,
+        };
+        std::fs::write(attachment(&path, dead), b"").unwrap();
+        assert_eq!(attached(&path), vec![me]);
+        assert!(!attachment(&path, dead).exists());
+    }
+
+    /// The sweep forgets a server that is gone (its note, its files, its `TMPDIR`).
+    #[test]
+    fn the_sweep_forgets_a_server_that_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = ProcId::of(std::process::id() as i32).unwrap();
+        let gone = ProcId {
+            pid: me.pid,
+            start_time: me.start_time + 1,
+        };
+        let path = note_in(dir.path(), gone, me);
+        let tmp = dir.path().join("tmp-of-server");
+        std::fs::create_dir(&tmp).unwrap();
+        update_note(&path, |n| n.tmp = Some(tmp.clone()));
+        touch(&path);
+        assert_eq!(
+            sweep_notes(dir.path(), Duration::from_secs(60), Duration::from_secs(1)),
+            0
+        );
+        assert!(!path.exists() && !files_of(&path).exists() && !tmp.exists());
     }
 }

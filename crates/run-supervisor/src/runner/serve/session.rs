@@ -184,6 +184,21 @@ pub(crate) fn busy(http: &HttpClient, dir: &Path, session: &str) -> Result<bool,
         .is_some_and(|t| t != "idle"))
 }
 
+/// Whether any session the server runs in `dir` has a turn going (busy or waiting to retry):
+/// `/session/status` lists only those.
+pub(crate) fn any_busy(http: &HttpClient, dir: &Path) -> Result<bool, String> {
+    let reply = http
+        .get_json(&format!("/session/status?{}", dir_query(dir)))
+        .map_err(|e| e.to_string())?;
+    Ok(reply.body.as_object().is_some_and(|m| {
+        m.values().any(|s| {
+            s.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t != "idle")
+        })
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
