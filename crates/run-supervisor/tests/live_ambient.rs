@@ -109,13 +109,16 @@ async fn editing_task(
     let out = run(&sup, spec).await;
     // Run where asked: a server that did not start would have fallen back to `run`.
     assert_eq!(out.snapshot.engine, engine.as_str(), "{:?}", out.snapshot);
+    out
+}
+
+fn succeeded(out: &run_supervisor::TaskOutput) {
     assert_eq!(
         out.snapshot.state,
         TaskState::Succeeded,
         "{:?}",
         out.snapshot
     );
-    out
 }
 
 /// Everything a listener got from the connections made to it so far.
@@ -183,6 +186,7 @@ async fn no_ambient_authority(engine: Engine) {
     ]
     .concat();
     let out = editing_task(&oc, &w, Sandbox::Auto, engine, &prompt).await;
+    succeeded(&out);
     let fenced = sent(&llm);
     let got = received(&listener);
     let made = Path::new(&shm).exists();
@@ -219,7 +223,7 @@ async fn no_ambient_authority(engine: Engine) {
         proj: w.proj.clone(),
         outside: w.outside.clone(),
     };
-    editing_task(&oc, &w2, Sandbox::Off, engine, &prompt).await;
+    succeeded(&editing_task(&oc, &w2, Sandbox::Off, engine, &prompt).await);
     let open = sent(&llm);
     let got = received(&listener);
     let made = Path::new(&shm).exists();
@@ -291,6 +295,7 @@ async fn protected_paths_stay(engine: Engine) {
     let w = world(&llm);
     let hook = w.proj.join(".git/hooks/pre-commit");
     let out = editing_task(&oc, &w, Sandbox::Auto, engine, &plant(&w, true)).await;
+    succeeded(&out);
     let fenced = sent(&llm);
     assert!(!hook.exists(), "the shell planted a hook");
     assert!(
@@ -321,20 +326,19 @@ async fn protected_paths_stay(engine: Engine) {
     // The control: the same task with the fence off.
     let llm = FakeLlm::start().unwrap();
     let w = world(&llm);
-    editing_task(&oc, &w, Sandbox::Off, engine, &plant(&w, false)).await;
-    assert!(
-        w.proj.join(".git/hooks/pre-commit").exists(),
-        "without the fence the hook lands"
-    );
-    assert!(
-        std::fs::read_to_string(w.proj.join(".mcp.json"))
-            .unwrap()
-            .contains("evil")
-            || std::fs::read_to_string(w.proj.join(".mcp.json")).unwrap() == "{}\n",
-        "without the fence .mcp.json is rewritten"
-    );
+    // Without the fence the plants land (the hook runs at the run's own commit); the check
+    // after the run, which holds with the fence off too, puts them back and names them.
+    let out = editing_task(&oc, &w, Sandbox::Off, engine, &plant(&w, false)).await;
     assert!(
         w.outside.join("hook-ran").exists(),
-        "and the planted hook ran at the commit"
+        "without the fence the hook lands and runs at the commit"
     );
+    let failure = out.snapshot.failure.clone().expect("the plants are named");
+    for named in [
+        ".git/hooks/pre-commit (added, removed)",
+        ".mcp.json (changed, restored)",
+    ] {
+        assert!(failure.message.contains(named), "{named}: {failure:?}");
+    }
+    assert!(!w.proj.join(".git/hooks/pre-commit").exists());
 }

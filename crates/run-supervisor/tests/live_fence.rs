@@ -585,13 +585,31 @@ async fn protected_paths_are_put_back(engine: Engine) {
         Some(f) => {
             assert_eq!(s.state, TaskState::Failed, "{s:?}");
             assert_eq!(f.kind, run_supervisor::FailureKind::Agent, "{f:?}");
-            for named in [
-                ".git/hooks/pre-commit (added, removed)",
-                ".git/config (changed, restored)",
-                ".mcp.json (added, removed)",
-                ".claude/settings.json (changed, restored)",
-            ] {
+            // With a mount namespace only `.mcp.json`, which did not exist when the run
+            // started, could be written (and the others' writes were refused); without one,
+            // every plant was written and is named.
+            let bound = bridge_fence::mechanisms().namespaces.is_ok();
+            let named: &[&str] = if bound {
+                &[".mcp.json (added, removed)"]
+            } else {
+                &[
+                    ".git/hooks/pre-commit (added, removed)",
+                    ".git/config (changed, restored)",
+                    ".mcp.json (added, removed)",
+                    ".claude/settings.json (changed, restored)",
+                ]
+            };
+            for named in named {
                 assert!(f.message.contains(named), "{named} is not named: {f:?}");
+            }
+            if bound {
+                assert!(!f.message.contains(".git/config"), "{f:?}");
+                let settings = out.tool_calls.iter().filter(|c| c.tool == "write").nth(1);
+                assert!(
+                    settings.is_some_and(|c| c.error.is_some()),
+                    "the write to a bound path is refused: {:?}",
+                    out.tool_calls
+                );
             }
         }
         None => {
