@@ -439,6 +439,10 @@ pub async fn doctor(app: &App) -> (String, bool) {
     let (status, detail) = doctor_sandbox(sup.config().sandbox);
     ok &= status != "FAIL";
     line(status, "sandbox", detail);
+    if sup.config().sandbox != run_supervisor::Sandbox::Off {
+        let (status, detail) = doctor_layers(&bridge_fence::mechanisms());
+        line(status, "layers", detail);
+    }
     for (what, detail) in doctor_worlds(sup.config()) {
         line("ok", what, detail);
     }
@@ -689,6 +693,41 @@ fn doctor_sandbox(mode: run_supervisor::Sandbox) -> (&'static str, String) {
     }
 }
 
+/// The `layers` line: what holds besides Landlock, and by which mechanism of this kernel
+/// (`warn` when a layer is missing, saying what is left without it).
+pub(crate) fn doctor_layers(m: &bridge_fence::Mechanisms) -> (&'static str, String) {
+    let mut warn = false;
+    let sockets = match &m.seccomp {
+        Ok(()) => "unix sockets: refused by seccomp (Landlock up to ABI 7 does not govern them)"
+            .to_owned(),
+        Err(why) => {
+            warn = true;
+            format!("unix sockets: NOT refused ({why}): a run can reach ssh-agent, D-Bus or docker")
+        }
+    };
+    let protected = match &m.namespaces {
+        Ok(bridge_fence::Namespaces::Mount) => {
+            "protected paths: bound read-only in a mount namespace".to_owned()
+        }
+        Ok(bridge_fence::Namespaces::UserAndMount) => {
+            "protected paths: bound read-only in a user and mount namespace".to_owned()
+        }
+        Err(why) => {
+            warn = true;
+            format!("protected paths: not bound ({why}): only put back after each run")
+        }
+    };
+    let caps = if m.capabilities_held {
+        "capabilities: every one dropped, the bounding set included"
+    } else {
+        "capabilities: none held, none gained (no_new_privs)"
+    };
+    (
+        if warn { "warn" } else { "ok" },
+        format!("{sockets}; {protected}; {caps}"),
+    )
+}
+
 /// The `worlds` and `env` lines: where runs keep their runner state, and which of this
 /// environment's variables no run gets (names only).
 fn doctor_worlds(cfg: &run_supervisor::SupervisorConfig) -> Vec<(&'static str, String)> {
@@ -882,6 +921,33 @@ fn cli_wording(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_layers_line_names_each_mechanism_and_warns_for_a_missing_one() {
+        use bridge_fence::{Mechanisms, Namespaces};
+        let all = Mechanisms {
+            landlock: Ok(7),
+            seccomp: Ok(()),
+            namespaces: Ok(Namespaces::UserAndMount),
+            capabilities_held: false,
+        };
+        let (status, text) = super::doctor_layers(&all);
+        assert_eq!(status, "ok");
+        assert!(text.contains("refused by seccomp"), "{text}");
+        assert!(text.contains("user and mount namespace"), "{text}");
+        assert!(!text.contains('\n'));
+        let none = Mechanisms {
+            seccomp: Err("no seccomp".into()),
+            namespaces: Err("the kernel refused a user namespace: EPERM".into()),
+            capabilities_held: true,
+            ..all
+        };
+        let (status, text) = super::doctor_layers(&none);
+        assert_eq!(status, "warn");
+        assert!(text.contains("NOT refused (no seccomp)"), "{text}");
+        assert!(text.contains("only put back after each run"), "{text}");
+        assert!(text.contains("every one dropped"), "{text}");
+    }
+
     use super::*;
 
     #[test]
