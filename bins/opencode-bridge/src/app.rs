@@ -1564,6 +1564,11 @@ fn store_not_created_yet(cfg: &ClientConfig) -> Option<PathBuf> {
     if cfg.server_url.is_some() || cfg.backend.is_some() {
         return None;
     }
+    // Delegated runs keep their sessions in their worlds' stores: once one exists, there are
+    // sessions to list even where the user's own opencode never ran.
+    if !opencode_client::backend::world_stores(cfg).is_empty() {
+        return None;
+    }
     match std::fs::metadata(&cfg.db_path) {
         Ok(m) if m.is_file() && m.len() == 0 => Some(cfg.db_path.clone()),
         Ok(_) => None,

@@ -388,7 +388,7 @@ fn run_capture(program: &Path, args: &[&str], timeout: Duration) -> Option<Strin
 
 /// The stores of the bridge's run worlds (`<state>/worlds/*/data/opencode/opencode.db`) that
 /// exist, each with its world's data home.
-fn world_stores(cfg: &ClientConfig) -> Vec<(PathBuf, PathBuf)> {
+pub fn world_stores(cfg: &ClientConfig) -> Vec<(PathBuf, PathBuf)> {
     let Some(state) = &cfg.state_dir else {
         return Vec::new();
     };
