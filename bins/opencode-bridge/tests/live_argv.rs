@@ -194,16 +194,27 @@ fn live_opencode_runs_take_option_like_values_as_values() {
     }
 }
 
-/// The transcript Claude Code wrote for `session` under `home`.
-fn claude_transcript(home: &Path, session: &str) -> String {
-    let projects = home.join(".claude/projects");
-    for dir in std::fs::read_dir(&projects).unwrap().flatten() {
-        let f = dir.path().join(format!("{session}.jsonl"));
-        if f.is_file() {
-            return std::fs::read_to_string(f).unwrap();
+/// The transcript Claude Code wrote for `session` under `home`: in the config directory of the
+/// run's world (`$XDG_STATE_HOME/opencode-bridge/worlds/*/claude`), never the user's
+/// `~/.claude`.
+fn claude_transcript(world: &World, home: &Path, session: &str) -> String {
+    let worlds = world.path("xdg/state/opencode-bridge/worlds");
+    let mut looked = Vec::new();
+    for world in std::fs::read_dir(&worlds).into_iter().flatten().flatten() {
+        let projects = world.path().join("claude/projects");
+        for dir in std::fs::read_dir(&projects).into_iter().flatten().flatten() {
+            let f = dir.path().join(format!("{session}.jsonl"));
+            if f.is_file() {
+                return std::fs::read_to_string(f).unwrap();
+            }
         }
+        looked.push(projects);
     }
-    panic!("no transcript of {session} under {}", projects.display())
+    assert!(
+        !home.join(".claude/projects").exists(),
+        "the run wrote the user's own ~/.claude"
+    );
+    panic!("no transcript of {session} in {looked:?}")
 }
 
 #[test]
@@ -251,7 +262,7 @@ fn live_claude_runs_take_option_like_values_as_values() {
 
     // Claude Code named the session with the title as given, in the directory asked for, and
     // offered the model only the editing tool set.
-    let transcript = claude_transcript(&home, &session_of(&status));
+    let transcript = claude_transcript(&world, &home, &session_of(&status));
     let lines: Vec<Value> = transcript
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
