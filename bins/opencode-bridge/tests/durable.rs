@@ -840,7 +840,7 @@ impl Live {
 }
 
 /// Starts a slow served task on `bridge` and waits until its model streams (its session known).
-fn start_slow(bridge: &mut Server, n: &mut i64) -> String {
+fn start_slow(llm: &FakeLlm, bridge: &mut Server, n: &mut i64) -> String {
     *n += 1;
     let (t, _) = bridge.call_text(
         *n,
@@ -848,11 +848,23 @@ fn start_slow(bridge: &mut Server, n: &mut i64) -> String {
         json!({"tier": "easy", "prompt": "Tell a long story", "model": "fk/slow"}),
     );
     assert!(t.contains("engine: serve"), "{t}");
-    wait_for("the turn streaming", Duration::from_secs(120), || {
+    let status = wait_for("the turn streaming", Duration::from_secs(120), || {
         *n += 1;
         let (s, _) = bridge.call_text(*n, "opencode_status", json!({"id": "1"}));
         (s.starts_with("task 1  running") && s.contains("session: ses_")).then_some(s)
-    })
+    });
+    // The session is known before its prompt is sent: wait until the model was asked, so the
+    // turn runs on the server whatever happens to the bridge next.
+    wait_for("the model asked", Duration::from_secs(60), || {
+        llm.requests()
+            .iter()
+            .any(|r| {
+                r.path.ends_with("/chat/completions")
+                    && r.model().is_some_and(|m| m.starts_with("slow"))
+            })
+            .then_some(())
+    });
+    status
 }
 
 /// Issue 32: a slow served turn survives a `kill -9` of its bridge, then an EOF stop of the
@@ -866,7 +878,7 @@ fn live_serve_a_slow_turn_survives_kill_9_then_an_eof_stop_and_the_next_bridge_r
     live.llm.set_slow_secs(60);
     let mut n = 0;
     let mut first = live.leaving(&[]);
-    let status = start_slow(&mut first, &mut n);
+    let status = start_slow(&live.llm, &mut first, &mut n);
     let session = session_of(&status);
     let servers = noted(&live);
     assert_eq!(servers.len(), 1, "{servers:?}");
@@ -946,7 +958,7 @@ fn live_serve_in_the_cancel_mode_an_eof_stop_cancels_the_turn_and_leaves_no_proc
     env.push(("OPENCODE_BRIDGE_ON_EXIT", "cancel".into()));
     let mut first = Server::start_in(&live.world, &env, live.sb.project_dir());
     first.initialize();
-    start_slow(&mut first, &mut n);
+    start_slow(&live.llm, &mut first, &mut n);
     let (pid, start) = noted(&live)[0];
     first.close_stdin();
     let exit = first
@@ -983,7 +995,7 @@ fn live_serve_a_cancel_after_adoption_ends_the_turn() {
     live.llm.set_slow_secs(300);
     let mut n = 0;
     let mut first = live.leaving(&[]);
-    let status = start_slow(&mut first, &mut n);
+    let status = start_slow(&live.llm, &mut first, &mut n);
     let session = session_of(&status);
     first.child.kill().unwrap();
     first.child.wait().unwrap();
@@ -1006,7 +1018,10 @@ fn live_serve_a_cancel_after_adoption_ends_the_turn() {
     );
     assert!(!is_error, "{t}");
     let mut n = 10;
-    let status = common::until_ended(&mut second, "2", &mut n);
+    let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        common::until_ended(&mut second, "2", &mut n)
+    }));
+    let status = ended.unwrap_or_else(|_| panic!("the bridge said:\n{}", second.stderr()));
     assert!(status.starts_with("task 2  succeeded"), "{status}");
 }
 
@@ -1020,7 +1035,7 @@ fn live_serve_a_server_killed_while_no_bridge_runs_shows_its_task_lost() {
     live.llm.set_slow_secs(300);
     let mut n = 0;
     let mut first = live.leaving(&[]);
-    let status = start_slow(&mut first, &mut n);
+    let status = start_slow(&live.llm, &mut first, &mut n);
     let session = session_of(&status);
     let (pid, start) = noted(&live)[0];
     first.close_stdin();
@@ -1075,7 +1090,7 @@ fn live_serve_once_idle_no_server_or_process_of_ours_is_left_behind() {
     // 6 s with no turn.
     let idle = [("OPENCODE_BRIDGE_SERVE_IDLE_MS", "6000")];
     let mut first = live.leaving(&idle);
-    start_slow(&mut first, &mut n);
+    start_slow(&live.llm, &mut first, &mut n);
     let (pid, start) = noted(&live)[0];
     let watchers: Vec<_> = ours(&live)
         .into_iter()

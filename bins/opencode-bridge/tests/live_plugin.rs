@@ -297,6 +297,9 @@ fn live_npm_packages_and_the_plugin_install_and_delegate_without_rust() {
         ),
         ("OPENCODE_BRIDGE_MODEL".into(), "fk/ok".into()),
         ("OPENCODE_BRIDGE_KILL_GRACE_MS".into(), "1000".into()),
+        // A session's end cancels its running tasks only in this mode (by default they are
+        // left running for the next bridge: tests/durable.rs); here no process outlives the test.
+        ("OPENCODE_BRIDGE_ON_EXIT".into(), "cancel".into()),
         (
             "OPENCODE_BRIDGE_STATE_DIR".into(),
             state_dir.display().to_string(),
@@ -432,7 +435,7 @@ fn live_npm_packages_and_the_plugin_install_and_delegate_without_rust() {
         told[0]
     );
     // The session is over: Claude Code stopped its server (through npx and the launcher), and
-    // the bridge stopped the run it had started.
+    // the bridge (OPENCODE_BRIDGE_ON_EXIT=cancel) stopped the run it had started.
     let deadline = Instant::now() + Duration::from_secs(30);
     while stored_state(&state_dir, 2) != "cancelled" {
         assert!(

@@ -30,6 +30,9 @@ const SERVER_STARTUP: Duration = Duration::from_secs(60);
 /// A stream silent this long means the server is gone (it sends a heartbeat every 10 s).
 const STREAM_IDLE: Duration = Duration::from_secs(35);
 
+/// How many more times, a second apart, an adopted turn read idle is asked whether it runs.
+const RESUME_IDLE_CHECKS: u32 = 4;
+
 /// How long a stop waits for the aborted turn to end (it ends within a second once the abort
 /// reaches it; this bounds a server that never starts or never ends the turn).
 const STOP_WAIT: Duration = Duration::from_secs(30);
@@ -207,7 +210,7 @@ pub(super) async fn run_served_attempt(
         session::prompt(&h, &d, &s, &agent, model.as_deref(), &text).map(|_| String::new())
     }))
     .await;
-    let still_busy = match sent {
+    let mut still_busy = match sent {
         Ok(b) => b == "busy",
         Err(e) => {
             if let Some(c) = &closer {
@@ -216,6 +219,21 @@ pub(super) async fn run_served_attempt(
             return AttemptEnd::ServerFailed(format!("{}: {e}", server.who));
         }
     };
+    // An adopted turn read idle with no finished reply in its session is asked again for a few
+    // seconds before it counts as ended (a prompt that had only just been sent when its bridge
+    // died may not have begun yet on a loaded machine).
+    let accepted_ms = shared.with(id, |r| r.rec.accepted_ms).unwrap_or(0);
+    if resume && !still_busy && !replied_since((&http, &dir, &sid), accepted_ms).await {
+        for _ in 0..RESUME_IDLE_CHECKS {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let (h, d, s) = (http.clone(), dir.clone(), sid.clone());
+            let busy = tokio::task::spawn_blocking(move || session::busy(&h, &d, &s)).await;
+            if matches!(busy, Ok(Ok(true))) {
+                still_busy = true;
+                break;
+            }
+        }
+    }
     let prompted = Instant::now();
     let prompted_ms = crate::registry::now_ms();
     let approve = spec.auto_approve && !spec.read_only;
