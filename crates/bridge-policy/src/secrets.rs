@@ -332,14 +332,12 @@ struct Rule {
     literals: Option<Vec<Vec<u8>>>,
     /// Its matches never span a line break (and it has no `$`): it may run line by line.
     one_line: bool,
-    /// For a one-line rule without literals: the pattern without its `\b` assertions (a
-    /// superset, a plain DFA scan), to find the lines worth running the rule on. (Made when
-    /// the rules' `\b` were Unicode ones and kept the fast engines off; with ASCII ones, see
-    /// [`ascii_boundaries`], it only spares running the rule with its groups on every line.)
-    probe: Option<Regex>,
     /// For the assignment [`Check::NamedHead`] rule: the regex that reads the groups of one of
     /// its matches (`None` for the query rule).
     groups: Option<Regex>,
+    /// For a one-line rule without literals: the run every match holds (see [`Run`]); it runs
+    /// only on the lines that hold one.
+    run: Option<Run>,
 }
 
 /// How a rule is prefiltered: by literals from its own pattern, by an anchor pattern's literals
@@ -352,13 +350,90 @@ enum Scope {
     TextAnchor(&'static str),
     /// Literals from the anchor; only the lines that hold one.
     LinesAnchor(&'static str),
-    /// No literals: only the lines where the pattern without `\b` matches.
-    LinesProbe,
+    /// No literals: only the lines holding a run of bytes (see [`Run`]).
+    LinesRun(Run),
 }
 
-/// Vendor formats that run only on the lines where their `\b`-less pattern matches: one-line
-/// shapes without a literal (see [`Rule::probe`]).
-const PROBED: &[&str] = &["Mailgun signing key", "Asana token"];
+/// A run of bytes of one class, and the byte right after it, that every match of a rule
+/// holds, found by one byte pass: for shapes with no literal and no rare word, whose regex
+/// would otherwise read every byte of a prompt (15 digits and `-` in a Twitter token, 32 of
+/// `[a-h0-9]` and `-` in Mailgun's key).
+#[derive(Clone, Copy)]
+struct Run {
+    /// The bytes of the run.
+    class: fn(u8) -> bool,
+    /// Its least length.
+    min: usize,
+    /// The bytes one of which follows it.
+    after: &'static [u8],
+}
+
+/// A digit of a `\d` or `[0-9]`: a byte of a non-ASCII character counts too, since `\d` also
+/// matches Unicode digits (each two bytes or more).
+fn digit_byte(b: u8) -> bool {
+    b.is_ascii_digit() || b >= 0x80
+}
+
+impl Run {
+    /// The lines of `text` holding such a run, in order. A run holds no line break, so a
+    /// match lies on the line where the run ends.
+    fn lines(self, text: &str, lines: &prefilter::Lines) -> Vec<usize> {
+        // the class as a table: one lookup a byte, no call
+        let class: [bool; 256] = std::array::from_fn(|b| (self.class)(b as u8));
+        let mut out: Vec<usize> = Vec::new();
+        let mut len = 0;
+        for (at, &b) in text.as_bytes().iter().enumerate() {
+            if class[usize::from(b)] {
+                len += 1;
+                continue;
+            }
+            if len >= self.min && self.after.contains(&b) {
+                let line = lines.index(at);
+                if out.last() != Some(&line) {
+                    out.push(line);
+                }
+            }
+            len = 0;
+        }
+        out
+    }
+}
+
+/// Vendor formats without a literal that run only on the lines holding a [`Run`].
+const VENDOR_RUNS: &[(&str, Run)] = &[
+    (
+        "Twitter access token",
+        Run {
+            class: digit_byte,
+            min: 15,
+            after: b"-",
+        },
+    ),
+    (
+        "Facebook app access token",
+        Run {
+            class: digit_byte,
+            min: 15,
+            after: b"|%",
+        },
+    ),
+    (
+        "Asana token",
+        Run {
+            class: digit_byte,
+            min: 16,
+            after: b"/",
+        },
+    ),
+    (
+        "Mailgun signing key",
+        Run {
+            class: |b| b.is_ascii_digit() || (b'a'..=b'h').contains(&b),
+            min: 32,
+            after: b"-",
+        },
+    ),
+];
 
 /// Command-line tools that take a password through a flag: where [`CMD_PASSWORD`] looks (every
 /// match holds one of these; the two-letter ones with the blank after them).
@@ -368,7 +443,8 @@ const CMD_PASSWORD: &str = r#"(?i:\b(?:mysql|mysqldump|mysqladmin|mariadb|docker
 
 /// Vendor formats without a literal of their own, and a word every match of theirs holds: they
 /// run only on texts that hold it.
-const VENDOR_ANCHORS: &[(&str, &str)] = &[("webhook URL", "(?i:hook)")];
+const VENDOR_ANCHORS: &[(&str, &str)] =
+    &[("webhook URL", "(?i:hook)"), ("Azure client secret", "Q~")];
 
 /// The kind of a strongly secret-named value (password, secret, token, API key …).
 const KIND_STRONG: &str = "password/API key/token assignment";
@@ -414,8 +490,8 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     let mut list: Vec<(&'static str, String, Check, Scope)> = vendor::VENDOR
         .iter()
         .map(|(k, p, c)| {
-            let scope = if PROBED.contains(k) {
-                Scope::LinesProbe
+            let scope = if let Some((_, run)) = VENDOR_RUNS.iter().find(|(kind, _)| kind == k) {
+                Scope::LinesRun(*run)
             } else if let Some((_, anchor)) = VENDOR_ANCHORS.iter().find(|(kind, _)| kind == k) {
                 Scope::TextAnchor(anchor)
             } else {
@@ -426,19 +502,19 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         .collect();
     let contextual: Vec<(&'static str, String, Check, Scope)> = vec![
         ("JSON Web Token", r"\b(?:eyJ|ewog)[A-Za-z0-9_-]{8,}={0,2}\.(?:eyJ|ewo)[A-Za-z0-9_-]{8,}={0,2}\.[A-Za-z0-9_-]{16,}".into(), Check::Jwt, Scope::Text),
-        ("Authorization header", r"(?i)\b(?:proxy-)?authorization[\x22']?[ \t]*[:=][ \t]*[\x22'`]?[ \t]*(?:(?P<scheme>[A-Za-z][A-Za-z0-9_-]{1,30})[ \t]+)?(?P<v>[A-Za-z0-9._~+/=@:-]{8,300})".into(), Check::AuthHeader, Scope::TextAnchor("(?i:authorization)")),
+        ("Authorization header", r"(?i)\b(?:proxy-)?authorization[\x22']?[ \t]*[:=][ \t]*[\x22'`]?[ \t]*(?:(?P<scheme>[A-Za-z][A-Za-z0-9_-]{1,30})[ \t]+)?(?P<v>[A-Za-z0-9._~+/=@:-]{8,300})".into(), Check::AuthHeader, Scope::LinesAnchor("(?i:authorization)")),
         ("Authorization header", r"(?i)\b(?:bearer|token)\s+([A-Za-z0-9._~+/-]{20,}=*)".into(), Check::Auth, Scope::Text),
         ("connection string with a password", r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|redis|rediss|amqps?|mssql|sqlserver|oracle|clickhouse|cockroachdb|nats|kafka|ldaps?|smtps?|ftps?|sftp|https?|git|ssh|jdbc:[a-z]+)://(?P<user>[^\s:/@'\x22]{1,64}):(?P<pass>[^\s'\x22]{1,300})@[A-Za-z0-9.\-\[\]]+".into(), Check::Connection, Scope::Text),
         ("credentials in a command line", r#"(?:^|\s)(?:-u|--user)(?:=|[ \t]+)(?P<v>"[^"\n]{0,200}"(?::"[^"\n]{0,200}"|:'[^'\n]{0,200}')?|'[^'\n]{0,200}'|[^\s"']{1,200}(?:'[^'\n]{0,200}'|"[^"\n]{0,200}")?)"#.into(), Check::UserPass, Scope::TextAnchor("(?:-u|--user)")),
-        ("credentials in a command line", CMD_PASSWORD.into(), Check::CmdPassword, Scope::TextAnchor(CMD_TOOLS)),
+        ("credentials in a command line", CMD_PASSWORD.into(), Check::CmdPassword, Scope::LinesAnchor(CMD_TOOLS)),
         ("credentials in a command line", r#"\bhtpasswd[ \t]+-[A-Za-z]*b[A-Za-z]*[ \t]+(?:-\S+[ \t]+)*[^\s-]\S*[ \t]+\S+[ \t]+(?P<v>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"#.into(), Check::CmdPassword, Scope::Text),
         ("credentials in a command line", r#"(?:^|\s)-U[ \t]+[^\s%'"]+%(?P<v>[^\s'"]+)"#.into(), Check::CmdPassword, Scope::TextAnchor("-U")),
         ("credentials in a command line", r#"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p(?P<pass>[^\s'"-][^\s'"]{5,})"#.into(), Check::Connection, Scope::Text),
         ("connection string with a password", r#"\bjdbc:oracle:[a-z0-9]+:(?P<user>[^\s/@:'"]{1,64})/(?P<pass>[^\s@'"]{1,128})@"#.into(), Check::Connection, Scope::Text),
-        ("credentials in code", r#"(?i)\b(?:auth|basic_?auth|http_?auth|httpbasicauth|digestauth|credentials|login)[ \t]*(?:=[ \t]*\(?|\()[ \t]*["'](?P<user>[^"'\s]{1,80})["'][ \t]*,[ \t]*["'](?P<pass>[^"'\n]{4,200})["']"#.into(), Check::Connection, Scope::TextAnchor("(?i:auth|credentials|login)")),
-        (KIND_STRONG, assignment_head(NAME), Check::NamedHead(ValueSyntax::Any), Scope::TextAnchor(NAME_WORDS)),
+        ("credentials in code", r#"(?i)\b(?:auth|basic_?auth|http_?auth|httpbasicauth|digestauth|credentials|login)[ \t]*(?:=[ \t]*\(?|\()[ \t]*["'](?P<user>[^"'\s]{1,80})["'][ \t]*,[ \t]*["'](?P<pass>[^"'\n]{4,200})["']"#.into(), Check::Connection, Scope::LinesAnchor("(?i:auth|credentials|login)")),
+        (KIND_STRONG, assignment_head(NAME), Check::NamedHead(ValueSyntax::Any), Scope::LinesAnchor(NAME_WORDS)),
         (KIND_STRONG, r#"(?:"(?P<dq>[^"\n]{8,200})"|'(?P<sq>[^'\n]{8,200})')[ \t]*[!=]==?[ \t]*(?P<name>[A-Za-z_$][A-Za-z0-9_.$]{0,60})"#.into(), Check::Named, Scope::TextAnchor("(?:==|!=)")),
-        (KIND_STRONG, format!(r#"(?P<name>{NAME})[ \t]+(?:"(?P<dq>[^"\n]+)"|'(?P<sq>[^'\n]+)');"#), Check::Named, Scope::LinesAnchor(NAME_WORDS)),
+        (KIND_STRONG, format!(r#"(?P<name>{NAME})[ \t]+(?:"(?P<dq>[^"\n]+)"|'(?P<sq>[^'\n]+)');"#), Check::Named, Scope::LinesAnchor(r#"["'];"#)),
         (KIND_STRONG, r#"(?i)\b(?P<pre>[a-z0-9]+)[ \t](?P<name>key|token|secret|password)[ \t]+(?P<bare>[A-Za-z0-9_+/=-]{16,})"#.into(), Check::Named, Scope::LinesAnchor("(?i:key|token|secret|password)")),
         (KIND_STRONG, r#"<(?P<name>[A-Za-z_][\w.:-]{0,60})(?:\s[^<>\n]*)?>(?P<dq>[^<\n]{1,300})</"#.into(), Check::Named, Scope::Text),
         (KIND_STRONG, r#"\b(?:key|name)[ \t]*=[ \t]*"(?P<name>[^"\n]{1,80})"[ \t]+value[ \t]*=[ \t]*"(?P<dq>[^"\n]*)""#.into(), Check::Named, Scope::Text),
@@ -449,15 +525,11 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     list.extend(contextual);
     list.into_iter()
         .map(|(kind, pattern, check, scope)| {
-            let (literals, one_line, probe) = match scope {
+            let (literals, one_line, run) = match scope {
                 Scope::Text => (prefilter::required_literals(&pattern), false, None),
                 Scope::TextAnchor(anchor) => (prefilter::required_literals(anchor), false, None),
                 Scope::LinesAnchor(anchor) => (prefilter::required_literals(anchor), true, None),
-                Scope::LinesProbe => {
-                    let probe = Regex::new(&pattern.replace(r"\b", ""))
-                        .unwrap_or_else(|e| panic!("secret probe for {kind}: {e}"));
-                    (None, true, Some(probe))
-                }
+                Scope::LinesRun(run) => (None, true, Some(run)),
             };
             Rule {
                 kind,
@@ -466,7 +538,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
                 check,
                 literals,
                 one_line,
-                probe,
+                run,
                 groups: match check {
                     Check::NamedHead(ValueSyntax::Any) => Some(head_groups()),
                     _ => None,
@@ -480,8 +552,8 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
                 check: Check::Varied(0),
                 literals: Some(Vec::new()),
                 one_line: false,
-                probe: None,
                 groups: None,
+                run: None,
             }),
         )
         .collect()
@@ -494,7 +566,7 @@ const WORD_WORDS: &str = r"(?i:pass|pwd|secret|token|key|cred|auth|bearer|sig)";
 static PREFILTER: LazyLock<prefilter::Prefilter> = LazyLock::new(|| {
     let mut rules: Vec<(Option<Vec<Vec<u8>>>, bool)> = RULES
         .iter()
-        .map(|r| (r.literals.clone(), r.one_line && r.probe.is_none()))
+        .map(|r| (r.literals.clone(), r.one_line && r.literals.is_some()))
         .collect();
     rules.push((prefilter::required_literals(WORD_WORDS), true));
     prefilter::Prefilter::new(&rules)
@@ -574,31 +646,45 @@ fn all_hits(text: &str, lines: &prefilter::Lines) -> Vec<Hit> {
 /// [`hits`], given the text's line structure.
 fn hits_in(text: &str, lines: &prefilter::Lines) -> Vec<Hit> {
     let mut out = Vec::new();
+    // the strength of each (word before, name) already judged in this text: the same names
+    // recur through a prompt, on many lines
+    let mut seen = HashMap::new();
     let weak = rule_of(KIND_WEAK);
     let candidates = PREFILTER.candidates(text, lines);
     for (index, rule) in RULES.iter().enumerate() {
         if !PREFILTER.may_match(&candidates, index) {
             continue;
         }
-        if let Some(probe) = &rule.probe {
-            let mut last = None;
-            for m in probe.find_iter(text) {
-                let line = lines.index(m.start());
-                if last != Some(line) {
-                    last = Some(line);
-                    run_rule(text, lines.range(line), index, rule, weak, &mut out);
-                }
+        if let Some(run) = rule.run {
+            for line in run.lines(text, lines) {
+                run_rule(
+                    text,
+                    lines.range(line),
+                    index,
+                    rule,
+                    weak,
+                    &mut seen,
+                    &mut out,
+                );
             }
         } else if let Some(on) = PREFILTER.lines(&candidates, index) {
             for &line in on {
-                run_rule(text, lines.range(line), index, rule, weak, &mut out);
+                run_rule(
+                    text,
+                    lines.range(line),
+                    index,
+                    rule,
+                    weak,
+                    &mut seen,
+                    &mut out,
+                );
             }
         } else {
-            run_rule(text, 0..text.len(), index, rule, weak, &mut out);
+            run_rule(text, 0..text.len(), index, rule, weak, &mut seen, &mut out);
         }
     }
     let word_lines = PREFILTER.lines(&candidates, RULES.len()).unwrap_or(&[]);
-    near_word_hits(text, lines, word_lines, &mut out);
+    near_word_hits(text, lines, word_lines, &mut seen, &mut out);
     pairing::pair_hits(text, lines, rule_of(KIND_PAIR), &mut out);
     out
 }
@@ -606,18 +692,20 @@ fn hits_in(text: &str, lines: &prefilter::Lines) -> Vec<Hit> {
 /// Runs rule `index` over `within` of `text`: the whole text, or one line of a rule whose
 /// matches stay on one line (the regex still sees the text before, for `\b` and `^`; the line
 /// ends at a line break or the text's end, which reads as the same boundary).
-fn run_rule(
-    text: &str,
+#[allow(clippy::too_many_arguments)]
+fn run_rule<'t>(
+    text: &'t str,
     within: Range<usize>,
     index: usize,
     rule: &Rule,
     weak: usize,
+    seen: &mut HashMap<(&'t str, &'t str), Strength>,
     out: &mut Vec<Hit>,
 ) {
     let hay = &text[..within.end];
     let mut pos = within.start;
     if let Check::NamedHead(syntax) = rule.check {
-        run_head_rule(text, hay, pos, rule, syntax, index, weak, out);
+        run_head_rule(text, hay, pos, rule, syntax, index, weak, seen, out);
         return;
     }
     {
@@ -696,7 +784,7 @@ fn run_rule(
                         comma: caps.name("sep").is_some_and(|s| s.as_str() == ","),
                         quoted_name: caps.name("q").is_some(),
                     };
-                    match judge_name(text, &head, &mut HashMap::new()) {
+                    match judge_name(text, &head, seen) {
                         Some(strength) => {
                             judge_value(m.as_str(), m.range(), quoted, strength, index, weak)
                         }
@@ -785,17 +873,17 @@ fn judge_value(
 /// the rule's own one large (on a line of long names, reading groups with the rule's regex cost
 /// its whole automaton per byte). The value is read by [`read_value`] for a secret name only.
 #[allow(clippy::too_many_arguments)]
-fn run_head_rule(
-    text: &str,
-    hay: &str,
+fn run_head_rule<'t>(
+    text: &'t str,
+    hay: &'t str,
     mut pos: usize,
     rule: &Rule,
     syntax: ValueSyntax,
     index: usize,
     weak: usize,
+    seen: &mut HashMap<(&'t str, &'t str), Strength>,
     out: &mut Vec<Hit>,
 ) {
-    let mut seen = HashMap::new();
     while pos <= hay.len()
         && let Some(whole) = rule.regex.find_at(hay, pos)
     {
@@ -824,7 +912,7 @@ fn run_head_rule(
             },
         };
         let name = head.name.clone();
-        let Some(strength) = judge_name(text, &head, &mut seen) else {
+        let Some(strength) = judge_name(text, &head, seen) else {
             // right after the name, so that `vendorkeyClient(token="…")` still finds `token=`
             pos = name.end.max(at + 1);
             while pos < text.len() && !text.is_char_boundary(pos) {
@@ -1153,12 +1241,18 @@ fn line_word<'t>(line: &'t str, seen: &mut HashMap<(&'t str, &'t str), Strength>
 
 /// Random tokens on a line with a secret word or right after one. `word_lines` are the lines
 /// that hold one of [`WORD_WORDS`] (the others cannot have a secret word).
-fn near_word_hits(text: &str, lines: &prefilter::Lines, word_lines: &[usize], out: &mut Vec<Hit>) {
+fn near_word_hits<'t>(
+    text: &'t str,
+    lines: &prefilter::Lines,
+    word_lines: &[usize],
+    seen: &mut HashMap<(&'t str, &'t str), Strength>,
+    out: &mut Vec<Hit>,
+) {
     let near = rule_of(KIND_NEAR);
     let near_pw = rule_of(KIND_NEAR_PASSWORD);
     let mut prev_word = Strength::None;
     let mut next = word_lines.iter().peekable();
-    let mut seen = HashMap::new();
+    let candidates = token_lines(text, lines.count());
     for index in 0..lines.count() {
         let range = lines.range(index);
         if range.is_empty() && range.start == text.len() {
@@ -1167,14 +1261,17 @@ fn near_word_hits(text: &str, lines: &prefilter::Lines, word_lines: &[usize], ou
         let start = range.start;
         // the line with its line break, as `split_inclusive` gives it
         let line = &text[start..(range.end + 1).min(text.len())];
-        let word = if next.next_if_eq(&&index).is_some() {
-            line_word(line, &mut seen)
+        // a line's word counts for its tokens and the next line's: not read when neither
+        // line has a token that could count
+        let has = candidates[index];
+        let word = if next.next_if_eq(&&index).is_some() && (has || candidates[index + 1]) {
+            line_word(line, seen)
         } else {
             Strength::None
         };
         let context = word.max_with(prev_word);
         prev_word = word;
-        if context == Strength::None || HASHY.is_match(line) {
+        if !has || context == Strength::None || HASHY.is_match(line) {
             continue;
         }
         let password_word = word == Strength::Strong && has_password_word(line);
@@ -1187,26 +1284,50 @@ fn near_word_hits(text: &str, lines: &prefilter::Lines, word_lines: &[usize], ou
                 continue;
             };
             let at = start + m.start() + rel;
-            let range = at..at + token.len();
-            // the value of an id's name (`"sessionID":"ses_…"`, `request_id=…`) is an id
+            // the tests of the token first (most fail at once on its length), then whether it
+            // is the value of an id's name (`"sessionID":"ses_…"`, `request_id=…`) or an id
+            let rule = if strongly_random(token) {
+                near
+            } else if password_word && password_like(token) {
+                near_pw
+            } else {
+                continue;
+            };
             if id_valued(&text[start..at]) || ids::random_by_design(token) {
                 continue;
             }
-            if strongly_random(token) {
-                out.push(Hit {
-                    rule: near,
-                    offset: at,
-                    value: range,
-                });
-            } else if password_word && password_like(token) {
-                out.push(Hit {
-                    rule: near_pw,
-                    offset: at,
-                    value: range,
-                });
-            }
+            out.push(Hit {
+                rule,
+                offset: at,
+                value: at..at + token.len(),
+            });
         }
     }
+}
+
+/// Per line (and one more, `false`, past the last): whether it holds a run of 8 or more
+/// [`TOKEN`] characters with a digit in it. Every token the near-word rule can count is such
+/// a run or part of one ([`strongly_random`] and [`password_like`] want a digit), so a line
+/// without one has no finding of that rule, and its secret word matters only when the next
+/// line has one.
+fn token_lines(text: &str, count: usize) -> Vec<bool> {
+    let mut out = vec![false; count + 1];
+    let (mut line, mut len, mut digit) = (0, 0, false);
+    for &b in text.as_bytes() {
+        if b.is_ascii_alphanumeric() || b"+/_-.~%!#$&*?^@".contains(&b) {
+            len += 1;
+            digit |= b.is_ascii_digit();
+            if len >= 8 && digit {
+                out[line] = true;
+            }
+            continue;
+        }
+        (len, digit) = (0, false);
+        if b == b'\n' {
+            line += 1;
+        }
+    }
+    out
 }
 
 /// Whether the text before a token ends with a name whose last part says id (`"sessionID": "`,
@@ -2081,6 +2202,59 @@ mod tests {
             scan(&vendor).map(|f| (f.kind, f.line)),
             Some(("GitHub token", 1))
         );
+    }
+
+    /// The vendor rules that run only on the lines holding a [`Run`] still find their shapes,
+    /// on any line, in every written form (`%7C` for `|`; Unicode digits, which `\d` matches).
+    #[test]
+    fn run_gated_rules_find_their_shapes() {
+        let arabic: String = "٨٣٠٦١٥٩٢٧٤٦٣٠٥١".into();
+        for (value, kind) in [
+            (
+                "8306159274630518274-q9XzL2mT7vB4nK8sW3pR6yH1Lp".to_owned(),
+                "Twitter access token",
+            ),
+            (
+                "830615927463051|q9XzL2mT7vB4nK8sW3pR6yH1LpQw".to_owned(),
+                "Facebook app access token",
+            ),
+            (
+                "830615927463051%7Cq9XzL2mT7vB4nK8sW3pR6yH1LpQw".to_owned(),
+                "Facebook app access token",
+            ),
+            (
+                format!("x{arabic}|q9XzL2mT7vB4nK8sW3pR6yH1LpQw"),
+                "Facebook app access token",
+            ),
+            (
+                "1/8306159274630518/2746305182748301:9f2c4e7a1b3d5f60718293a4b5c6d7e8".to_owned(),
+                "Asana token",
+            ),
+            (
+                "9f2c4e7a1b3d5f60718293a4b5c6d7e8-4a1b3d5f-60718293".to_owned(),
+                "Mailgun signing key",
+            ),
+            (
+                "aB38Q~q9XzL2mT7vB4nK8sW3pR6yH1LpQwErT".to_owned(),
+                "Azure client secret",
+            ),
+        ] {
+            let text = format!("first line\nthe value we use is {value} here\nlast line");
+            assert_eq!(
+                scan(&text).map(|f| (f.kind, f.line)),
+                Some((kind, 2)),
+                "{value}"
+            );
+        }
+    }
+
+    /// A secret word on a line without any token still makes the next line's token count
+    /// (the near-word rule skips reading a word only when neither line has a token); without
+    /// it the token would count only as a token under a label (the pairing rule's kind).
+    #[test]
+    fn a_secret_word_counts_for_the_next_line() {
+        let text = "intro\nthe api secret, on the next line:\n  q9XzL2mT7vB4nK8sW3pR6yH1\n";
+        assert_eq!(scan(text).map(|f| (f.kind, f.line)), Some((KIND_NEAR, 3)));
     }
 
     #[test]
