@@ -79,10 +79,13 @@ fn invisible(c: char) -> bool {
 /// of `text` it came from; `None` when it has none (the common case: one pass over the bytes).
 pub(super) fn without_invisible(text: &str) -> Option<(String, Vec<usize>)> {
     // every invisible character's UTF-8 encoding starts with one of these bytes
+    // every invisible character's UTF-8 encoding starts with one of these bytes: only the
+    // characters starting there are decoded (a byte pass, not a decode of every character)
+    let lead = |b: &u8| matches!(b, 0xC2 | 0xCD | 0xE1 | 0xE2 | 0xEF);
     if !text
         .bytes()
-        .any(|b| matches!(b, 0xC2 | 0xCD | 0xE1 | 0xE2 | 0xEF))
-        || !text.chars().any(invisible)
+        .enumerate()
+        .any(|(at, b)| lead(&b) && text[at..].chars().next().is_some_and(invisible))
     {
         return None;
     }

@@ -8,6 +8,7 @@
 //! are expanded the way the regex engine folds case, Unicode folds included (`K` KELVIN SIGN
 //! for `k`, `ſ` for `s`), so skipping a rule never changes what the guard finds.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
@@ -93,6 +94,9 @@ impl Prefilter {
     /// span a line break (then it runs only on the lines holding one of its literals).
     pub(super) fn new(rules: &[(Option<Vec<Vec<u8>>>, bool)]) -> Prefilter {
         let mut patterns: Vec<Vec<u8>> = Vec::new();
+        // a literal's id, looked up by hash: the rules bring thousands of literals (case
+        // variants), and a search of the list for each was quadratic at the first scan
+        let mut ids: HashMap<&[u8], usize> = HashMap::new();
         let mut owners: Vec<Vec<usize>> = Vec::new();
         let mut gated = Vec::with_capacity(rules.len());
         let mut per_line = Vec::with_capacity(rules.len());
@@ -100,14 +104,11 @@ impl Prefilter {
             gated.push(literals.is_some());
             per_line.push(literals.is_some() && *line);
             for lit in literals.iter().flatten() {
-                let id = match patterns.iter().position(|p| p == lit) {
-                    Some(id) => id,
-                    None => {
-                        patterns.push(lit.clone());
-                        owners.push(Vec::new());
-                        patterns.len() - 1
-                    }
-                };
+                let id = *ids.entry(lit.as_slice()).or_insert_with(|| {
+                    patterns.push(lit.clone());
+                    owners.push(Vec::new());
+                    patterns.len() - 1
+                });
                 if !owners[id].contains(&rule) {
                     owners[id].push(rule);
                 }

@@ -1,6 +1,6 @@
 //! The secret guard's word lists, as data: which name parts make a setting a secret (or not),
 //! which words and values are placeholders and toys, and the documented example values. The
-//! rules that read them are in `secrets.rs` (names and values) and `pairing.rs`.
+//! rules that read them are in `names.rs`, `checks.rs` (names and values) and `pairing.rs`.
 
 /// Words that make a name a secret name wherever they stand in it.
 pub(super) const STRONG_WORDS: &[&str] = &[

@@ -5,6 +5,7 @@
 //! documented formats as public scanners describe them; the patterns are this project's own.
 
 use super::Check::{self, KeyBlock, Random, Token, Varied};
+use super::Run;
 
 /// The vendor formats, most specific first.
 pub(super) const VENDOR: &[(&str, &str, Check)] = &[
@@ -623,3 +624,50 @@ pub(super) const VENDOR: &[(&str, &str, Check)] = &[
         Varied(10),
     ),
 ];
+
+/// Vendor formats without a literal that run only on the lines holding a [`Run`].
+pub(super) const VENDOR_RUNS: &[(&str, Run)] = &[
+    (
+        "Twitter access token",
+        Run {
+            class: digit_byte,
+            min: 15,
+            after: b"-",
+        },
+    ),
+    (
+        "Facebook app access token",
+        Run {
+            class: digit_byte,
+            min: 15,
+            after: b"|%",
+        },
+    ),
+    (
+        "Asana token",
+        Run {
+            class: digit_byte,
+            min: 16,
+            after: b"/",
+        },
+    ),
+    (
+        "Mailgun signing key",
+        Run {
+            class: |b| b.is_ascii_digit() || (b'a'..=b'h').contains(&b),
+            min: 32,
+            after: b"-",
+        },
+    ),
+];
+
+/// A digit of a `\d` or `[0-9]`: a byte of a non-ASCII character counts too, since `\d` also
+/// matches Unicode digits (each two bytes or more).
+pub(super) fn digit_byte(b: u8) -> bool {
+    b.is_ascii_digit() || b >= 0x80
+}
+
+/// Vendor formats without a literal of their own, and a word every match of theirs holds: they
+/// run only on texts that hold it.
+pub(super) const VENDOR_ANCHORS: &[(&str, &str)] =
+    &[("webhook URL", "(?i:hook)"), ("Azure client secret", "Q~")];
