@@ -228,8 +228,83 @@ impl World {
                 // A copy, never a link: a run may rewrite its world's list, not the user's.
                 let _ = std::fs::copy(&from, &to);
             }
+            // The provider packages opencode installed in the user's cache, so a fresh world
+            // downloads none of them (best effort: what is not copied is installed on first use).
+            let world_cache = self.cache_home().join("opencode");
+            if std::fs::symlink_metadata(world_cache.join("node_modules")).is_err() {
+                let mut budget = SeedBudget::default();
+                for name in PROVIDER_SEED {
+                    copy_tree(&cache.join(name), &world_cache.join(name), &mut budget);
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// What of opencode's cache directory holds its provider packages (`npm`/`bun` installs there).
+const PROVIDER_SEED: [&str; 4] = [
+    "package.json",
+    "bun.lock",
+    "package-lock.json",
+    "node_modules",
+];
+
+/// The most a world's seeding copies: past it the rest is left to opencode's own install.
+#[derive(Debug)]
+struct SeedBudget {
+    bytes: u64,
+    files: u32,
+}
+
+impl Default for SeedBudget {
+    fn default() -> SeedBudget {
+        SeedBudget {
+            bytes: 256 << 20,
+            files: 20_000,
+        }
+    }
+}
+
+/// Copies the regular files and directories of `from` to `to` (which must not exist yet),
+/// following no symlink on either side and keeping within `budget`. Errors leave the copy
+/// partial, never anything outside `to`.
+fn copy_tree(from: &Path, to: &Path, budget: &mut SeedBudget) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(from) else {
+        return;
+    };
+    if budget.files == 0 || std::fs::symlink_metadata(to).is_ok() {
+        return;
+    }
+    if meta.is_dir() {
+        if std::fs::create_dir(to).is_err() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(from) else {
+            return;
+        };
+        for e in entries.flatten() {
+            copy_tree(&e.path(), &to.join(e.file_name()), budget);
+        }
+    } else if meta.is_file() && meta.len() <= budget.bytes {
+        let (Ok(mut src), Ok(mut dst)) = (
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(from),
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o755)
+                .open(to),
+        ) else {
+            return;
+        };
+        if std::io::copy(&mut src, &mut dst).is_ok() {
+            budget.bytes -= meta.len();
+            budget.files -= 1;
+        }
     }
 }
 
@@ -402,6 +477,41 @@ mod tests {
             a.env(RunKind::Claude)
                 .iter()
                 .any(|(k, v)| k == "CLAUDE_CONFIG_DIR" && v.ends_with("/claude"))
+        );
+    }
+
+    #[test]
+    fn prepare_copies_the_users_provider_packages_but_no_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let user_cache = root.join("u/cache/opencode");
+        let pkg = user_cache.join("node_modules/@ai-sdk/x");
+        std::fs::create_dir_all(&pkg).unwrap();
+        std::fs::write(pkg.join("index.js"), "module.exports = 1").unwrap();
+        std::fs::write(user_cache.join("package.json"), "{}").unwrap();
+        std::fs::create_dir_all(root.join("secret")).unwrap();
+        std::os::unix::fs::symlink(root.join("secret"), pkg.join("link")).unwrap();
+        let user = UserDirs {
+            opencode_data: None,
+            opencode_cache: Some(user_cache.clone()),
+            claude_config: None,
+        };
+        let w = World::of(&root.join("state"), &root.join("proj"), false);
+        w.prepare(RunKind::Opencode, &user).unwrap();
+        let seeded = w.cache_home().join("opencode/node_modules/@ai-sdk/x");
+        assert_eq!(
+            std::fs::read_to_string(seeded.join("index.js")).unwrap(),
+            "module.exports = 1"
+        );
+        assert!(w.cache_home().join("opencode/package.json").is_file());
+        assert!(std::fs::symlink_metadata(seeded.join("link")).is_err());
+        // What a run changed in its world's copy stays there: the user's is not written, and a
+        // later prepare does not copy over it.
+        std::fs::write(seeded.join("index.js"), "planted").unwrap();
+        w.prepare(RunKind::Opencode, &user).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(pkg.join("index.js")).unwrap(),
+            "module.exports = 1"
         );
     }
 
