@@ -62,6 +62,16 @@ pub fn started(s: &Started<'_>) -> String {
     out
 }
 
+/// `opencode_start` with a `request_id` an earlier start used: that task, as it is now.
+pub fn repeated_request(request_id: &str, s: &TaskSnapshot) -> String {
+    format!(
+        "request_id {:?} already started task {} (nothing new was started); it is now:\n{}",
+        clip(&one_line(request_id, 200), 128),
+        s.id,
+        status(s)
+    )
+}
+
 /// How a task's engine is named to people: `run`, `serve (the bridge's local server)`,
 /// `server devbox`.
 pub fn engine_word(engine: &str) -> String {

@@ -220,6 +220,10 @@ pub(crate) struct TaskRecord {
     /// Each attempt's usage, first to last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempt_usage: Vec<crate::usage::Usage>,
+    /// The caller's `request_id` and what its start asked ([`crate::spec::RequestKey`]);
+    /// absent for a start without one and in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::spec::RequestKey>,
     pub updated_ms: u64,
 }
 
@@ -257,6 +261,7 @@ impl TaskRecord {
             result_read_ms: None,
             usage: None,
             attempt_usage: Vec::new(),
+            request: None,
             updated_ms: now_ms(),
         }
     }
@@ -642,6 +647,7 @@ pub(crate) mod tests {
             result_read_ms: None,
             usage: None,
             attempt_usage: Vec::new(),
+            request: None,
             updated_ms: now_ms(),
         }
     }
