@@ -675,6 +675,12 @@ impl App {
         if let Some(e) = self.env_errors.first() {
             return Err(render::tasks::env_refusal(e));
         }
+        if let Some(schema) = &args.output_schema {
+            run_supervisor::verify::compile_schema(schema)?;
+        }
+        spec.verify = args.verify.clone();
+        spec.verify_retries = args.verify_retries.map_or(1, |n| n as u32);
+        spec.output_schema = args.output_schema.clone();
         spec.request = args
             .request_id
             .as_deref()

@@ -93,3 +93,226 @@ fn live_a_repeated_request_id_returns_the_first_task_before_and_after_a_restart(
     let (list, _) = second.call_text(4, "opencode_list", json!({}));
     assert_eq!(list.matches("task ").count(), 1, "{list}");
 }
+
+/// Starts a task; returns its id.
+fn start(server: &mut Server, next: &mut i64, args: serde_json::Value) -> String {
+    *next += 1;
+    let (started, is_error) = server.call_text(*next, "opencode_start", args);
+    assert!(!is_error, "{started}");
+    task_id(&started)
+}
+
+/// Waits for every task, then returns each one's result text.
+fn results(server: &mut Server, next: &mut i64, ids: &[&str]) -> Vec<String> {
+    for id in ids {
+        common::until_ended(server, id, next);
+    }
+    ids.iter()
+        .map(|id| {
+            *next += 1;
+            server
+                .call_text(*next, "opencode_result", json!({"id": id}))
+                .0
+        })
+        .collect()
+}
+
+/// Whether any request the model got carries `text` in a user message.
+fn model_saw(llm: &FakeLlm, text: &str) -> bool {
+    llm.chat_requests("script")
+        .iter()
+        .any(|r| r.body.contains(text))
+}
+
+#[test]
+fn live_verify_passes_fails_feeds_the_failure_back_and_stays_in_the_fence() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = World::new();
+    let proj = sb.project_dir().canonicalize().unwrap();
+    let outside = world.path("outside-verify.txt");
+    let mut server = bridge(&world, &sb, &oc);
+    let mut next = 0;
+    let task = |prompt: String, verify: String, retries: u64| {
+        json!({"tier": "easy", "prompt": prompt, "model": "fk/script", "verify": verify,
+               "verify_retries": retries})
+    };
+    let write = |name: &str| {
+        format!(
+            "CALL write {}",
+            json!({"filePath": proj.join(name), "content": "hi\n"})
+        )
+    };
+    // 1. The agent writes the file, the check finds it.
+    let passes = start(
+        &mut server,
+        &mut next,
+        task(
+            format!("Write the greeting\n{}", write("hello.txt")),
+            "grep -q hi hello.txt && echo found".into(),
+            1,
+        ),
+    );
+    // 2. A failing check with no retry: the model never hears of it.
+    let no_retry = start(
+        &mut server,
+        &mut next,
+        task(
+            "Write nothing".into(),
+            "echo MARK-NO-RETRY; exit 3".into(),
+            0,
+        ),
+    );
+    // 3. A failing check whose output the follow-up carries to the model: it holds the tool
+    // call that fixes it (the script model makes each `CALL` line of its user messages).
+    // (No backslash in it: `echo` of dash would read `\n`.)
+    let fix = json!({"filePath": proj.join("fixed.txt"), "content": "ok"});
+    let fixed = start(
+        &mut server,
+        &mut next,
+        task(
+            "Write nothing yet".into(),
+            format!("test -f fixed.txt || {{ echo 'CALL write {fix}'; exit 1; }}"),
+            1,
+        ),
+    );
+    // 4. Still failing after its follow-up.
+    let still = start(
+        &mut server,
+        &mut next,
+        task(
+            "Write nothing".into(),
+            "echo MARK-STILL-BROKEN; exit 2".into(),
+            1,
+        ),
+    );
+    // 5. A check that writes outside the root: the run's fence holds it too.
+    let fenced = start(
+        &mut server,
+        &mut next,
+        task(
+            "Write nothing".into(),
+            format!("echo escaped > {}", outside.display()),
+            0,
+        ),
+    );
+    let r = results(
+        &mut server,
+        &mut next,
+        &[&passes, &no_retry, &fixed, &still, &fenced],
+    );
+    assert!(
+        r[0].contains("succeeded") && r[0].contains("verify: passed\n"),
+        "{}",
+        r[0]
+    );
+    assert!(proj.join("hello.txt").is_file());
+
+    assert!(
+        r[1].contains("failure: verify: verify failed (exit 3)"),
+        "{}",
+        r[1]
+    );
+    assert!(
+        r[1].contains("verify output (end):\nMARK-NO-RETRY"),
+        "{}",
+        r[1]
+    );
+    assert!(!model_saw(&llm, "MARK-NO-RETRY"));
+
+    assert!(r[2].contains("succeeded"), "{}", r[2]);
+    assert!(r[2].contains("verify: passed after 2 runs"), "{}", r[2]);
+    assert!(model_saw(
+        &llm,
+        "The check for this task failed after your turn"
+    ));
+    assert!(proj.join("fixed.txt").is_file());
+
+    assert!(
+        r[3].contains("verify: failed (exit 2) after 2 runs"),
+        "{}",
+        r[3]
+    );
+    assert!(r[3].contains("failure: verify:"), "{}", r[3]);
+    assert!(model_saw(&llm, "MARK-STILL-BROKEN"));
+
+    assert!(r[4].contains("failure: verify:"), "{}", r[4]);
+    assert!(r[4].contains("verify output (end):"), "{}", r[4]);
+    assert!(
+        !outside.exists(),
+        "the verify command wrote outside the root"
+    );
+
+    // opencode_wait carries the outcome too.
+    next += 1;
+    let (waited, _) = server.call_text(
+        next,
+        "opencode_wait",
+        json!({"ids": [passes, still], "mode": "all", "timeout_s": 5}),
+    );
+    assert!(waited.contains("succeeded  verify: passed"), "{waited}");
+    assert!(
+        waited.contains("failed (verify: verify failed (exit 2)"),
+        "{waited}"
+    );
+}
+
+#[test]
+fn live_an_output_schema_answer_is_parsed_or_fails_after_one_follow_up() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = World::new();
+    let mut server = bridge(&world, &sb, &oc);
+    let mut next = 0;
+    let schema = json!({"type": "object", "properties": {"count": {"type": "integer"}},
+                        "required": ["count"]});
+    let task = |say: &str| {
+        json!({"tier": "easy", "prompt": format!("Count the files\nSAY {say}"), "agent": "explore",
+               "model": "fk/script", "output_schema": schema})
+    };
+    // A schema that cannot compile is refused at the start, in one line.
+    next += 1;
+    let mut broken = task("{}");
+    broken["output_schema"] = json!({"type": "no-such-type"});
+    let (refused, is_error) = server.call_text(next, "opencode_start", broken);
+    assert!(is_error, "{refused}");
+    assert!(
+        refused.starts_with("output_schema does not compile"),
+        "{refused}"
+    );
+    assert_eq!(refused.trim_end().lines().count(), 1, "{refused}");
+
+    let valid = start(&mut server, &mut next, task(r#"{"count": 3}"#));
+    let invalid = start(&mut server, &mut next, task(r#"{"count": "three"}"#));
+    for id in [&valid, &invalid] {
+        common::until_ended(&mut server, id, &mut next);
+    }
+    next += 1;
+    let r = server.call(next, "opencode_result", json!({"id": valid}));
+    let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("succeeded") && text.contains("output_schema: valid"),
+        "{text}"
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["output"],
+        json!({"count": 3}),
+        "{r}"
+    );
+    // The model was told the schema.
+    assert!(model_saw(&llm, "valid against this JSON Schema"));
+
+    next += 1;
+    let r = server.call(next, "opencode_result", json!({"id": invalid}));
+    let text = r["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(
+        text.contains("failure: schema: the answer does not satisfy the output_schema: at /count:"),
+        "{text}"
+    );
+    assert!(text.contains("output_schema: invalid"), "{text}");
+    assert!(r["result"]["structuredContent"]["output"].is_null(), "{r}");
+    // The follow-up quoting the errors reached the model.
+    assert!(model_saw(&llm, "does not satisfy the required JSON Schema"));
+}

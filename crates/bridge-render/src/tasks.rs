@@ -202,6 +202,24 @@ fn status_header(s: &TaskSnapshot) -> String {
     if let Some(code) = s.exit_code.filter(|_| s.state.is_finished()) {
         out.push_str(&format!("exit code: {code}\n"));
     }
+    out.push_str(&checks_line(s));
+    out
+}
+
+/// `verify: passed` / `verify: failed (exit 1)` and `output_schema: valid` / `invalid`, one
+/// line each, for a task that has them.
+fn checks_line(s: &TaskSnapshot) -> String {
+    let mut out = String::new();
+    if let Some(v) = &s.verify {
+        out.push_str(&format!("verify: {}\n", v.line()));
+    }
+    if let Some(valid) = s.schema_valid {
+        out.push_str(if valid {
+            "output_schema: valid (structuredContent.output holds the parsed answer)\n"
+        } else {
+            "output_schema: invalid\n"
+        });
+    }
     out
 }
 
@@ -236,6 +254,15 @@ pub fn result(o: &TaskOutput) -> String {
     }
     if let Some(a) = &o.audit {
         out.push_str(&format!("{}\n", one_line(a, 2000)));
+    }
+    // A failed verify's output is what to read first; a passing one's is not shown.
+    if let (Some(v), Some(tail)) = (&o.snapshot.verify, &o.verify_output)
+        && !v.passed
+    {
+        let tail = tail.trim_end();
+        out.push_str("verify output (end):\n");
+        out.push_str(if tail.is_empty() { "(none)" } else { tail });
+        out.push('\n');
     }
     out.push_str(&"-".repeat(40));
     out.push('\n');
@@ -364,6 +391,16 @@ pub fn waited(r: &WaitReport, all: bool, timeout_s: u64) -> String {
                 f.kind.as_str(),
                 clip(&one_line(&f.message, 200), 160)
             ));
+        }
+        if let Some(v) = &s.verify {
+            line.push_str(&format!("  verify: {}", v.line()));
+        }
+        if let Some(valid) = s.schema_valid {
+            line.push_str(if valid {
+                "  output_schema: valid"
+            } else {
+                "  output_schema: invalid"
+            });
         }
         line.push_str(&format!(
             "  {}  {}",

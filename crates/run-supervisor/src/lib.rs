@@ -53,6 +53,7 @@ mod supervisor;
 mod task;
 pub mod usage;
 pub mod utc;
+pub mod verify;
 pub mod worktree;
 
 use std::path::PathBuf;

@@ -88,6 +88,14 @@ pub struct TaskSpec {
     /// on the same state directory less than [`REQUEST_TTL`] ago returns that task instead
     /// of starting another ([`crate::Supervisor::start_or_existing`]).
     pub request: Option<RequestKey>,
+    /// A shell command (`sh -c`) run in the task's cwd after the agent's turn, in the run's
+    /// fence and world; its exit status decides ([`crate::verify`]).
+    pub verify: Option<String>,
+    /// Follow-ups the agent gets with a failed verify's output before the task fails (0-3).
+    pub verify_retries: u32,
+    /// A JSON Schema the agent's final answer must satisfy (compiled by
+    /// [`crate::verify::compile_schema`] at the start).
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// How long a `request_id` names the task it started.
@@ -166,6 +174,9 @@ impl TaskSpec {
             server: None,
             max_cost_usd: None,
             request: None,
+            verify: None,
+            verify_retries: 1,
+            output_schema: None,
         }
     }
 }

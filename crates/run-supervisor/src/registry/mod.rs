@@ -224,6 +224,13 @@ pub(crate) struct TaskRecord {
     /// absent for a start without one and in files written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<crate::spec::RequestKey>,
+    /// How the caller's verify command last ended ([`crate::verify::VerifyOutcome`]); absent
+    /// for a task without one, before it ran, and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<crate::verify::VerifyOutcome>,
+    /// Whether the answer satisfied the caller's output schema; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_valid: Option<bool>,
     pub updated_ms: u64,
 }
 
@@ -262,6 +269,8 @@ impl TaskRecord {
             usage: None,
             attempt_usage: Vec::new(),
             request: None,
+            verify: None,
+            schema_valid: None,
             updated_ms: now_ms(),
         }
     }
@@ -392,6 +401,12 @@ pub(crate) struct TaskOutputRecord {
     /// The post-run audit's line (`audited: …` / `not audited: …`); absent before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<String>,
+    /// The end of the last verify run's output (redacted); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_output: Option<String>,
+    /// The answer parsed and valid against the caller's output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 /// Why the registry cannot be used. The message names the directory and what to do.
@@ -648,6 +663,8 @@ pub(crate) mod tests {
             usage: None,
             attempt_usage: Vec::new(),
             request: None,
+            verify: None,
+            schema_valid: None,
             updated_ms: now_ms(),
         }
     }

@@ -36,6 +36,7 @@ mod child;
 mod output;
 mod record;
 mod served;
+mod verify;
 
 use record::{Record, Save, output_view, stored_snapshot};
 
@@ -300,9 +301,25 @@ impl Supervisor {
             ));
         }
         let isolated = crate::worktree::start_check(&spec, &cwd, self.state_dir())?;
+        if spec.verify_retries > crate::verify::MAX_VERIFY_RETRIES {
+            return Err(StartError::InvalidSpec(format!(
+                "verify_retries is {}, more than {}: give 0 to {}",
+                spec.verify_retries,
+                crate::verify::MAX_VERIFY_RETRIES,
+                crate::verify::MAX_VERIFY_RETRIES
+            )));
+        }
+        if let Some(schema) = &spec.output_schema {
+            crate::verify::compile_schema(schema).map_err(StartError::InvalidSpec)?;
+        }
         let model = spec.model.clone().or_else(|| cfg.default_model.clone());
         let runner = Runner::for_model(model.as_deref());
         let place = self.place_of(&spec, runner, isolated.is_some())?;
+        if let (Some(_), Some(Place::Remote(name))) = (&spec.verify, &place) {
+            return Err(StartError::InvalidSpec(format!(
+                "verify runs its command on this machine, but the task would work on server {name}'s tree: drop `verify`, or run the task here (no `server`)"
+            )));
+        }
         let account = backend(runner).account_key(model.as_deref());
         let bin = match backend(runner).binary(cfg) {
             Ok(b) => b,

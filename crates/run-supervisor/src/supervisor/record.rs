@@ -81,6 +81,12 @@ pub(super) struct Record {
     pub(super) pricing: Pricing,
     /// The usage of the attempts before the current one, by attempt number.
     pub(super) prior: Vec<(u32, Usage)>,
+    /// How the caller's verify command last ended, and the end of its output.
+    pub(super) verify: Option<crate::verify::VerifyOutcome>,
+    pub(super) verify_output: Option<String>,
+    /// Whether the answer satisfied the output schema, and the answer parsed when it did.
+    pub(super) schema_valid: Option<bool>,
+    pub(super) structured: Option<serde_json::Value>,
 }
 
 impl Record {
@@ -126,6 +132,10 @@ impl Record {
             detached: false,
             pricing,
             prior: Vec::new(),
+            verify: None,
+            verify_output: None,
+            schema_valid: None,
+            structured: None,
         }
     }
 
@@ -231,6 +241,8 @@ impl Record {
         t.tool_calls = self.summary.tool_calls().len();
         t.attempt_usage = self.attempt_usages();
         t.usage = Some(self.task_usage());
+        t.verify = self.verify.clone();
+        t.schema_valid = self.schema_valid;
         // A Claude run uses no opencode.
         t.opencode_version = version
             .filter(|_| backend(self.runner).traits().reports_opencode_version)
@@ -259,6 +271,8 @@ impl Record {
             stdout_bytes_dropped,
             changed_files: self.changes.clone(),
             audit: self.audit.clone(),
+            verify_output: self.verify_output.clone(),
+            output: self.structured.clone(),
         }
     }
 
@@ -350,6 +364,8 @@ pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
         orphaned: false,
         other_bridge: None,
         lost: t.lost,
+        verify: t.verify.clone(),
+        schema_valid: t.schema_valid,
     }
 }
 
@@ -385,6 +401,8 @@ pub(super) fn output_view(
         stdout_bytes_dropped: o.stdout_bytes_dropped,
         changed_files: o.changed_files.clone(),
         audit: o.audit.clone(),
+        verify_output: o.verify_output.clone(),
+        output: o.output.clone(),
     }
 }
 
