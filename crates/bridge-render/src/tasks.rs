@@ -236,7 +236,9 @@ pub fn result(o: &TaskOutput) -> String {
         for c in o.tool_calls.iter().skip(skip) {
             let mut line = format!("  -> {}", c.tool);
             if let Some(t) = &c.title {
-                line.push_str(&format!("({})", clip(&one_line(t, 200), 120)));
+                // A file named from the task's cwd, like the changed files.
+                let t = run_supervisor::changes::relative_to(t, &o.snapshot.cwd);
+                line.push_str(&format!("({})", clip(&one_line(&t, 200), 120)));
             }
             line.push_str(&format!(" [{}]", c.status));
             if let Some(e) = &c.error {

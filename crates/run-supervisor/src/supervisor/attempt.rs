@@ -262,9 +262,7 @@ pub(super) async fn run_task(
             None => None,
         };
     } else {
-        let calls = shared
-            .with(id, |r| r.summary.tool_calls().clone())
-            .unwrap_or_default();
+        let calls = shared.with(id, |r| r.all_tool_calls()).unwrap_or_default();
         let changes = tokio::task::spawn_blocking(move || match before {
             Some(snap) => snap.changes_since(),
             None => Some(changes::from_tool_calls(&calls, &dir)),
@@ -490,7 +488,12 @@ async fn run_task_inner(
                         AfterTurn::Done => return (TaskState::Succeeded, None),
                         AfterTurn::End(state, failure) => return (state, failure),
                         AfterTurn::FollowUp(session, prompt) => {
-                            // The agent gets the check's failure in its own session.
+                            // The agent gets the check's failure in its own session; what
+                            // it did so far stays the task's.
+                            shared.with(id, |r| {
+                                let calls = r.all_tool_calls();
+                                r.earlier_calls = calls;
+                            });
                             spec.session = Some(session);
                             spec.prompt = prompt;
                             continue;

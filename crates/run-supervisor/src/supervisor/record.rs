@@ -87,6 +87,8 @@ pub(super) struct Record {
     /// Whether the answer satisfied the output schema, and the answer parsed when it did.
     pub(super) schema_valid: Option<bool>,
     pub(super) structured: Option<serde_json::Value>,
+    /// The tool calls of the turns before a check's follow-up (the same session's work).
+    pub(super) earlier_calls: Vec<ToolCall>,
 }
 
 impl Record {
@@ -136,6 +138,7 @@ impl Record {
             verify_output: None,
             schema_valid: None,
             structured: None,
+            earlier_calls: Vec::new(),
         }
     }
 
@@ -238,7 +241,7 @@ impl Record {
         t.exit_code = self.exit.and_then(|e| e.code);
         t.tokens = self.summary.tokens().into();
         t.cost = self.summary.cost();
-        t.tool_calls = self.summary.tool_calls().len();
+        t.tool_calls = self.earlier_calls.len() + self.summary.tool_calls().len();
         t.attempt_usage = self.attempt_usages();
         t.usage = Some(self.task_usage());
         t.verify = self.verify.clone();
@@ -264,7 +267,7 @@ impl Record {
             version: registry::FORMAT_VERSION,
             text,
             final_text: self.summary.final_text().to_owned(),
-            tool_calls: self.summary.tool_calls().iter().map(Into::into).collect(),
+            tool_calls: self.all_tool_calls().iter().map(Into::into).collect(),
             stderr_tail: cut_text(stderr_clean.trim(), None, Some(4_000)).text,
             malformed_lines: self.summary.malformed(),
             unknown_events: self.summary.unknown(),
@@ -304,6 +307,14 @@ impl Record {
             s.provider_wait = self.provider_wait.clone();
         }
         s
+    }
+
+    /// The task's tool calls: those of the turns before a check's follow-up, then the current
+    /// attempt's.
+    pub(super) fn all_tool_calls(&self) -> Vec<ToolCall> {
+        let mut calls = self.earlier_calls.clone();
+        calls.extend(self.summary.tool_calls().iter().cloned());
+        calls
     }
 
     /// The failure of a finished attempt, by the rules of the task's runner.
