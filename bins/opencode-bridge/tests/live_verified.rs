@@ -321,3 +321,43 @@ fn live_an_output_schema_answer_is_parsed_or_fails_after_one_follow_up() {
     // The follow-up quoting the errors reached the model.
     assert!(model_saw(&llm, "does not satisfy the required JSON Schema"));
 }
+
+/// An isolated task on the `run` engine (its follow-up an `opencode run --session`): the verify
+/// command runs in the task's worktree, its failure reaches the agent there, and the caller's
+/// checkout is untouched until the change is applied.
+#[test]
+fn live_run_an_isolated_task_verifies_in_its_worktree_before_anything_is_applied() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = World::new();
+    let proj = sb.project_dir().canonicalize().unwrap();
+    bridge_testkit::git_repo(&proj, &[("README.md", "# demo\n")]);
+    let mut env = common::sandbox_env_for_bridge(&sb);
+    env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
+    env.push(("OPENCODE_BRIDGE_ROOT", proj.to_string_lossy().into_owned()));
+    env.push(("OPENCODE_BRIDGE_RETRIES", "0".into()));
+    env.push(("OPENCODE_BRIDGE_ENGINE", "run".into()));
+    let mut server = Server::start_in(&world, &env, &proj);
+    server.initialize();
+    let mut next = 0;
+    // Exit 9 anywhere but a worktree of the bridge's; there, the file the follow-up's `CALL`
+    // writes (a path relative to the run's directory) decides.
+    let fix = json!({"filePath": "fixed.txt", "content": "ok"});
+    let verify = format!(
+        "pwd -P | grep -q /worktrees/ || exit 9; test -f fixed.txt || {{ echo 'CALL write {fix}'; exit 1; }}"
+    );
+    let id = start(
+        &mut server,
+        &mut next,
+        json!({"tier": "easy", "prompt": "Write nothing yet", "model": "fk/script",
+               "isolation": "worktree", "verify": verify}),
+    );
+    let r = results(&mut server, &mut next, &[&id]).remove(0);
+    assert!(r.contains("succeeded"), "{r}");
+    assert!(r.contains("engine: run"), "{r}");
+    assert!(r.contains("verify: passed after 2 runs"), "{r}");
+    assert!(r.contains("fixed.txt +1 -0 (added)"), "{r}");
+    assert!(r.contains("+++ b/fixed.txt"), "{r}");
+    assert!(!proj.join("fixed.txt").exists(), "the checkout was touched");
+}
