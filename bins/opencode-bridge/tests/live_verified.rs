@@ -207,6 +207,7 @@ fn live_verify_passes_fails_feeds_the_failure_back_and_stays_in_the_fence() {
         "{}",
         r[0]
     );
+    assert!(r[0].contains("verify output (end):\nfound\n"), "{}", r[0]);
     assert!(proj.join("hello.txt").is_file());
     // Outside git the file and the tool call are named from the task's cwd (opencode titles
     // them from `/`).

@@ -223,6 +223,9 @@ fn checks_line(s: &TaskSnapshot) -> String {
     out
 }
 
+/// Lines of a passing verify command's output a result shows (a failing one's whole kept end).
+const VERIFY_PASSED_LINES: usize = 5;
+
 /// `opencode_result`: the status header, then the agent's text (already cut by the
 /// supervisor), tool calls, and stderr when the task failed.
 pub fn result(o: &TaskOutput) -> String {
@@ -257,13 +260,18 @@ pub fn result(o: &TaskOutput) -> String {
     if let Some(a) = &o.audit {
         out.push_str(&format!("{}\n", one_line(a, 2000)));
     }
-    // A failed verify's output is what to read first; a passing one's is not shown.
-    if let (Some(v), Some(tail)) = (&o.snapshot.verify, &o.verify_output)
-        && !v.passed
-    {
+    // A failed verify's output is what to read first (its kept end); a passing one's last
+    // lines say what passed.
+    if let (Some(v), Some(tail)) = (&o.snapshot.verify, &o.verify_output) {
         let tail = tail.trim_end();
+        let shown = if v.passed {
+            let lines: Vec<&str> = tail.lines().collect();
+            lines[lines.len().saturating_sub(VERIFY_PASSED_LINES)..].join("\n")
+        } else {
+            tail.to_owned()
+        };
         out.push_str("verify output (end):\n");
-        out.push_str(if tail.is_empty() { "(none)" } else { tail });
+        out.push_str(if shown.is_empty() { "(none)" } else { &shown });
         out.push('\n');
     }
     out.push_str(&"-".repeat(40));

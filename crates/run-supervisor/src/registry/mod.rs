@@ -156,6 +156,17 @@ fn version_1() -> u32 {
     1
 }
 
+/// A task's `verify`, `verify_retries` and `output_schema`, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredChecks {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
+    #[serde(default)]
+    pub verify_retries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+}
+
 /// `tasks/<id>/task.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct TaskRecord {
@@ -231,6 +242,10 @@ pub(crate) struct TaskRecord {
     /// Whether the answer satisfied the caller's output schema; absent without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_valid: Option<bool>,
+    /// The caller's checks of the work, so a bridge that adopts the task runs them too;
+    /// absent without any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<StoredChecks>,
     pub updated_ms: u64,
 }
 
@@ -271,6 +286,7 @@ impl TaskRecord {
             request: None,
             verify: None,
             schema_valid: None,
+            checks: None,
             updated_ms: now_ms(),
         }
     }
@@ -665,6 +681,7 @@ pub(crate) mod tests {
             request: None,
             verify: None,
             schema_valid: None,
+            checks: None,
             updated_ms: now_ms(),
         }
     }

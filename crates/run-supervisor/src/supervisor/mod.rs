@@ -428,6 +428,13 @@ impl Supervisor {
             rec.engine = place.as_ref().map(Place::engine_name);
             rec.client_session = cfg.client_session.clone();
             rec.request = spec.request.clone();
+            rec.checks = (spec.verify.is_some() || spec.output_schema.is_some()).then(|| {
+                crate::registry::StoredChecks {
+                    verify: spec.verify.clone(),
+                    verify_retries: spec.verify_retries,
+                    output_schema: spec.output_schema.clone(),
+                }
+            });
             let durable_session = self.shared.writer.is_none();
             let r = Record::new(
                 rec,
@@ -504,6 +511,12 @@ impl Supervisor {
             spec.session = t.session_id.clone();
             spec.label = t.label.clone();
             spec.server = server;
+            // Its checks run when the turn ends, as they would have on the first bridge.
+            if let Some(c) = &t.checks {
+                spec.verify = c.verify.clone();
+                spec.verify_retries = c.verify_retries;
+                spec.output_schema = c.output_schema.clone();
+            }
             let (stop_tx, stop_rx) = watch::channel(None);
             {
                 let mut inner = self.shared.lock();
