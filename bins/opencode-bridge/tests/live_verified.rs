@@ -362,3 +362,36 @@ fn live_run_an_isolated_task_verifies_in_its_worktree_before_anything_is_applied
     assert!(r.contains("+++ b/fixed.txt"), "{r}");
     assert!(!proj.join("fixed.txt").exists(), "the checkout was touched");
 }
+
+/// The control of the fenced verify above: with the fence off (`OPENCODE_BRIDGE_SANDBOX=off`)
+/// the same command writes outside the root, so that test's refusal is the fence's doing.
+#[test]
+fn live_with_the_fence_off_a_verify_command_writes_outside_the_root() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = World::new();
+    let outside = world.path("outside-verify.txt");
+    let mut env = common::sandbox_env_for_bridge(&sb);
+    env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
+    env.push((
+        "OPENCODE_BRIDGE_ROOT",
+        sb.project_dir().to_string_lossy().into_owned(),
+    ));
+    env.push(("OPENCODE_BRIDGE_SANDBOX", "off".into()));
+    let mut server = Server::start(&world, &env);
+    server.initialize();
+    let mut next = 0;
+    let id = start(
+        &mut server,
+        &mut next,
+        json!({"tier": "easy", "prompt": "Write nothing", "model": "fk/script",
+               "verify": format!("echo escaped > {}", outside.display()), "verify_retries": 0}),
+    );
+    let r = results(&mut server, &mut next, &[&id]).remove(0);
+    assert!(
+        r.contains("succeeded") && r.contains("verify: passed"),
+        "{r}"
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "escaped\n");
+}
