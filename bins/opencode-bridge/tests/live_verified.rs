@@ -395,3 +395,70 @@ fn live_with_the_fence_off_a_verify_command_writes_outside_the_root() {
     );
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "escaped\n");
 }
+
+/// The CLI's `start` mirrors the tool: it waits for the task and prints its result, with the
+/// verify outcome and the schema's verdict; a repeated `--request-id` returns that task.
+#[test]
+fn live_cli_start_verifies_checks_the_schema_and_honours_the_request_id() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = World::new();
+    let mut env = common::sandbox_env_for_bridge(&sb);
+    env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
+    env.push((
+        "OPENCODE_BRIDGE_ROOT",
+        sb.project_dir().to_string_lossy().into_owned(),
+    ));
+    env.push(("OPENCODE_BRIDGE_ENGINE", "run".into()));
+    let schema = r#"{"type": "object", "required": ["count"]}"#;
+    let args = [
+        "start",
+        "--tier",
+        "easy",
+        "--model",
+        "fk/script",
+        "--verify",
+        "test -d .",
+        "--output-schema",
+        schema,
+        "--request-id",
+        "cli-1",
+        "Count the files\nSAY {\"count\": 2}",
+    ];
+    let out = common::run_cli(&world, &env, &args);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.starts_with("started task 1:"), "{stderr}");
+    assert!(
+        stdout.contains("succeeded") && stdout.contains("verify: passed"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("output_schema: valid"), "{stdout}");
+    // The same start again: the same task, nothing run.
+    let asked = llm.chat_requests("script").len();
+    let out = common::run_cli(&world, &env, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("request_id \"cli-1\" already started task 1"),
+        "{stderr}"
+    );
+    assert_eq!(llm.chat_requests("script").len(), asked);
+    // A schema that is not JSON is refused in one line, exit 1.
+    let out = common::run_cli(
+        &world,
+        &env,
+        &["start", "--tier", "easy", "--output-schema", "{nope", "x"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("opencode-bridge: --output-schema is not JSON"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+}
