@@ -735,6 +735,9 @@ pub fn status_line(s: &TaskSnapshot) -> String {
             crate::human::duration_ms(age.as_millis() as u64)
         ));
     }
+    if let Some(v) = &s.verify {
+        parts.push(format!("verify {}", v.line()));
+    }
     if let Some(f) = &s.failure {
         parts.push(f.kind.to_string());
     }

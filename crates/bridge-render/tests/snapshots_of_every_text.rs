@@ -411,6 +411,8 @@ fn durable_task_texts() {
         audit: Some("audited: agent fixer, model fk/ok in 3 assistant messages".into()),
     };
     insta::assert_snapshot!("result_changed_files", tasks::result(&output));
+    // An MCP task's status message carries the verify outcome.
+    insta::assert_snapshot!("status_line_verified", tasks::status_line(&done));
     // A verify that still failed after its follow-up: the line, the failure, and its output.
     let mut unverified = output.clone();
     unverified.snapshot.state = TaskState::Failed;
