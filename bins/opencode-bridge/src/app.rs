@@ -675,7 +675,28 @@ impl App {
         if let Some(e) = self.env_errors.first() {
             return Err(render::tasks::env_refusal(e));
         }
-        let id = self.supervisor.start(spec).map_err(|e| e.to_string())?;
+        if let Some(schema) = &args.output_schema {
+            run_supervisor::verify::compile_schema(schema)?;
+        }
+        spec.verify = args.verify.clone();
+        spec.verify_retries = args.verify_retries.map_or(1, |n| n as u32);
+        spec.output_schema = args.output_schema.clone();
+        spec.request = args
+            .request_id
+            .as_deref()
+            .map(|r| run_supervisor::RequestKey::new(r, &args.prompt, &cwd, &agent.name));
+        let id = match self.supervisor.start_or_existing(spec) {
+            Ok(run_supervisor::Started::New(id)) => id,
+            Ok(run_supervisor::Started::Existing(id)) => {
+                let request_id = args.request_id.as_deref().unwrap_or_default();
+                let text = match self.supervisor.status(id) {
+                    Some(s) => render::tasks::repeated_request(request_id, &s),
+                    None => render::tasks::unknown_task(id),
+                };
+                return Ok((id, text));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let budget_warning =
             render::usage::budget_warning(&self.supervisor.budget_check(Some(&cwd)));
         if progress.wanted() {

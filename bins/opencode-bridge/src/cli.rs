@@ -95,6 +95,39 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         html: Option<std::path::PathBuf>,
     },
+    /// Delegate a job like opencode_start, wait until it ends and print its result (the same
+    /// text as opencode_result); exit 0 when it succeeded, 1 otherwise.
+    Start {
+        /// The complete task for the agent.
+        prompt: String,
+        /// easy or medium (hard and unsure are refused).
+        #[arg(long)]
+        tier: String,
+        /// Working directory (inside OPENCODE_BRIDGE_ROOT; default: the root).
+        #[arg(long)]
+        cwd: Option<String>,
+        /// The opencode agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// provider/model[#variant], or a Claude model.
+        #[arg(long)]
+        model: Option<String>,
+        /// Kill the run after this many minutes.
+        #[arg(long)]
+        timeout_minutes: Option<u64>,
+        /// A shell command that checks the work after the agent's turn, in the run's fence.
+        #[arg(long)]
+        verify: Option<String>,
+        /// Follow-ups a failed verify gets before the task fails (0-3, default 1).
+        #[arg(long)]
+        verify_retries: Option<u64>,
+        /// A JSON Schema the final answer must satisfy: JSON text, or @FILE.
+        #[arg(long, value_name = "JSON|@FILE")]
+        output_schema: Option<String>,
+        /// A key that makes a repeated start return the first task (24 h, same state dir).
+        #[arg(long)]
+        request_id: Option<String>,
+    },
     /// Check the installation: opencode, backend, store, server, roster, mode.
     Doctor,
     /// Scan a file (or stdin: `-` or nothing) with the secret guard: one `FILE:LINE: KIND` line
@@ -166,6 +199,31 @@ pub async fn run(app: &App, command: Command) -> i32 {
         ),
         Command::Policy { cwd, mode } => ("opencode_policy", json!({"cwd": cwd, "mode": mode})),
         Command::Processes => ("opencode_processes", json!({})),
+        Command::Start {
+            prompt,
+            tier,
+            cwd,
+            agent,
+            model,
+            timeout_minutes,
+            verify,
+            verify_retries,
+            output_schema,
+            request_id,
+        } => {
+            let schema = match output_schema.as_deref().map(schema_arg).transpose() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("opencode-bridge: {e}");
+                    return 1;
+                }
+            };
+            let args = json!({"prompt": prompt, "tier": tier, "cwd": cwd, "agent": agent,
+                              "model": model, "timeout_minutes": timeout_minutes,
+                              "verify": verify, "verify_retries": verify_retries,
+                              "output_schema": schema, "request_id": request_id});
+            return start(app, &given(&args)).await;
+        }
         Command::Usage {
             since,
             since_days,
@@ -190,6 +248,62 @@ pub async fn run(app: &App, command: Command) -> i32 {
             eprintln!("opencode-bridge: {}", cli_wording(&e));
             1
         }
+    }
+}
+
+/// `--output-schema`: JSON text, or `@FILE` holding it.
+fn schema_arg(given: &str) -> Result<Value, String> {
+    let text = match given.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("--output-schema: cannot read {path}: {e}"))?,
+        None => given.to_owned(),
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        format!("--output-schema is not JSON ({e}): give a JSON Schema object, or @FILE")
+    })
+}
+
+/// `start`: the task is started like opencode_start, waited for here (the bridge this command
+/// is), and its result printed.
+async fn start(app: &App, args: &Map<String, Value>) -> i32 {
+    let started = match tools::parse_call("opencode_start", Some(args)) {
+        Ok(tools::Call::Start(start)) => app.start_task(start, &crate::app::Progress::none()).await,
+        Ok(_) => Err("internal error: not a start".to_owned()),
+        Err(refused) => Err(refused.cli_text()),
+    };
+    let (id, text) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("opencode-bridge: {}", cli_wording(&e));
+            return 1;
+        }
+    };
+    eprint!("{text}");
+    // The task may be another bridge's (a repeated request_id): waited for on disk too.
+    let snapshot = loop {
+        let report = app
+            .supervisor()
+            .wait_for(&[id], true, std::time::Duration::from_secs(600))
+            .await;
+        if report.satisfied || !report.unknown.is_empty() {
+            break report.finished.into_iter().next();
+        }
+    };
+    let result = tools::parse_call(
+        "opencode_result",
+        Some(&given(&json!({"id": id.to_string()}))),
+    )
+    .map_err(|e| e.cli_text());
+    match result {
+        Ok(call) => match app.call(call).await {
+            Ok(text) => print!("{text}"),
+            Err(e) => eprintln!("opencode-bridge: {}", cli_wording(&e)),
+        },
+        Err(e) => eprintln!("opencode-bridge: {e}"),
+    }
+    match snapshot.map(|s| s.state) {
+        Some(run_supervisor::TaskState::Succeeded) => 0,
+        _ => 1,
     }
 }
 

@@ -93,6 +93,8 @@ pub enum FailureKindView {
     OutdatedRunner,
     Exit,
     Budget,
+    Verify,
+    Schema,
 }
 
 impl From<FailureKind> for FailureKindView {
@@ -114,6 +116,8 @@ impl From<FailureKind> for FailureKindView {
             FailureKind::OutdatedRunner => FailureKindView::OutdatedRunner,
             FailureKind::Exit => FailureKindView::Exit,
             FailureKind::Budget => FailureKindView::Budget,
+            FailureKind::Verify => FailureKindView::Verify,
+            FailureKind::Schema => FailureKindView::Schema,
         }
     }
 }
@@ -183,6 +187,11 @@ pub struct TaskView {
     pub orphaned: bool,
     /// pid of another live bridge that runs it.
     pub other_bridge: Option<i32>,
+    /// How the caller's verify command last ended: `passed`, `failed (exit N)`, with
+    /// `after N runs` past the first (`null`: no verify, or it has not run yet).
+    pub verify: Option<String>,
+    /// Whether the answer satisfied the caller's output_schema (`null`: none, or not checked).
+    pub output_schema_valid: Option<bool>,
 }
 
 impl From<&TaskSnapshot> for TaskView {
@@ -225,6 +234,8 @@ impl From<&TaskSnapshot> for TaskView {
             engine: s.engine.clone(),
             orphaned: s.orphaned,
             other_bridge: s.other_bridge,
+            verify: s.verify.as_ref().map(|v| v.line()),
+            output_schema_valid: s.schema_valid,
         }
     }
 }
@@ -319,6 +330,10 @@ pub struct ResultView {
     /// A task started with `isolation: "worktree"` whose worktree is still there (`null`:
     /// not isolated, or its change was applied or discarded).
     pub isolated: Option<IsolatedChangeView>,
+    /// The end of the last verify run's output, secrets redacted (`null`: no verify).
+    pub verify_output: Option<String>,
+    /// The agent's answer, parsed, when it is valid against the task's output_schema.
+    pub output: Option<serde_json::Value>,
 }
 
 /// The change of an isolated task, waiting for `opencode_apply`.
@@ -351,6 +366,8 @@ impl From<&TaskOutput> for ResultView {
             changed_files: o.changed_files.as_ref().map(Into::into),
             audit: o.audit.clone(),
             isolated: None,
+            verify_output: o.verify_output.clone(),
+            output: o.output.clone(),
         }
     }
 }

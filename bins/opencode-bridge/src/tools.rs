@@ -77,6 +77,10 @@ pub const WAIT_MAX_IDS: usize = 64;
 pub const MAX_PATH_CHARS: usize = 4096;
 /// The longest name argument: an agent, a lane, a label, a model, a session or task id.
 pub const MAX_NAME_CHARS: usize = 100;
+/// Longest `verify` command of `opencode_start`.
+pub const MAX_VERIFY_CHARS: usize = 4096;
+/// Longest `request_id` of `opencode_start`.
+pub const MAX_REQUEST_ID_CHARS: usize = 128;
 /// Most paths `allow_protected` names.
 pub const MAX_ALLOW_PROTECTED: usize = 64;
 /// The longest model argument (`provider/model#variant` can be long on gateways).
@@ -129,6 +133,10 @@ pub fn definitions() -> Vec<ToolDef> {
                     "label": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "description": "A label of your choice (e.g. a batch name); opencode_list can filter by it."},
                     "max_cost_usd": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_COST_USD, "description": "Stop the run once it has cost more than this many USD (checked as each model step's cost arrives; estimated from list prices where opencode records 0); it then fails with kind budget and keeps what it did. Day and month budgets (opencode_policy shows them) apply as well."},
                     "isolation": {"type": "string", "enum": ISOLATIONS, "description": "worktree: an editing agent works in its own detached git worktree (your uncommitted and untracked files carried over) and your checkout is not touched; opencode_result shows its patch and opencode_apply brings it in or discards it. Needs a git repository with a commit. Default: none (the agent edits your checkout)."},
+                    "verify": {"type": "string", "minLength": 1, "maxLength": MAX_VERIFY_CHARS, "description": "Prefer this for code changes: a shell command (run as `sh -c`) in the task's cwd after the agent's turn, inside the same fence and world as the run (an isolated task's in its worktree, before anything is applied); its exit status decides. The result shows `verify: passed` or `verify: failed (exit N)` with the end of its output (secrets redacted). On failure the agent gets that output as a follow-up in its session and the command runs again (verify_retries times); still failing, the task fails with kind verify. Its time counts against the task's time limit. E.g. `cargo test -q`, `npm test`, `pytest -x`."},
+                    "verify_retries": {"type": "integer", "minimum": 0, "maximum": 3, "description": "Follow-ups the agent gets with a failed verify's output before the task fails (0-3). Default 1."},
+                    "output_schema": {"type": "object", "description": "A JSON Schema (at most 64 KB) the agent's final answer must satisfy: the prompt tells the agent; an invalid answer gets one follow-up quoting the validation errors, then the task fails with kind schema; a valid answer comes back parsed in the result's structuredContent (key `output`) and in its text."},
+                    "request_id": {"type": "string", "minLength": 1, "maxLength": MAX_REQUEST_ID_CHARS, "description": "Your key for this start (up to 128 characters): a repeated start with the same request_id within 24 hours (also after a bridge restart) returns the task the first one started, in its current state, instead of starting another; the same request_id with another prompt, cwd or agent is refused. Use it when you may retry a start whose answer you did not get."},
                     "server": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS, "pattern": NOT_OPTION_LIKE, "description": "Run the task as a session on this opencode server of the bridge's config file ([[server]] entries; opencode_doctor lists them); cwd is mapped from OPENCODE_BRIDGE_ROOT to the server's root. `local`: the bridge's own engine. Default: the bridge's engine (OPENCODE_BRIDGE_ENGINE)."}
                 },
                 "required": ["tier", "prompt"],
@@ -416,6 +424,14 @@ pub struct StartArgs {
     pub server: Option<String>,
     /// Stop the run once it has cost more than this (USD).
     pub max_cost_usd: Option<f64>,
+    /// The caller's idempotency key.
+    pub request_id: Option<String>,
+    /// A shell command that checks the work after the agent's turn.
+    pub verify: Option<String>,
+    /// Follow-ups a failed verify gets (0-3, default 1).
+    pub verify_retries: Option<u64>,
+    /// A JSON Schema the final answer must satisfy.
+    pub output_schema: Option<Value>,
 }
 
 /// Arguments of `opencode_sessions`.
@@ -492,6 +508,10 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
                 None => None,
             },
             max_cost_usd: a.opt_usd("max_cost_usd", MAX_COST_USD)?,
+            request_id: a.opt_str_max("request_id", MAX_REQUEST_ID_CHARS)?,
+            verify: a.opt_nonempty("verify")?,
+            verify_retries: a.opt_int("verify_retries", 0, 3)?,
+            output_schema: a.opt_object("output_schema")?,
         }),
         "opencode_status" => Call::Status {
             id: a.required_str("id")?,
@@ -636,6 +656,21 @@ impl Args<'_> {
                 field,
                 ArgProblem::WrongType {
                     expected: "a string",
+                    got: v.clone(),
+                },
+            )),
+        }
+    }
+
+    /// An optional JSON object.
+    fn opt_object(&self, field: &'static str) -> Result<Option<Value>, ArgError> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(v @ Value::Object(_)) => Ok(Some(v.clone())),
+            Some(v) => Err(ArgError::new(
+                field,
+                ArgProblem::WrongType {
+                    expected: "a JSON Schema object",
                     got: v.clone(),
                 },
             )),
@@ -1414,7 +1449,17 @@ mod tests {
         const INJECTIONS: [&str; 8] = run_supervisor::argv::INJECTION_SAMPLES;
         const REFUSED: [&str; 4] = ["model", "agent", "session", "server"];
         const CLOSED_SETS: [&str; 3] = ["tier", "mode", "isolation"];
-        const ACCEPTED: [&str; 5] = ["prompt", "cwd", "lane", "title", "label"];
+        // `request_id` never reaches a command line (only the registry); `verify` only as the
+        // script of `sh -c`, never as an option.
+        const ACCEPTED: [&str; 7] = [
+            "prompt",
+            "cwd",
+            "lane",
+            "title",
+            "label",
+            "request_id",
+            "verify",
+        ];
         let start = definitions().into_iter().next().unwrap();
         assert_eq!(start.name, "opencode_start");
         let validator = jsonschema::validator_for(&start.schema).unwrap();

@@ -20,6 +20,7 @@ mod live_read_only;
 mod live_remote;
 mod live_roster;
 mod live_untrusted;
+mod live_verified;
 mod live_worlds;
 mod load;
 mod outside_values;

@@ -154,6 +154,7 @@ pub fn instructions(view: &PolicyView) -> String {
         view.tiers.keep.join("; ")
     ));
     out.push_str("Verify what comes back (an untrusted draft): check the files exist, rerun the tests, recompute numbers, read the git diff.\n");
+    out.push_str("For code changes prefer opencode_start's `verify` (a test command run after the agent's turn, in its fence; a failure goes back to the agent, then fails the task with kind verify); for answers you will parse, `output_schema`; to retry a start safely, `request_id`.\n");
     out.push_str("Flow: opencode_start (tier required) -> opencode_wait (returns when the task ends; opencode_status shows progress) -> opencode_result. opencode_sessions and opencode_session_output show every opencode session; opencode_policy shows the full rules.\n");
     out
 }

@@ -62,6 +62,16 @@ pub fn started(s: &Started<'_>) -> String {
     out
 }
 
+/// `opencode_start` with a `request_id` an earlier start used: that task, as it is now.
+pub fn repeated_request(request_id: &str, s: &TaskSnapshot) -> String {
+    format!(
+        "request_id {:?} already started task {} (nothing new was started); it is now:\n{}",
+        clip(&one_line(request_id, 200), 128),
+        s.id,
+        status(s)
+    )
+}
+
 /// How a task's engine is named to people: `run`, `serve (the bridge's local server)`,
 /// `server devbox`.
 pub fn engine_word(engine: &str) -> String {
@@ -192,8 +202,29 @@ fn status_header(s: &TaskSnapshot) -> String {
     if let Some(code) = s.exit_code.filter(|_| s.state.is_finished()) {
         out.push_str(&format!("exit code: {code}\n"));
     }
+    out.push_str(&checks_line(s));
     out
 }
+
+/// `verify: passed` / `verify: failed (exit 1)` and `output_schema: valid` / `invalid`, one
+/// line each, for a task that has them.
+fn checks_line(s: &TaskSnapshot) -> String {
+    let mut out = String::new();
+    if let Some(v) = &s.verify {
+        out.push_str(&format!("verify: {}\n", v.line()));
+    }
+    if let Some(valid) = s.schema_valid {
+        out.push_str(if valid {
+            "output_schema: valid (structuredContent.output holds the parsed answer)\n"
+        } else {
+            "output_schema: invalid\n"
+        });
+    }
+    out
+}
+
+/// Lines of a passing verify command's output a result shows (a failing one's whole kept end).
+const VERIFY_PASSED_LINES: usize = 5;
 
 /// `opencode_result`: the status header, then the agent's text (already cut by the
 /// supervisor), tool calls, and stderr when the task failed.
@@ -208,7 +239,9 @@ pub fn result(o: &TaskOutput) -> String {
         for c in o.tool_calls.iter().skip(skip) {
             let mut line = format!("  -> {}", c.tool);
             if let Some(t) = &c.title {
-                line.push_str(&format!("({})", clip(&one_line(t, 200), 120)));
+                // A file named from the task's cwd, like the changed files.
+                let t = run_supervisor::changes::relative_to(t, &o.snapshot.cwd);
+                line.push_str(&format!("({})", clip(&one_line(&t, 200), 120)));
             }
             line.push_str(&format!(" [{}]", c.status));
             if let Some(e) = &c.error {
@@ -226,6 +259,20 @@ pub fn result(o: &TaskOutput) -> String {
     }
     if let Some(a) = &o.audit {
         out.push_str(&format!("{}\n", one_line(a, 2000)));
+    }
+    // A failed verify's output is what to read first (its kept end); a passing one's last
+    // lines say what passed.
+    if let (Some(v), Some(tail)) = (&o.snapshot.verify, &o.verify_output) {
+        let tail = tail.trim_end();
+        let shown = if v.passed {
+            let lines: Vec<&str> = tail.lines().collect();
+            lines[lines.len().saturating_sub(VERIFY_PASSED_LINES)..].join("\n")
+        } else {
+            tail.to_owned()
+        };
+        out.push_str("verify output (end):\n");
+        out.push_str(if shown.is_empty() { "(none)" } else { &shown });
+        out.push('\n');
     }
     out.push_str(&"-".repeat(40));
     out.push('\n');
@@ -354,6 +401,16 @@ pub fn waited(r: &WaitReport, all: bool, timeout_s: u64) -> String {
                 f.kind.as_str(),
                 clip(&one_line(&f.message, 200), 160)
             ));
+        }
+        if let Some(v) = &s.verify {
+            line.push_str(&format!("  verify: {}", v.line()));
+        }
+        if let Some(valid) = s.schema_valid {
+            line.push_str(if valid {
+                "  output_schema: valid"
+            } else {
+                "  output_schema: invalid"
+            });
         }
         line.push_str(&format!(
             "  {}  {}",
@@ -677,6 +734,9 @@ pub fn status_line(s: &TaskSnapshot) -> String {
             "last event {} ago",
             crate::human::duration_ms(age.as_millis() as u64)
         ));
+    }
+    if let Some(v) = &s.verify {
+        parts.push(format!("verify {}", v.line()));
     }
     if let Some(f) = &s.failure {
         parts.push(f.kind.to_string());

@@ -257,6 +257,8 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
         orphaned: false,
         other_bridge: None,
         lost: false,
+        verify: None,
+        schema_valid: None,
     }
 }
 
@@ -323,6 +325,8 @@ fn task_texts() {
         malformed_lines: 0,
         unknown_events: 0,
         stdout_bytes_dropped: 0,
+        verify_output: None,
+        output: None,
         changed_files: None,
         audit: Some("not audited: session ses_1 cannot be read: the store is locked".into()),
     };
@@ -366,6 +370,12 @@ fn durable_task_texts() {
     done.read_only = false;
     done.pid = None;
     done.last_event_age = None;
+    done.verify = Some(run_supervisor::verify::VerifyOutcome {
+        passed: true,
+        exit: Some(0),
+        signal: None,
+        runs: 1,
+    });
     let output = TaskOutput {
         snapshot: done.clone(),
         text: Cut {
@@ -379,6 +389,8 @@ fn durable_task_texts() {
         malformed_lines: 0,
         unknown_events: 0,
         stdout_bytes_dropped: 0,
+        verify_output: Some("test result: ok. 12 passed".into()),
+        output: None,
         changed_files: Some(ChangedFiles {
             source: ChangeSource::Git,
             files: vec![
@@ -399,6 +411,24 @@ fn durable_task_texts() {
         audit: Some("audited: agent fixer, model fk/ok in 3 assistant messages".into()),
     };
     insta::assert_snapshot!("result_changed_files", tasks::result(&output));
+    // An MCP task's status message carries the verify outcome.
+    insta::assert_snapshot!("status_line_verified", tasks::status_line(&done));
+    // A verify that still failed after its follow-up: the line, the failure, and its output.
+    let mut unverified = output.clone();
+    unverified.snapshot.state = TaskState::Failed;
+    unverified.snapshot.verify = Some(run_supervisor::verify::VerifyOutcome {
+        passed: false,
+        exit: Some(101),
+        signal: None,
+        runs: 2,
+    });
+    unverified.snapshot.failure = Some(Failure::with_advice(
+        FailureKind::Verify,
+        "verify failed (exit 101) after 2 runs: `cargo test -q`; its output ends: error: test failed",
+        FailureKind::Verify.advice(),
+    ));
+    unverified.verify_output = Some("test parse::empty ... FAILED\nerror: test failed".into());
+    insta::assert_snapshot!("result_verify_failed", tasks::result(&unverified));
     // A run the kernel fence refused twice (the write tool outside the project) and once on a
     // read; an ordinary tool error is not counted.
     let call = |tool: &str, error: Option<&str>| run_supervisor::ToolCall {

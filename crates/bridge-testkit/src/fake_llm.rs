@@ -31,7 +31,7 @@
 //! | `length` | text `truncated answ` with `finish_reason: "length"` |
 //! | `reasoning` | `reasoning_content` `Let me think. OK.`, then text [`OK_TEXT`] |
 //! | `long` | a text of [`LONG_BYTES`] bytes (numbered lines of words) streamed in deltas of [`LONG_DELTA`] bytes, ending with `DONE` (a long answer, for measuring the cost of its events) |
-//! | `script` | the tool calls the prompt's `CALL <tool> <json>` lines name, one per turn, then text (see `script`) |
+//! | `script` | the tool calls the prompt's `CALL <tool> <json>` lines name, one per turn, then text (its last `SAY <text>` line's; see `script`) |
 //! | `undo` | tries to write past a read-only run's config, one way per turn (see [`UNDO_FILES`]): `bash` `printf hi > …`, `bash` `echo hi > …`, the `write` tool, the project's custom tool `scribble` and the MCP tool `scribe_write`, then text |
 //! | `huge` | like `long`, but [`HUGE_BYTES`] bytes in deltas of [`HUGE_DELTA`] bytes (an answer whose event line is larger than any pipe) |
 //!
@@ -667,7 +667,8 @@ fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
 
 /// The `script` model: the prompt scripts it. Every line of the user messages that starts with
 /// `CALL <tool> <json arguments>` is one tool call, made in order, one per turn (the n-th turn
-/// after n tool results); then the text `Script finished. DONE`. A subagent started with a
+/// after n tool results); then the text of the last `SAY <text>` line, or `Script finished.
+/// DONE` without one. A subagent started with a
 /// `task` call whose prompt holds `CALL` lines of its own follows those in its session. So a
 /// test makes an agent call any tool with any arguments, e.g.
 /// `CALL bash {"command": "touch /tmp/x", "description": "attack"}`.
@@ -702,9 +703,20 @@ fn script(messages: &[Value]) -> Plan {
         .iter()
         .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
         .count();
+    // The final text: the last `SAY <text>` line of the user messages, if any.
+    let said = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+        .flat_map(|m| {
+            text_of(m)
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("SAY ").map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .next_back();
     let events = match calls.get(done) {
         Some((tool, args)) => tool_answer(tool, args.clone()),
-        None => text_answer("Script finished. DONE", "stop"),
+        None => text_answer(said.as_deref().unwrap_or("Script finished. DONE"), "stop"),
     };
     Plan::Stream { model, events }
 }

@@ -272,6 +272,23 @@ fn parse_numstat(out: &[u8]) -> HashMap<String, (Option<u64>, Option<u64>)> {
 /// Tools whose completed calls write the file named in their title.
 const WRITING_TOOLS: &[&str] = &["write", "edit", "multiedit", "patch", "apply_patch"];
 
+/// A path a tool call's title names, as seen from the task's `cwd`: relative to it when it is
+/// inside. opencode 1.18 titles a file relative to its project's worktree, which outside git
+/// is `/`: `/tmp/p/hello.txt` is titled `tmp/p/hello.txt`, so a relative title is read from `/`
+/// too. Anything else (outside the cwd, not a path) is returned as it is.
+pub fn relative_to(title: &str, cwd: &Path) -> String {
+    let t = Path::new(title);
+    let absolute = if t.is_absolute() {
+        t.to_path_buf()
+    } else {
+        Path::new("/").join(t)
+    };
+    match absolute.strip_prefix(cwd) {
+        Ok(p) if !p.as_os_str().is_empty() => p.to_string_lossy().into_owned(),
+        _ => title.to_owned(),
+    }
+}
+
 /// The files named by the run's completed file-writing tool calls (outside git).
 pub fn from_tool_calls(calls: &[ToolCall], cwd: &Path) -> ChangedFiles {
     let mut paths: Vec<String> = calls
@@ -279,12 +296,7 @@ pub fn from_tool_calls(calls: &[ToolCall], cwd: &Path) -> ChangedFiles {
         .filter(|c| c.status == "completed" && WRITING_TOOLS.contains(&c.tool.as_str()))
         .filter_map(|c| c.title.clone())
         .filter(|t| !t.trim().is_empty())
-        .map(|t| {
-            Path::new(&t)
-                .strip_prefix(cwd)
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or(t)
-        })
+        .map(|t| relative_to(&t, cwd))
         .collect();
     paths.sort();
     paths.dedup();
@@ -308,6 +320,23 @@ mod tests {
 
     fn sh(dir: &Path, args: &[&str]) {
         bridge_testkit::git(dir, args);
+    }
+
+    #[test]
+    fn tool_call_paths_are_named_from_the_task_cwd() {
+        let cwd = Path::new("/tmp/sb/proj");
+        // opencode outside git: relative to `/`.
+        assert_eq!(relative_to("tmp/sb/proj/hello.txt", cwd), "hello.txt");
+        assert_eq!(relative_to("/tmp/sb/proj/src/a.rs", cwd), "src/a.rs");
+        assert_eq!(relative_to("tmp/sb/other.txt", cwd), "tmp/sb/other.txt");
+        assert_eq!(relative_to("echo hi", cwd), "echo hi");
+        let calls = [ToolCall {
+            tool: "write".into(),
+            status: "completed".into(),
+            title: Some("tmp/sb/proj/hello.txt".into()),
+            error: None,
+        }];
+        assert_eq!(from_tool_calls(&calls, cwd).files[0].path, "hello.txt");
     }
 
     fn find<'a>(c: &'a ChangedFiles, p: &str) -> &'a FileChange {

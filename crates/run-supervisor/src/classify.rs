@@ -49,11 +49,17 @@ pub enum FailureKind {
     Exit,
     /// The run passed its `max_cost_usd` and was stopped.
     Budget,
+    /// The caller's `verify` command still failed after the agent's turns (its follow-ups
+    /// included).
+    Verify,
+    /// The agent's final answer was not JSON valid against the caller's `output_schema`, also
+    /// after the follow-up that quoted the errors.
+    Schema,
 }
 
 impl FailureKind {
     /// Every kind, in documentation order.
-    pub const ALL: [FailureKind; 16] = [
+    pub const ALL: [FailureKind; 18] = [
         FailureKind::RateLimit,
         FailureKind::Quota,
         FailureKind::ContextLength,
@@ -70,6 +76,8 @@ impl FailureKind {
         FailureKind::OutdatedRunner,
         FailureKind::Exit,
         FailureKind::Budget,
+        FailureKind::Verify,
+        FailureKind::Schema,
     ];
 
     /// The snake_case name used in tool output and docs.
@@ -91,6 +99,8 @@ impl FailureKind {
             FailureKind::OutdatedRunner => "outdated_runner",
             FailureKind::Exit => "exit",
             FailureKind::Budget => "budget",
+            FailureKind::Verify => "verify",
+            FailureKind::Schema => "schema",
         }
     }
 
@@ -150,6 +160,12 @@ impl FailureKind {
             }
             FailureKind::Budget => {
                 "The run cost more than its max_cost_usd and was stopped; what it did so far is kept. Give a larger max_cost_usd, a cheaper model, or split the task."
+            }
+            FailureKind::Verify => {
+                "The agent's work does not pass the verify command; its output is in the result. Fix it yourself, or send a follow-up in the task's session with what to fix."
+            }
+            FailureKind::Schema => {
+                "The agent's answer does not match the output_schema; the errors are in the message. Read its text, or ask again with a simpler schema or a clearer prompt."
             }
         }
     }

@@ -53,6 +53,7 @@ mod supervisor;
 mod task;
 pub mod usage;
 pub mod utc;
+pub mod verify;
 pub mod worktree;
 
 use std::path::PathBuf;
@@ -68,8 +69,10 @@ pub use proctable::{OpencodeProcess, ProcessKind, WarmServer};
 pub use runner::Runner;
 pub use runner::serve::pool::serve_watch;
 pub use runner::serve::{ServerCheck, check_server, server_agents, server_client};
-pub use spec::{Engine, OnExit, SupervisorConfig, TaskSpec};
-pub use supervisor::{FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Supervisor};
+pub use spec::{Engine, OnExit, REQUEST_TTL, RequestKey, SupervisorConfig, TaskSpec};
+pub use supervisor::{
+    FINISHED_IN_MEMORY, LEARN_AFTER_FINISH, MAX_FINISHED_TASKS, Started, Supervisor,
+};
 pub use task::{
     CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
@@ -168,6 +171,18 @@ pub enum StartError {
         budget: f64,
         /// When the window resets (UTC, RFC 3339).
         resets: String,
+    },
+    /// The `request_id` names a task that asked something else.
+    #[error(
+        "request_id {request_id:?} already started task {task} with another {what}: use a new request_id for a different task, or repeat the first start exactly to get task {task}"
+    )]
+    RequestConflict {
+        /// The caller's key.
+        request_id: String,
+        /// The task it started.
+        task: TaskId,
+        /// `prompt`, `cwd` or `agent`.
+        what: &'static str,
     },
     /// The task registry could not hand out an id (the message says what to fix).
     #[error("{0}")]

@@ -84,6 +84,67 @@ pub struct TaskSpec {
     /// Stop the run once it has cost this many USD (its usage so far, estimated where
     /// opencode records 0); it fails with kind `budget`.
     pub max_cost_usd: Option<f64>,
+    /// The caller's idempotency key (`request_id`): a start with the key of a task accepted
+    /// on the same state directory less than [`REQUEST_TTL`] ago returns that task instead
+    /// of starting another ([`crate::Supervisor::start_or_existing`]).
+    pub request: Option<RequestKey>,
+    /// A shell command (`sh -c`) run in the task's cwd after the agent's turn, in the run's
+    /// fence and world; its exit status decides ([`crate::verify`]).
+    pub verify: Option<String>,
+    /// Follow-ups the agent gets with a failed verify's output before the task fails (0-3).
+    pub verify_retries: u32,
+    /// A JSON Schema the agent's final answer must satisfy (compiled by
+    /// [`crate::verify::compile_schema`] at the start).
+    pub output_schema: Option<serde_json::Value>,
+}
+
+/// How long a `request_id` names the task it started.
+pub const REQUEST_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// A caller's idempotency key with what the start asked: the same key asking something else
+/// is refused. The prompt is kept as a fingerprint only (FNV-1a, 64 bits): the registry never
+/// holds a caller's prompt.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RequestKey {
+    /// The caller's `request_id`.
+    pub id: String,
+    /// The fingerprint of the caller's prompt ([`RequestKey::new`]).
+    pub prompt: String,
+    /// The cwd the caller's start resolved to (before an isolated task's worktree).
+    pub cwd: PathBuf,
+    /// The agent the start resolved to.
+    pub agent: String,
+}
+
+impl RequestKey {
+    /// The key `id` of a start of `prompt` (the caller's, before any instruction is added) in
+    /// `cwd` by `agent`.
+    pub fn new(id: &str, prompt: &str, cwd: &Path, agent: &str) -> RequestKey {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in prompt.as_bytes() {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        RequestKey {
+            id: id.to_owned(),
+            prompt: format!("fnv1a64:{h:016x}"),
+            cwd: cwd.to_path_buf(),
+            agent: agent.to_owned(),
+        }
+    }
+
+    /// What of this start differs from the one that used the key first (`None`: the same).
+    pub fn differs_from(&self, first: &RequestKey) -> Option<&'static str> {
+        if self.prompt != first.prompt {
+            Some("prompt")
+        } else if self.cwd != first.cwd {
+            Some("cwd")
+        } else if self.agent != first.agent {
+            Some("agent")
+        } else {
+            None
+        }
+    }
 }
 
 impl TaskSpec {
@@ -112,6 +173,10 @@ impl TaskSpec {
             isolation: Isolation::None,
             server: None,
             max_cost_usd: None,
+            request: None,
+            verify: None,
+            verify_retries: 1,
+            output_schema: None,
         }
     }
 }

@@ -148,6 +148,11 @@ pub struct TaskSnapshot {
     /// The bridge that ran it and its run both went away before it ended: it is `failed`
     /// (kind `exit`) and its outcome is unknown; the session may say more.
     pub lost: bool,
+    /// How the caller's verify command last ended (`None`: no verify, or it has not run).
+    pub verify: Option<crate::verify::VerifyOutcome>,
+    /// Whether the answer satisfied the caller's output schema (`None`: no schema, or not
+    /// checked yet).
+    pub schema_valid: Option<bool>,
 }
 
 /// The output of a task.
@@ -178,6 +183,10 @@ pub struct TaskOutput {
     /// assistant messages`, or `not audited: …` and why; further findings after `; also:`.
     /// `None`: not audited (a Claude run, or the task has not ended).
     pub audit: Option<String>,
+    /// The end of the last verify run's output (redacted).
+    pub verify_output: Option<String>,
+    /// The answer, parsed and valid against the caller's output schema.
+    pub output: Option<serde_json::Value>,
 }
 
 /// What `cancel` did.

@@ -156,6 +156,17 @@ fn version_1() -> u32 {
     1
 }
 
+/// A task's `verify`, `verify_retries` and `output_schema`, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredChecks {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<String>,
+    #[serde(default)]
+    pub verify_retries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+}
+
 /// `tasks/<id>/task.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct TaskRecord {
@@ -220,6 +231,21 @@ pub(crate) struct TaskRecord {
     /// Each attempt's usage, first to last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempt_usage: Vec<crate::usage::Usage>,
+    /// The caller's `request_id` and what its start asked ([`crate::spec::RequestKey`]);
+    /// absent for a start without one and in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<crate::spec::RequestKey>,
+    /// How the caller's verify command last ended ([`crate::verify::VerifyOutcome`]); absent
+    /// for a task without one, before it ran, and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<crate::verify::VerifyOutcome>,
+    /// Whether the answer satisfied the caller's output schema; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_valid: Option<bool>,
+    /// The caller's checks of the work, so a bridge that adopts the task runs them too;
+    /// absent without any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<StoredChecks>,
     pub updated_ms: u64,
 }
 
@@ -257,6 +283,10 @@ impl TaskRecord {
             result_read_ms: None,
             usage: None,
             attempt_usage: Vec::new(),
+            request: None,
+            verify: None,
+            schema_valid: None,
+            checks: None,
             updated_ms: now_ms(),
         }
     }
@@ -387,6 +417,12 @@ pub(crate) struct TaskOutputRecord {
     /// The post-run audit's line (`audited: …` / `not audited: …`); absent before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<String>,
+    /// The end of the last verify run's output (redacted); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_output: Option<String>,
+    /// The answer parsed and valid against the caller's output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 /// Why the registry cannot be used. The message names the directory and what to do.
@@ -642,6 +678,10 @@ pub(crate) mod tests {
             result_read_ms: None,
             usage: None,
             attempt_usage: Vec::new(),
+            request: None,
+            verify: None,
+            schema_valid: None,
+            checks: None,
             updated_ms: now_ms(),
         }
     }

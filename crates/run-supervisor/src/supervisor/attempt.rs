@@ -262,9 +262,7 @@ pub(super) async fn run_task(
             None => None,
         };
     } else {
-        let calls = shared
-            .with(id, |r| r.summary.tool_calls().clone())
-            .unwrap_or_default();
+        let calls = shared.with(id, |r| r.all_tool_calls()).unwrap_or_default();
         let changes = tokio::task::spawn_blocking(move || match before {
             Some(snap) => snap.changes_since(),
             None => Some(changes::from_tool_calls(&calls, &dir)),
@@ -298,7 +296,7 @@ pub(super) async fn run_task(
 async fn run_task_inner(
     shared: &Arc<Shared>,
     id: TaskId,
-    spec: TaskSpec,
+    mut spec: TaskSpec,
     cwd: PathBuf,
     bin: PathBuf,
     mut stop_rx: watch::Receiver<Option<StopReason>>,
@@ -330,6 +328,22 @@ async fn run_task_inner(
     };
     let mut attempt: u32 = 0;
     let mut startup_retries = 0u32;
+    // The caller's checks of the work (verify command, output schema): the schema was
+    // compiled at the start already, and the prompt says what the answer must be.
+    let mut checks = Checks::default();
+    if let Some(schema) = &spec.output_schema {
+        match crate::verify::compile_schema(schema) {
+            Ok(v) => checks.validator = Some(v),
+            Err(e) => {
+                return (
+                    TaskState::Failed,
+                    Some(Failure::new(FailureKind::Schema, e)),
+                );
+            }
+        }
+        spec.prompt
+            .push_str(&crate::verify::schema_instruction(schema));
+    }
     loop {
         if let Some(reason) = *stop_rx.borrow() {
             return stopped(reason);
@@ -461,7 +475,30 @@ async fn run_task_inner(
                     })
                     .unwrap_or((None, false, false));
                 let Some(f) = failure else {
-                    return (TaskState::Succeeded, None);
+                    let ctx = AttemptCtx {
+                        shared,
+                        id,
+                        spec: &spec,
+                        cwd: &cwd,
+                        bin: &bin,
+                        caps: &caps,
+                        deadline,
+                    };
+                    match after_turn(&ctx, &mut checks, timeout, &mut stop_rx).await {
+                        AfterTurn::Done => return (TaskState::Succeeded, None),
+                        AfterTurn::End(state, failure) => return (state, failure),
+                        AfterTurn::FollowUp(session, prompt) => {
+                            // The agent gets the check's failure in its own session; what
+                            // it did so far stays the task's.
+                            shared.with(id, |r| {
+                                let calls = r.all_tool_calls();
+                                r.earlier_calls = calls;
+                            });
+                            spec.session = Some(session);
+                            spec.prompt = prompt;
+                            continue;
+                        }
+                    }
                 };
                 // Several runs starting at once on a fresh store can trip over each other's
                 // database setup before any session exists. Nothing ran, so starting again is
@@ -509,6 +546,137 @@ async fn run_task_inner(
             }
         }
     }
+}
+
+/// The caller's checks of a task's work, across its turns.
+#[derive(Default)]
+struct Checks {
+    /// The compiled output schema.
+    validator: Option<jsonschema::Validator>,
+    verify_runs: u32,
+    verify_follow_ups: u32,
+    schema_follow_ups: u32,
+}
+
+/// What comes after an agent's turn that ended well.
+enum AfterTurn {
+    /// Every check passed (or there is none): the task succeeded.
+    Done,
+    /// A check failed: this follow-up goes to the session (its id first).
+    FollowUp(String, String),
+    /// The task ends so.
+    End(TaskState, Option<Failure>),
+}
+
+/// Runs the caller's checks after a turn: the verify command (in the run's fence and world,
+/// within the task's time limit), then the output schema against the final answer. A failed
+/// check gets a follow-up in the session while it has some left; then the task fails (kind
+/// `verify` or `schema`).
+async fn after_turn(
+    ctx: &AttemptCtx<'_>,
+    checks: &mut Checks,
+    timeout: Duration,
+    stop_rx: &mut watch::Receiver<Option<StopReason>>,
+) -> AfterTurn {
+    use super::verify::{VerifyEnd, run_verify};
+    let (shared, id, spec) = (ctx.shared, ctx.id, ctx.spec);
+    let session = shared
+        .with(id, |r| {
+            r.summary
+                .session_id()
+                .clone()
+                .or_else(|| r.rec.session_id.clone())
+        })
+        .flatten();
+    if let Some(command) = spec.verify.as_deref() {
+        checks.verify_runs += 1;
+        shared.with(id, |r| r.state = TaskState::Running);
+        match run_verify(ctx, command, checks.verify_runs, stop_rx).await {
+            VerifyEnd::Done(outcome, tail) => {
+                let passed = outcome.passed;
+                let line = outcome.line();
+                shared.with(id, |r| {
+                    r.verify = Some(outcome.clone());
+                    r.verify_output = Some(tail.clone());
+                    persist(shared, r, Save::WithOutput);
+                });
+                if !passed {
+                    if checks.verify_follow_ups < spec.verify_retries
+                        && let Some(sid) = session
+                    {
+                        checks.verify_follow_ups += 1;
+                        let prompt = crate::verify::verify_follow_up(command, &outcome, &tail);
+                        return AfterTurn::FollowUp(sid, prompt);
+                    }
+                    let last = tail
+                        .lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("(no output)");
+                    let shown: String = command.chars().take(200).collect();
+                    let last: String = last.chars().take(300).collect();
+                    let f = Failure::with_advice(
+                        FailureKind::Verify,
+                        format!("verify {line}: `{shown}`; its output ends: {last}"),
+                        FailureKind::Verify.advice(),
+                    );
+                    return AfterTurn::End(TaskState::Failed, Some(f));
+                }
+            }
+            VerifyEnd::TimedOut => {
+                let f = Failure::new(
+                    FailureKind::Timeout,
+                    format!(
+                        "stopped after {} (the task's time limit) while its verify command ran",
+                        fmt_duration(timeout)
+                    ),
+                );
+                return AfterTurn::End(TaskState::TimedOut, Some(f));
+            }
+            VerifyEnd::Stopped(reason) => {
+                let (state, f) = stopped(reason);
+                return AfterTurn::End(state, f);
+            }
+            VerifyEnd::SpawnFailed(e) => {
+                let f = Failure::new(
+                    FailureKind::Verify,
+                    format!("the verify command could not start: {e}"),
+                );
+                return AfterTurn::End(TaskState::Failed, Some(f));
+            }
+        }
+    }
+    if let Some(validator) = &checks.validator {
+        let answer = shared
+            .with(id, |r| r.summary.final_text().to_owned())
+            .unwrap_or_default();
+        match crate::verify::check_answer(validator, &answer) {
+            Ok(value) => {
+                shared.with(id, |r| {
+                    r.schema_valid = Some(true);
+                    r.structured = Some(value);
+                });
+            }
+            Err(errors) => {
+                shared.with(id, |r| r.schema_valid = Some(false));
+                if checks.schema_follow_ups < 1
+                    && let Some(sid) = session
+                {
+                    checks.schema_follow_ups += 1;
+                    return AfterTurn::FollowUp(sid, crate::verify::schema_follow_up(&errors));
+                }
+                let f = Failure::new(
+                    FailureKind::Schema,
+                    format!(
+                        "the answer does not satisfy the output_schema: {}",
+                        errors.join("; ")
+                    ),
+                );
+                return AfterTurn::End(TaskState::Failed, Some(f));
+            }
+        }
+    }
+    AfterTurn::Done
 }
 
 fn stopped(reason: StopReason) -> (TaskState, Option<Failure>) {

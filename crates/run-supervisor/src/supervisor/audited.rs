@@ -57,7 +57,7 @@ pub(super) async fn settle(
                 .or_else(|| r.rec.continues.clone()),
             r.rec.model.clone(),
             UNIX_EPOCH + Duration::from_millis(r.rec.accepted_ms),
-            r.summary.tool_calls().clone(),
+            r.all_tool_calls(),
         )
     }) else {
         return (state, failure);

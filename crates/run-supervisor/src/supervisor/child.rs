@@ -316,7 +316,7 @@ pub(super) async fn run_attempt(
 /// The kernel fence of one attempt ([`bridge_fence::for_run`]): the runner, its binary, the
 /// project the task works on (written only by editing agents), its temporary directory, an
 /// oversized prompt's file, and the environment the run will see.
-fn fence_for(
+pub(super) fn fence_for(
     ctx: &AttemptCtx<'_>,
     runner: crate::Runner,
     launch: &crate::command::Launch,

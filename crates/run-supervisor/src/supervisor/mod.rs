@@ -36,6 +36,7 @@ mod child;
 mod output;
 mod record;
 mod served;
+mod verify;
 
 use record::{Record, Save, output_view, stored_snapshot};
 
@@ -236,8 +237,45 @@ impl Supervisor {
     }
 
     /// Accepts a task and starts it in the background; returns at once. Must be called
-    /// inside a tokio runtime.
+    /// inside a tokio runtime. A spec with a [`RequestKey`](crate::spec::RequestKey) already
+    /// used returns that task ([`Supervisor::start_or_existing`]).
     pub fn start(&self, spec: TaskSpec) -> Result<TaskId, StartError> {
+        self.start_or_existing(spec).map(|s| s.id())
+    }
+
+    /// Like [`Supervisor::start`], and says whether the task is new or the one an earlier
+    /// start with the same `request_id` accepted on this state directory less than
+    /// [`REQUEST_TTL`](crate::spec::REQUEST_TTL) ago (nothing is started then). The same key
+    /// asking another prompt, cwd or agent is refused ([`StartError::RequestConflict`]).
+    pub fn start_or_existing(&self, spec: TaskSpec) -> Result<Started, StartError> {
+        if let Some(key) = &spec.request
+            && let Some((task, first)) = self.request_on_disk(key)
+        {
+            // The registry first (other bridges' and earlier bridges' tasks), off the lock;
+            // this bridge's own are checked again under it, where a task is accepted.
+            return existing(key, task, &first);
+        }
+        self.start_new(spec)
+    }
+
+    /// The task of the registry that `key`'s id started, with what it asked (the newest).
+    fn request_on_disk(
+        &self,
+        key: &crate::spec::RequestKey,
+    ) -> Option<(TaskId, crate::spec::RequestKey)> {
+        let reg = self.shared.registry.as_ref()?;
+        let mut ids = reg.ids();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        ids.into_iter()
+            .filter_map(|id| reg.read_task(id))
+            .filter(request_fresh)
+            .find_map(|t| {
+                let k = t.request.filter(|k| k.id == key.id)?;
+                Some((t.id, k))
+            })
+    }
+
+    fn start_new(&self, spec: TaskSpec) -> Result<Started, StartError> {
         if spec.prompt.trim().is_empty() {
             return Err(StartError::InvalidSpec(
                 "the prompt is empty: say what the agent should do".into(),
@@ -263,9 +301,25 @@ impl Supervisor {
             ));
         }
         let isolated = crate::worktree::start_check(&spec, &cwd, self.state_dir())?;
+        if spec.verify_retries > crate::verify::MAX_VERIFY_RETRIES {
+            return Err(StartError::InvalidSpec(format!(
+                "verify_retries is {}, more than {}: give 0 to {}",
+                spec.verify_retries,
+                crate::verify::MAX_VERIFY_RETRIES,
+                crate::verify::MAX_VERIFY_RETRIES
+            )));
+        }
+        if let Some(schema) = &spec.output_schema {
+            crate::verify::compile_schema(schema).map_err(StartError::InvalidSpec)?;
+        }
         let model = spec.model.clone().or_else(|| cfg.default_model.clone());
         let runner = Runner::for_model(model.as_deref());
         let place = self.place_of(&spec, runner, isolated.is_some())?;
+        if let (Some(_), Some(Place::Remote(name))) = (&spec.verify, &place) {
+            return Err(StartError::InvalidSpec(format!(
+                "verify runs its command on this machine, but the task would work on server {name}'s tree: drop `verify`, or run the task here (no `server`)"
+            )));
+        }
         let account = backend(runner).account_key(model.as_deref());
         let bin = match backend(runner).binary(cfg) {
             Ok(b) => b,
@@ -278,6 +332,17 @@ impl Supervisor {
             let mut inner = self.shared.lock();
             if inner.shutting_down {
                 return Err(StartError::ShuttingDown);
+            }
+            if let Some(key) = &spec.request
+                && let Some((task, first)) = inner
+                    .tasks
+                    .values()
+                    .filter(|r| request_fresh(&r.rec))
+                    .find_map(|r| {
+                        Some((r.rec.id, r.rec.request.clone().filter(|k| k.id == key.id)?))
+                    })
+            {
+                return existing(key, task, &first);
             }
             if let Some(&until) = inner.quota_until.get(&account)
                 && until > SystemTime::now()
@@ -362,6 +427,14 @@ impl Supervisor {
             rec.continues = spec.session.clone().filter(|s| !s.trim().is_empty());
             rec.engine = place.as_ref().map(Place::engine_name);
             rec.client_session = cfg.client_session.clone();
+            rec.request = spec.request.clone();
+            rec.checks = (spec.verify.is_some() || spec.output_schema.is_some()).then(|| {
+                crate::registry::StoredChecks {
+                    verify: spec.verify.clone(),
+                    verify_retries: spec.verify_retries,
+                    output_schema: spec.output_schema.clone(),
+                }
+            });
             let durable_session = self.shared.writer.is_none();
             let r = Record::new(
                 rec,
@@ -380,7 +453,7 @@ impl Supervisor {
         let (id, cwd) = id;
         let shared = Arc::clone(&self.shared);
         tokio::spawn(attempt::run_task(shared, id, spec, cwd, bin, stop_rx));
-        Ok(id)
+        Ok(Started::New(id))
     }
 
     /// Adopts the registry's tasks that run as sessions on a server and whose bridge is gone
@@ -438,6 +511,12 @@ impl Supervisor {
             spec.session = t.session_id.clone();
             spec.label = t.label.clone();
             spec.server = server;
+            // Its checks run when the turn ends, as they would have on the first bridge.
+            if let Some(c) = &t.checks {
+                spec.verify = c.verify.clone();
+                spec.verify_retries = c.verify_retries;
+                spec.output_schema = c.output_schema.clone();
+            }
             let (stop_tx, stop_rx) = watch::channel(None);
             {
                 let mut inner = self.shared.lock();
@@ -1095,6 +1174,47 @@ impl Supervisor {
 }
 
 /// The refusal of a start by a spent budget.
+/// What [`Supervisor::start_or_existing`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// A new task was accepted.
+    New(TaskId),
+    /// The task an earlier start with the same `request_id` accepted; nothing was started.
+    Existing(TaskId),
+}
+
+impl Started {
+    /// The task's id.
+    pub fn id(self) -> TaskId {
+        match self {
+            Started::New(id) | Started::Existing(id) => id,
+        }
+    }
+}
+
+/// What a start with `key` gets when `task` was started with `first`: that task, or the
+/// refusal naming what differs.
+fn existing(
+    key: &crate::spec::RequestKey,
+    task: TaskId,
+    first: &crate::spec::RequestKey,
+) -> Result<Started, StartError> {
+    match key.differs_from(first) {
+        Some(what) => Err(StartError::RequestConflict {
+            request_id: key.id.clone(),
+            task,
+            what,
+        }),
+        None => Ok(Started::Existing(task)),
+    }
+}
+
+/// True while a task's `request_id` still names it ([`crate::spec::REQUEST_TTL`]).
+fn request_fresh(t: &TaskRecord) -> bool {
+    let ttl = crate::spec::REQUEST_TTL.as_millis() as u64;
+    t.request.is_some() && crate::registry::now_ms().saturating_sub(t.accepted_ms) < ttl
+}
+
 fn over_budget(s: &crate::usage::budget::Standing) -> StartError {
     let what = match &s.project {
         Some(p) => format!("{} (project {})", s.window.as_str(), p.display()),

@@ -81,6 +81,14 @@ pub(super) struct Record {
     pub(super) pricing: Pricing,
     /// The usage of the attempts before the current one, by attempt number.
     pub(super) prior: Vec<(u32, Usage)>,
+    /// How the caller's verify command last ended, and the end of its output.
+    pub(super) verify: Option<crate::verify::VerifyOutcome>,
+    pub(super) verify_output: Option<String>,
+    /// Whether the answer satisfied the output schema, and the answer parsed when it did.
+    pub(super) schema_valid: Option<bool>,
+    pub(super) structured: Option<serde_json::Value>,
+    /// The tool calls of the turns before a check's follow-up (the same session's work).
+    pub(super) earlier_calls: Vec<ToolCall>,
 }
 
 impl Record {
@@ -126,6 +134,11 @@ impl Record {
             detached: false,
             pricing,
             prior: Vec::new(),
+            verify: None,
+            verify_output: None,
+            schema_valid: None,
+            structured: None,
+            earlier_calls: Vec::new(),
         }
     }
 
@@ -228,9 +241,11 @@ impl Record {
         t.exit_code = self.exit.and_then(|e| e.code);
         t.tokens = self.summary.tokens().into();
         t.cost = self.summary.cost();
-        t.tool_calls = self.summary.tool_calls().len();
+        t.tool_calls = self.earlier_calls.len() + self.summary.tool_calls().len();
         t.attempt_usage = self.attempt_usages();
         t.usage = Some(self.task_usage());
+        t.verify = self.verify.clone();
+        t.schema_valid = self.schema_valid;
         // A Claude run uses no opencode.
         t.opencode_version = version
             .filter(|_| backend(self.runner).traits().reports_opencode_version)
@@ -252,13 +267,15 @@ impl Record {
             version: registry::FORMAT_VERSION,
             text,
             final_text: self.summary.final_text().to_owned(),
-            tool_calls: self.summary.tool_calls().iter().map(Into::into).collect(),
+            tool_calls: self.all_tool_calls().iter().map(Into::into).collect(),
             stderr_tail: cut_text(stderr_clean.trim(), None, Some(4_000)).text,
             malformed_lines: self.summary.malformed(),
             unknown_events: self.summary.unknown(),
             stdout_bytes_dropped,
             changed_files: self.changes.clone(),
             audit: self.audit.clone(),
+            verify_output: self.verify_output.clone(),
+            output: self.structured.clone(),
         }
     }
 
@@ -290,6 +307,14 @@ impl Record {
             s.provider_wait = self.provider_wait.clone();
         }
         s
+    }
+
+    /// The task's tool calls: those of the turns before a check's follow-up, then the current
+    /// attempt's.
+    pub(super) fn all_tool_calls(&self) -> Vec<ToolCall> {
+        let mut calls = self.earlier_calls.clone();
+        calls.extend(self.summary.tool_calls().iter().cloned());
+        calls
     }
 
     /// The failure of a finished attempt, by the rules of the task's runner.
@@ -350,6 +375,8 @@ pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
         orphaned: false,
         other_bridge: None,
         lost: t.lost,
+        verify: t.verify.clone(),
+        schema_valid: t.schema_valid,
     }
 }
 
@@ -385,6 +412,8 @@ pub(super) fn output_view(
         stdout_bytes_dropped: o.stdout_bytes_dropped,
         changed_files: o.changed_files.clone(),
         audit: o.audit.clone(),
+        verify_output: o.verify_output.clone(),
+        output: o.output.clone(),
     }
 }
 
