@@ -104,11 +104,12 @@ pub fn budget_warning(v: &Verdict) -> String {
     near.iter()
         .map(|s| {
             format!(
-                "warning: {} of the {} ({} of {}) is spent; it resets at {}; starts are refused once it is all spent\n",
+                "warning: {} of the {} of {} is used or reserved ({} spent{}); it resets at {}; a start is refused when what it reserves would pass the budget\n",
                 percent(s),
                 scope(s),
-                usd(s.spent),
                 usd(s.budget),
+                usd(s.spent),
+                held(s),
                 resets(s)
             )
         })
@@ -119,7 +120,16 @@ fn percent(s: &Standing) -> String {
     if s.budget <= 0.0 {
         return "all".into();
     }
-    format!("{:.0} %", 100.0 * s.spent / s.budget)
+    format!("{:.0} %", 100.0 * (s.spent + s.reserved) / s.budget)
+}
+
+/// `, $0.30 held by running tasks` (empty when nothing is held beyond use).
+fn held(s: &Standing) -> String {
+    if s.reserved > 0.0 {
+        format!(", {} held by running tasks", usd(s.reserved))
+    } else {
+        String::new()
+    }
 }
 
 /// The budgets and today's spend (`opencode_policy`, the instructions, `doctor`): one line.
@@ -134,10 +144,12 @@ pub fn budget_lines(standings: &[Standing], today_usd: f64) -> String {
         .iter()
         .map(|s| {
             format!(
-                "{} {} of {} (resets {})",
+                "{} {} of {} ({}resets {})",
                 scope(s),
                 usd(s.spent),
                 usd(s.budget),
+                held(s).trim_start_matches(", ").to_owned()
+                    + if s.reserved > 0.0 { "; " } else { "" },
                 resets(s)
             )
         })

@@ -664,6 +664,7 @@ fn usage_texts() {
         window: Window::Day,
         project: None,
         spent: 4.2,
+        reserved: 0.3,
         budget: 5.0,
         resets_ms: 1_795_996_800_000,
     };
@@ -671,6 +672,7 @@ fn usage_texts() {
         window: Window::Month,
         project: Some(PathBuf::from("/home/u/projects/a")),
         spent: 12.0,
+        reserved: 0.0,
         budget: 50.0,
         resets_ms: 1_798_761_600_000,
     };

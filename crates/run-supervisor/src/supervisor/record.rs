@@ -81,6 +81,11 @@ pub(super) struct Record {
     pub(super) pricing: Pricing,
     /// The usage of the attempts before the current one, by attempt number.
     pub(super) prior: Vec<(u32, Usage)>,
+    /// What the task reserved at its start ([`crate::usage::reserve`]): the key of its entry
+    /// in the reservations file (`None`: no state directory) and the amount, USD.
+    pub(super) reserved: (Option<u64>, f64),
+    /// Why a spent budget window stopped the task (its failure's message).
+    pub(super) budget_stop: Option<String>,
 }
 
 impl Record {
@@ -126,6 +131,8 @@ impl Record {
             detached: false,
             pricing,
             prior: Vec::new(),
+            reserved: (None, 0.0),
+            budget_stop: None,
         }
     }
 

@@ -20,6 +20,7 @@
 
 pub mod budget;
 pub mod ledger;
+pub mod reserve;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
