@@ -260,9 +260,10 @@ impl App {
         };
         let (standings, today) = self.supervisor.budget_report(None);
         format!(
-            "{text}{}\n{}",
+            "{text}{}\n{}{}",
             self.settings.root_line(),
-            render::usage::budget_lines(&standings, today)
+            render::usage::budget_lines(&standings, today),
+            render::usage::prices_line(&self.supervisor.config().pricing)
         )
     }
 
@@ -323,7 +324,8 @@ impl App {
         let view = structured::UsageView::new(&summary, compare, &standings, today);
         Ok(Reply {
             text: render::usage::usage_report(&summary, since_text, compare)
-                + &render::usage::budget_lines(&standings, today),
+                + &render::usage::budget_lines(&standings, today)
+                + &render::usage::prices_line(&self.supervisor.config().pricing),
             structured: Some(structured::to_value(&view)),
             session: None,
         })
@@ -1142,7 +1144,8 @@ impl App {
         Ok(Reply {
             text: warning
                 + &render::policy(&view)
-                + &render::usage::budget_lines(&standings, today),
+                + &render::usage::budget_lines(&standings, today)
+                + &render::usage::prices_line(&self.supervisor.config().pricing),
             structured: Some(structured::to_value(&data)),
             session: None,
         })

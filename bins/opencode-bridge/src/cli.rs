@@ -540,6 +540,14 @@ pub async fn doctor(app: &App) -> (String, bool) {
                 .to_owned(),
         ),
     }
+    line(
+        "ok",
+        "prices",
+        render::usage::prices_line(&app.supervisor().config().pricing)
+            .trim_end()
+            .trim_start_matches("prices: ")
+            .to_owned(),
+    );
     for (status, detail) in doctor_worktrees(app) {
         line(status, "worktrees", detail);
     }

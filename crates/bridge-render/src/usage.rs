@@ -17,6 +17,33 @@ pub fn usd(v: f64) -> String {
     }
 }
 
+/// Where prices come from and what the compare model costs (`opencode_policy`, the
+/// instructions, `doctor`, `opencode_usage`): one line.
+pub fn prices_line(pricing: &run_supervisor::usage::Pricing) -> String {
+    let compare = match pricing.compare_price() {
+        Some(p) => format!(
+            "compare model {} at ${}/${} per million tokens in/out",
+            pricing.compare_model,
+            per_million(p.input),
+            per_million(p.output)
+        ),
+        None => format!(
+            "compare model {}: no price in these prices, so Claude-equivalents and savings are unknown",
+            pricing.compare_model
+        ),
+    };
+    let overrides = match pricing.prices.overrides {
+        0 => String::new(),
+        n => format!(", {n} from the bridge's config file"),
+    };
+    format!("prices: {}{overrides}; {compare}\n", pricing.prices.source)
+}
+
+fn per_million(v: f64) -> String {
+    let t = format!("{v:.2}");
+    t.strip_suffix(".00").map(str::to_owned).unwrap_or(t)
+}
+
 /// The line that ends a task's result (`opencode_result`, the MCP task's final result):
 /// cost, Claude-equivalent, saved.
 pub fn usage_line(u: Option<&Usage>, model: Option<&str>, compare_model: &str) -> String {

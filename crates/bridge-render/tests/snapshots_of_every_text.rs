@@ -682,6 +682,15 @@ fn usage_texts() {
         usage::budget_lines(&[], 0.37),
     ];
     insta::assert_snapshot!("usage_budgets", budgets.concat());
+    let known = run_supervisor::usage::Pricing::default();
+    let unknown = run_supervisor::usage::Pricing {
+        compare_model: "anthropic/claude-nothing-9".into(),
+        ..known.clone()
+    };
+    insta::assert_snapshot!(
+        "usage_prices",
+        usage::prices_line(&known) + &usage::prices_line(&unknown)
+    );
     let row = |task: u64, at_ms: u64, agent: &str, cost: f64, eq: f64| Row {
         v: 1,
         at_ms,
