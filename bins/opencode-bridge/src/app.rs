@@ -282,11 +282,13 @@ impl App {
         if !s.state.is_finished() {
             return String::new();
         }
-        render::usage::usage_line(
-            s.usage.as_ref(),
-            s.model.as_deref(),
-            &self.supervisor.config().pricing.compare_model,
-        )
+        // The Claude-equivalent at the compare model's price now, as the header names it.
+        let pricing = &self.supervisor.config().pricing;
+        let usage = s.usage.clone().map(|mut u| {
+            u.claude_equivalent = pricing.compare_price().map(|p| p.cost(&u.tokens));
+            u
+        });
+        render::usage::usage_line(usage.as_ref(), s.model.as_deref(), &pricing.compare_model)
     }
 
     /// The usage ledger (empty without a state directory).
@@ -304,7 +306,11 @@ impl App {
         since_ms: Option<u64>,
     ) -> Result<run_supervisor::usage::ledger::Summary, String> {
         let ledger = self.usage_ledger()?;
-        Ok(run_supervisor::usage::ledger::summarize(&ledger, since_ms))
+        Ok(run_supervisor::usage::ledger::summarize(
+            &ledger,
+            since_ms,
+            self.supervisor.config().pricing.compare_price(),
+        ))
     }
 
     /// `opencode_usage`: the ledger is read once, without copying its strings, for the summary
@@ -318,7 +324,13 @@ impl App {
         };
         let (rows, unreadable) = ledger::parse_text(&text);
         let rows: Vec<_> = rows.iter().map(ledger::TextRow::view).collect();
-        let summary = ledger::summarize_rows(rows.iter().copied(), unreadable, since_ms);
+        let pricing = &self.supervisor.config().pricing;
+        let summary = ledger::summarize_rows(
+            rows.iter().copied(),
+            unreadable,
+            since_ms,
+            pricing.compare_price(),
+        );
         let compare = &self.supervisor.config().pricing.compare_model;
         let (standings, today) = self.supervisor.budget_report_of(&rows, None);
         let view = structured::UsageView::new(&summary, compare, &standings, today);

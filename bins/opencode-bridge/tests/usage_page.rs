@@ -72,7 +72,15 @@ fn usage_table_json_and_a_page_chromium_renders() {
     let state = world.path("xdg/state/opencode-bridge");
     let now = run_supervisor::registry::now_ms();
     ledger::append(&state, &rows(now)).unwrap();
-    let env = [("OPENCODE_BRIDGE_BUDGET_DAY_USD", "0.5".to_owned())];
+    // Claude-equivalents are computed when the report is read, at the compare model's price
+    // then: $15/$75 per million makes each row's 40k in / 2k out worth $0.75.
+    let env = [
+        ("OPENCODE_BRIDGE_BUDGET_DAY_USD", "0.5".to_owned()),
+        (
+            "OPENCODE_BRIDGE_COMPARE_MODEL",
+            "anthropic/claude-opus-4-1".to_owned(),
+        ),
+    ];
 
     let page = world.path("usage.html");
     let page_arg = page.to_string_lossy().into_owned();
@@ -89,7 +97,10 @@ fn usage_table_json_and_a_page_chromium_renders() {
         ),
         "{text}"
     );
-    assert!(text.contains("saved $3.30"), "{text}");
+    assert!(
+        text.contains("Claude-equivalent (anthropic/claude-opus-4-1) $2.25; saved $1.55"),
+        "{text}"
+    );
     assert!(text.contains("\nby day:\n"), "{text}");
     // One bar per day, the costliest day full width.
     let bars: Vec<&str> = text

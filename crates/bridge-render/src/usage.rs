@@ -68,6 +68,11 @@ pub fn usage_line(u: Option<&Usage>, model: Option<&str>, compare_model: &str) -
         count(u.tokens.output + u.tokens.reasoning)
     );
     match (u.claude_equivalent, u.saved()) {
+        // A cost that is not known saves nothing that can be said: not 100 %.
+        (Some(eq), Some(_)) if u.basis == CostBasis::Unknown => format!(
+            "usage: {toks}, {cost}; Claude-equivalent ({compare_model}) {}; saved unknown (its cost is unknown)\n",
+            usd(eq)
+        ),
         (Some(eq), Some(saved)) => format!(
             "usage: {toks}, {cost}; Claude-equivalent ({compare_model}) {}; saved {} (an estimate: the same tokens at Claude's list price, tokenizers differ)\n",
             usd(eq),
@@ -198,19 +203,24 @@ fn bar(v: f64, max: f64) -> String {
     "#".repeat(n.min(BAR_WIDTH))
 }
 
-fn totals_cells(t: &Totals) -> String {
+fn totals_cells(t: &Totals, priced: bool) -> String {
+    let (eq, saved) = if priced {
+        (usd(t.claude_equivalent_usd), usd(t.saved_usd))
+    } else {
+        ("unknown".to_owned(), "unknown".to_owned())
+    };
     format!(
         "{:>5} {:>8} {:>8} {:>10} {:>10} {:>10}",
         t.tasks,
         count(t.tokens.input + t.tokens.cache_read + t.tokens.cache_write),
         count(t.tokens.output + t.tokens.reasoning),
         usd(t.cost_usd),
-        usd(t.claude_equivalent_usd),
-        usd(t.saved_usd)
+        eq,
+        saved
     )
 }
 
-fn table(title: &str, groups: &[Group], bars: bool) -> String {
+fn table(title: &str, groups: &[Group], bars: bool, priced: bool) -> String {
     if groups.is_empty() {
         return String::new();
     }
@@ -234,7 +244,7 @@ fn table(title: &str, groups: &[Group], bars: bool) -> String {
     let max = groups.iter().map(|g| g.totals.cost_usd).fold(0.0, f64::max);
     for g in groups {
         let key: String = g.key.chars().take(40).collect();
-        out.push_str(&format!("{key:<w$} {}", totals_cells(&g.totals)));
+        out.push_str(&format!("{key:<w$} {}", totals_cells(&g.totals, priced)));
         if bars {
             out.push_str(&format!("  {}", bar(g.totals.cost_usd, max)));
         }
@@ -248,7 +258,7 @@ fn table(title: &str, groups: &[Group], bars: bool) -> String {
 pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
     let t = &s.totals;
     let mut out = format!(
-        "usage {since}: {} tasks ({} attempts), cost {}{}; Claude-equivalent ({compare_model}) {}; saved {}\n",
+        "usage {since}: {} tasks ({} attempts), cost {}{}; {}\n",
         t.tasks,
         t.attempts,
         usd(t.cost_usd),
@@ -260,15 +270,22 @@ pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
         } else {
             String::new()
         },
-        usd(t.claude_equivalent_usd),
-        usd(t.saved_usd)
+        if s.compare_priced {
+            format!(
+                "Claude-equivalent ({compare_model}) {}; saved {}",
+                usd(t.claude_equivalent_usd),
+                usd(t.saved_usd)
+            )
+        } else {
+            format!("Claude-equivalent unknown (no price for {compare_model}); saved unknown")
+        }
     );
     out.push_str(
-        "savings are an estimate: the same tokens at Claude's list price (tokenizers differ)\n",
+        "savings are an estimate: the same tokens at Claude's list price now (tokenizers differ)\n",
     );
     if t.unknown_cost_attempts > 0 {
         out.push_str(&format!(
-            "{} attempts had no price for their model: their cost shows as $0 here and counts at its Claude-equivalent against budgets\n",
+            "{} attempts had no price for their model: their cost shows as $0 here, counts at its Claude-equivalent against budgets and is left out of what was saved\n",
             t.unknown_cost_attempts
         ));
     }
@@ -285,11 +302,11 @@ pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
         out.push_str("no task finished in this window\n");
         return out;
     }
-    out.push_str(&table("day", &s.by_day, true));
-    out.push_str(&table("agent", &s.by_agent, false));
-    out.push_str(&table("model", &s.by_model, false));
-    out.push_str(&table("lane", &s.by_lane, false));
-    out.push_str(&table("engine", &s.by_engine, false));
+    out.push_str(&table("day", &s.by_day, true, s.compare_priced));
+    out.push_str(&table("agent", &s.by_agent, false, s.compare_priced));
+    out.push_str(&table("model", &s.by_model, false, s.compare_priced));
+    out.push_str(&table("lane", &s.by_lane, false, s.compare_priced));
+    out.push_str(&table("engine", &s.by_engine, false, s.compare_priced));
     out
 }
 

@@ -716,12 +716,24 @@ fn usage_texts() {
         ],
         unreadable: 0,
     };
-    let s = ledger::summarize(&l, None);
+    let sonnet_price = run_supervisor::usage::Price {
+        input: 3.0,
+        output: 15.0,
+        cache_read: Some(0.3),
+        cache_write: Some(3.75),
+    };
+    let s = ledger::summarize(&l, None, Some(sonnet_price));
     insta::assert_snapshot!("usage_report", usage::usage_report(&s, "all time", sonnet));
+    // A compare model without a price: unknown, never $0 or a negative saving.
+    let s = ledger::summarize(&l, None, None);
+    insta::assert_snapshot!(
+        "usage_report_unpriced",
+        usage::usage_report(&s, "all time", "anthropic/claude-nothing-9")
+    );
     insta::assert_snapshot!(
         "usage_report_empty",
         usage::usage_report(
-            &ledger::summarize(&ledger::Ledger::default(), Some(0)),
+            &ledger::summarize(&ledger::Ledger::default(), Some(0), Some(sonnet_price)),
             "since 1970-01-01",
             sonnet
         )

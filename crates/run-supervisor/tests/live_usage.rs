@@ -168,7 +168,7 @@ async fn live_costs_budgets_and_max_cost() {
     // A new supervisor on the same state directory: the ledger and the usage are still there.
     let sup = Supervisor::new(config(None));
     let l = ledger::read(state.path()).unwrap();
-    let s = ledger::summarize(&l, None);
+    let s = ledger::summarize(&l, None, pricing.compare_price());
     assert_eq!((s.totals.tasks, s.totals.attempts), (2, 2), "{l:?}");
     assert!((s.totals.cost_usd - spent).abs() < 1e-12);
     assert!((s.totals.estimated_usd - u_bash.cost).abs() < 1e-12);

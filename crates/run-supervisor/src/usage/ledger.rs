@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{CostBasis, Usage};
+use super::{CostBasis, Price, Usage};
 use crate::events::TokenUsage;
 
 /// The format version of the rows this bridge writes.
@@ -161,7 +161,10 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, r: &RowRef<'_>, new_task: bool) {
+    /// Adds row `r`; its Claude-equivalent is its tokens at `compare`, the compare model's
+    /// price now (not what the row was written with). A row of unknown cost adds to the
+    /// Claude-equivalent but not to what was saved: it is not counted as free.
+    fn add(&mut self, r: &RowRef<'_>, new_task: bool, compare: Option<&Price>) {
         self.tasks += usize::from(new_task);
         self.attempts += 1;
         let (a, b) = (&mut self.tokens, &r.usage.tokens);
@@ -171,9 +174,11 @@ impl Totals {
         a.cache_read += b.cache_read;
         a.cache_write += b.cache_write;
         self.cost_usd += r.usage.cost;
-        let eq = r.usage.claude_equivalent.unwrap_or(0.0);
+        let eq = compare.map_or(0.0, |p| p.cost(&r.usage.tokens));
         self.claude_equivalent_usd += eq;
-        self.saved_usd += eq - r.usage.cost;
+        if compare.is_some() && r.usage.basis != CostBasis::Unknown {
+            self.saved_usd += eq - r.usage.cost;
+        }
         match r.usage.basis {
             CostBasis::Estimated => self.estimated_usd += r.usage.cost,
             CostBasis::Unknown => self.unknown_cost_attempts += 1,
@@ -212,6 +217,9 @@ pub struct Summary {
     pub by_engine: Vec<Group>,
     /// Ledger lines that could not be read.
     pub unreadable_lines: usize,
+    /// The compare model had a price when this was summed: without one, Claude-equivalents
+    /// and savings are unknown (shown so, never as $0).
+    pub compare_priced: bool,
 }
 
 /// One row as [`summarize_rows`] and the budgets read it: borrowed from a [`Row`] or from the
@@ -316,25 +324,32 @@ pub fn parse_text(text: &[u8]) -> (Vec<TextRow<'_>>, usize) {
     (rows, bad)
 }
 
-/// Sums the rows at or after `since_ms`.
-pub fn summarize(ledger: &Ledger, since_ms: Option<u64>) -> Summary {
+/// Sums the rows at or after `since_ms`, their Claude-equivalents at `compare` (the compare
+/// model's price now; `None`: it has none).
+pub fn summarize(ledger: &Ledger, since_ms: Option<u64>, compare: Option<Price>) -> Summary {
     summarize_rows(
         ledger.rows.iter().map(Row::view),
         ledger.unreadable,
         since_ms,
+        compare,
     )
 }
 
 /// Sums the rows at or after `since_ms`; `unreadable` is the count of lines that were not rows.
+/// Claude-equivalents and savings are computed here, at `compare` (the compare model's price
+/// when the report is read), never taken from what a row was written with.
 pub fn summarize_rows<'a>(
     rows: impl IntoIterator<Item = RowRef<'a>>,
     unreadable: usize,
     since_ms: Option<u64>,
+    compare: Option<Price>,
 ) -> Summary {
     type Map<'a> = BTreeMap<&'a str, (Totals, u64)>;
+    let compare = compare.as_ref();
     let mut s = Summary {
         since_ms,
         unreadable_lines: unreadable,
+        compare_priced: compare.is_some(),
         ..Summary::default()
     };
     // By day number (the date text is made once per day, not once per row).
@@ -346,14 +361,14 @@ pub fn summarize_rows<'a>(
     // group needs only the previous task id of that group.
     let add = |e: &mut (Totals, u64), r: &RowRef<'_>| {
         let new_task = e.1 != r.task.wrapping_add(1);
-        e.0.add(r, new_task);
+        e.0.add(r, new_task, compare);
         e.1 = r.task.wrapping_add(1);
     };
     for r in rows {
         if since_ms.is_some_and(|t| r.at_ms < t) {
             continue;
         }
-        s.totals.add(&r, last_task != r.task);
+        s.totals.add(&r, last_task != r.task, compare);
         last_task = r.task;
         add(days.entry(r.at_ms / 86_400_000).or_default(), &r);
         add(agents.entry(r.agent).or_default(), &r);
@@ -430,22 +445,59 @@ pub(crate) mod tests {
         assert_eq!(l.rows.len(), 3);
         assert_eq!(l.rows[0], rows[0]);
         assert_eq!(l.unreadable, 1);
-        let s = summarize(&l, None);
+        // Priced now at $1/$2 per million: 10 in + 5 out tokens cost $0.00002 each row.
+        let now = Price {
+            input: 1.0,
+            output: 2.0,
+            cache_read: None,
+            cache_write: None,
+        };
+        let s = summarize(&l, None, Some(now));
         assert_eq!((s.totals.tasks, s.totals.attempts), (2, 3));
         assert!((s.totals.cost_usd - 1.75).abs() < 1e-9);
-        assert!((s.totals.saved_usd - 1.75 * 9.0).abs() < 1e-9);
+        // Computed at read: the rows were written with 10 times their cost, which is ignored.
+        assert!((s.totals.claude_equivalent_usd - 3.0 * 0.00002).abs() < 1e-12);
+        assert!((s.totals.saved_usd - (3.0 * 0.00002 - 1.75)).abs() < 1e-9);
+        assert!(s.compare_priced);
         assert_eq!(s.by_day.len(), 2);
         assert_eq!(s.by_day[0].key, "1970-01-01");
         assert_eq!(s.by_day[0].totals.tasks, 1);
         assert_eq!(s.by_day[1].key, "1970-01-02");
         assert_eq!(s.by_engine[0].key, "opencode");
         assert_eq!(s.by_agent[0].totals.tasks, 2);
-        let since = summarize(&l, Some(2_000));
+        let since = summarize(&l, Some(2_000), Some(now));
         assert_eq!(since.totals.tasks, 1);
         // A newer row with fields this bridge does not know is still read.
         let newer = br#"{"v":2,"at_ms":5,"task":9,"attempt":1,"agent":"a","model":null,"runner":"opencode","engine":"serve","lane":"-","project":"/","usage":{"tokens":{"input":1,"output":1,"reasoning":0,"cache_read":0,"cache_write":0},"cost":0.1,"basis":"reported","claude_equivalent":null},"later":1}"#;
         let l = parse(newer);
         assert_eq!(l.rows[0].engine_name(), "serve");
+    }
+
+    #[test]
+    fn unknown_costs_are_never_saved_and_an_unpriced_compare_model_saves_nothing() {
+        let mut unknown = row(1, 1, 5, 0.0);
+        unknown.usage.basis = CostBasis::Unknown;
+        let l = Ledger {
+            rows: vec![unknown, row(2, 1, 6, 0.00001)],
+            unreadable: 0,
+        };
+        let p = Price {
+            input: 1.0,
+            output: 2.0,
+            cache_read: None,
+            cache_write: None,
+        };
+        let s = summarize(&l, None, Some(p));
+        // Only the known row's saving counts: the unknown one is not 100 % saved.
+        assert!((s.totals.saved_usd - (0.00002 - 0.00001)).abs() < 1e-12);
+        assert!((s.totals.claude_equivalent_usd - 0.00004).abs() < 1e-12);
+        assert_eq!(s.totals.unknown_cost_attempts, 1);
+        let s = summarize(&l, None, None);
+        assert!(!s.compare_priced);
+        assert_eq!(
+            (s.totals.claude_equivalent_usd, s.totals.saved_usd),
+            (0.0, 0.0)
+        );
     }
 
     #[test]
