@@ -137,7 +137,7 @@ pub async fn run(app: &App, command: Command) -> i32 {
         Command::CheckSecrets { file } => return crate::check_secrets::run(file.as_deref()),
         Command::Doctor => {
             let (text, ok) = doctor(app).await;
-            print!("{text}");
+            emit(&text);
             return if ok { 0 } else { 1 };
         }
         Command::Sessions {
@@ -183,7 +183,7 @@ pub async fn run(app: &App, command: Command) -> i32 {
     };
     match outcome {
         Ok(text) => {
-            print!("{text}");
+            emit(&text);
             0
         }
         Err(e) => {
@@ -400,14 +400,11 @@ async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i
     }
     if as_json {
         let data = reply.structured.unwrap_or(Value::Null);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&data).unwrap_or_default()
-        );
+        emit(&(serde_json::to_string_pretty(&data).unwrap_or_default() + "\n"));
     } else {
-        print!("{}", reply.text);
+        emit(&reply.text);
         if let Some(file) = html {
-            println!("{}", render::usage::html_written(file));
+            emit(&format!("{}\n", render::usage::html_written(file)));
         }
     }
     0
@@ -888,6 +885,14 @@ async fn doctor_claude(app: &App) -> (&'static str, String) {
 
 /// A message that names tools, reworded with the subcommands a person at a terminal runs
 /// (`check the id with opencode_sessions` becomes `… with \`opencode-bridge sessions\``).
+/// Writes `text` to stdout. A reader that went away (`usage --json | head`) is not an
+/// error: what it did not read is dropped, where `print!` would panic on the closed pipe.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 fn cli_wording(message: &str) -> String {
     const SUBCOMMANDS: [(&str, &str); 5] = [
         ("opencode_usage", "usage"),

@@ -185,3 +185,39 @@ fn usage_table_json_and_a_page_chromium_renders() {
         shot.display()
     );
 }
+
+/// `usage --json | head`: the reader goes away after a few bytes of a long answer (a ledger of
+/// 3,000 days); the bridge stops writing and exits 0, without a panic on the closed pipe.
+#[test]
+fn usage_into_a_closed_pipe_does_not_panic() {
+    use std::io::Read;
+    let world = World::new();
+    let state = world.path("xdg/state/opencode-bridge");
+    let day = 86_400_000;
+    let mut all = Vec::new();
+    for i in 0..3_000u64 {
+        let mut r = rows(3 * day).remove(0);
+        r.task = i + 1;
+        r.at_ms = i * day;
+        all.push(r);
+    }
+    ledger::append(&state, &all).unwrap();
+    let mut child = Command::new(crate::common::binary())
+        .env_clear()
+        .envs(world.env())
+        .current_dir(world.root())
+        .args(["usage", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).unwrap();
+    assert_eq!(first[0], b'{', "{first:?}");
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.status.success(), "{:?} {err}", out.status);
+}
