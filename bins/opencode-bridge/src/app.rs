@@ -978,10 +978,16 @@ impl App {
             && let Some(out) = self.supervisor.result(id, None, None)
         {
             self.supervisor.mark_read(id);
+            // As opencode_result would end it: the usage line; and the budgets' warning as a
+            // start gives it, counting this task's spend now.
+            let warning = render::usage::budget_warning(
+                &self.supervisor.budget_check(Some(&out.snapshot.cwd)),
+            );
             return format!(
-                "task {id} finished within wait_s={wait_s}:\n{}{}",
+                "task {id} finished within wait_s={wait_s}:\n{}{}{}{warning}",
                 render::tasks::result(&out),
-                self.isolated_change(id, &out.snapshot, None, None).0
+                self.isolated_change(id, &out.snapshot, None, None).0,
+                self.usage_line(&out.snapshot)
             );
         }
         format!(
