@@ -237,6 +237,9 @@ pub(super) async fn run_task(
         if let Some(ack) = written {
             let _ = ack.await;
         }
+        // Its reservation goes with this bridge: the bridge that adopts it counts what it
+        // uses from then on.
+        super::release_reservation(&shared, id).await;
         shared.with(id, |r| r.done.send_replace(true));
         return;
     }
