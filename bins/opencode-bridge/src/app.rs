@@ -300,22 +300,29 @@ impl App {
         }
     }
 
-    /// The ledger's summary since `since_ms` (`None`: all of it).
+    /// The ledger's summary of `window`.
     pub fn usage_summary(
         &self,
-        since_ms: Option<u64>,
+        window: &run_supervisor::usage::ledger::Window,
     ) -> Result<run_supervisor::usage::ledger::Summary, String> {
-        let ledger = self.usage_ledger()?;
-        Ok(run_supervisor::usage::ledger::summarize(
-            &ledger,
-            since_ms,
+        use run_supervisor::usage::ledger;
+        let l = self.usage_ledger()?;
+        Ok(ledger::summarize_window(
+            l.rows.iter().map(ledger::Row::view),
+            l.unreadable,
+            window,
             self.supervisor.config().pricing.compare_price(),
         ))
     }
 
     /// `opencode_usage`: the ledger is read once, without copying its strings, for the summary
     /// and the budgets.
-    async fn usage(&self, since_ms: Option<u64>, since_text: &str) -> Result<Reply, String> {
+    async fn usage(
+        &self,
+        window: &run_supervisor::usage::ledger::Window,
+        since_text: &str,
+        by: Option<&str>,
+    ) -> Result<Reply, String> {
         use run_supervisor::usage::ledger;
         let text = match self.supervisor.state_dir() {
             None => Vec::new(),
@@ -325,17 +332,17 @@ impl App {
         let (rows, unreadable) = ledger::parse_text(&text);
         let rows: Vec<_> = rows.iter().map(ledger::TextRow::view).collect();
         let pricing = &self.supervisor.config().pricing;
-        let summary = ledger::summarize_rows(
+        let summary = ledger::summarize_window(
             rows.iter().copied(),
             unreadable,
-            since_ms,
+            window,
             pricing.compare_price(),
         );
         let compare = &self.supervisor.config().pricing.compare_model;
         let (standings, today) = self.supervisor.budget_report_of(&rows, None);
         let view = structured::UsageView::new(&summary, compare, &standings, today);
         Ok(Reply {
-            text: render::usage::usage_report(&summary, since_text, compare)
+            text: render::usage::usage_report_by(&summary, since_text, compare, by)
                 + &render::usage::budget_lines(&standings, today)
                 + &render::usage::prices_line(&self.supervisor.config().pricing),
             structured: Some(structured::to_value(&view)),
@@ -374,7 +381,17 @@ impl App {
             Call::Usage {
                 since_ms,
                 since_text,
-            } => self.usage(since_ms, &since_text).await,
+                until_ms,
+                by,
+                project,
+            } => {
+                let window = run_supervisor::usage::ledger::Window {
+                    since_ms,
+                    until_ms,
+                    project: project.map(std::path::PathBuf::from),
+                };
+                self.usage(&window, &since_text, by.as_deref()).await
+            }
             Call::Wait {
                 ids,
                 all,

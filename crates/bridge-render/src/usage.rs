@@ -256,6 +256,30 @@ fn table(title: &str, groups: &[Group], bars: bool, priced: bool) -> String {
 /// The usage report: totals, then rows by day (with a bar of cost per day), agent, model,
 /// lane and engine. `since` says the window (`all time`, `since 2026-01-01`).
 pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
+    usage_report_by(s, since, compare_model, None)
+}
+
+/// The groups `by` names (`day`, `week`, `month`, `project`, `model`, `agent`, `lane`,
+/// `engine`) and whether they are in time order (with bars).
+fn groups_by<'a>(s: &'a Summary, by: &str) -> (&'a [Group], bool) {
+    match by {
+        "week" => (&s.by_week, true),
+        "month" => (&s.by_month, true),
+        "project" => (&s.by_project, false),
+        "model" => (&s.by_model, false),
+        "agent" => (&s.by_agent, false),
+        "lane" => (&s.by_lane, false),
+        "engine" => (&s.by_engine, false),
+        _ => (&s.by_day, true),
+    }
+}
+
+/// Days a report shows one by one; a longer window is shown by week.
+pub const MAX_DAY_ROWS: usize = 60;
+
+/// [`usage_report`] with only the grouping `by` (`None`: by day, or by week past
+/// [`MAX_DAY_ROWS`] days, then by agent, model, lane and engine).
+pub fn usage_report_by(s: &Summary, since: &str, compare_model: &str, by: Option<&str>) -> String {
     let t = &s.totals;
     let mut out = format!(
         "usage {since}: {} tasks ({} attempts), cost {}{}; {}\n",
@@ -302,11 +326,59 @@ pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
         out.push_str("no task finished in this window\n");
         return out;
     }
-    out.push_str(&table("day", &s.by_day, true, s.compare_priced));
+    if let Some(by) = by {
+        let (groups, bars) = groups_by(s, by);
+        out.push_str(&table(by, groups, bars, s.compare_priced));
+        return out;
+    }
+    if s.by_day.len() > MAX_DAY_ROWS {
+        out.push_str(&format!(
+            "\n{} days: shown by week (from Monday); by=day shows each day\n",
+            s.by_day.len()
+        ));
+        out.push_str(&table("week", &s.by_week, true, s.compare_priced));
+    } else {
+        out.push_str(&table("day", &s.by_day, true, s.compare_priced));
+    }
     out.push_str(&table("agent", &s.by_agent, false, s.compare_priced));
     out.push_str(&table("model", &s.by_model, false, s.compare_priced));
     out.push_str(&table("lane", &s.by_lane, false, s.compare_priced));
     out.push_str(&table("engine", &s.by_engine, false, s.compare_priced));
+    out
+}
+
+/// The grouping `by` (`None`: by day) as CSV: a header, then one line per group.
+/// Claude-equivalent and saved are empty when the compare model has no price.
+pub fn usage_csv(s: &Summary, by: Option<&str>) -> String {
+    let by = by.unwrap_or("day");
+    let (groups, _) = groups_by(s, by);
+    let mut out = format!(
+        "{by},tasks,attempts,input_tokens,output_tokens,cost_usd,claude_equivalent_usd,saved_usd\n"
+    );
+    for g in groups {
+        let t = &g.totals;
+        let key = if g.key.contains([',', '"', '\n']) {
+            format!("\"{}\"", g.key.replace('"', "\"\""))
+        } else {
+            g.key.clone()
+        };
+        let (eq, saved) = if s.compare_priced {
+            (
+                format!("{:.6}", t.claude_equivalent_usd),
+                format!("{:.6}", t.saved_usd),
+            )
+        } else {
+            (String::new(), String::new())
+        };
+        out.push_str(&format!(
+            "{key},{},{},{},{},{:.6},{eq},{saved}\n",
+            t.tasks,
+            t.attempts,
+            t.tokens.input + t.tokens.cache_read + t.tokens.cache_write,
+            t.tokens.output + t.tokens.reasoning,
+            t.cost_usd
+        ));
+    }
     out
 }
 

@@ -215,6 +215,14 @@ pub struct Summary {
     pub by_lane: Vec<Group>,
     /// By engine, costliest first.
     pub by_engine: Vec<Group>,
+    /// By week (keyed by its Monday, `YYYY-MM-DD`), oldest first.
+    pub by_week: Vec<Group>,
+    /// By UTC month (`YYYY-MM`), oldest first.
+    pub by_month: Vec<Group>,
+    /// By project (the task's working directory), costliest first.
+    pub by_project: Vec<Group>,
+    /// The window's end (epoch ms, exclusive; `None`: now).
+    pub until_ms: Option<u64>,
     /// Ledger lines that could not be read.
     pub unreadable_lines: usize,
     /// The compare model had a price when this was summed: without one, Claude-equivalents
@@ -344,14 +352,54 @@ pub fn summarize_rows<'a>(
     since_ms: Option<u64>,
     compare: Option<Price>,
 ) -> Summary {
+    summarize_window(
+        rows,
+        unreadable,
+        &Window {
+            since_ms,
+            ..Window::default()
+        },
+        compare,
+    )
+}
+
+/// Which rows a report sums.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Window {
+    /// From this moment on (epoch ms; `None`: the ledger's start).
+    pub since_ms: Option<u64>,
+    /// Before this moment (epoch ms; `None`: no end).
+    pub until_ms: Option<u64>,
+    /// Only the tasks whose working directory is in this one.
+    pub project: Option<PathBuf>,
+}
+
+/// The Monday of the week of UTC day number `day` (days since 1970-01-01, a Thursday).
+fn monday_of(day: u64) -> u64 {
+    // Saturating: the first days of 1970 belong to a week that began before it.
+    day.saturating_sub((day + 3) % 7)
+}
+
+/// [`summarize_rows`] over the rows of `window`.
+pub fn summarize_window<'a>(
+    rows: impl IntoIterator<Item = RowRef<'a>>,
+    unreadable: usize,
+    window: &Window,
+    compare: Option<Price>,
+) -> Summary {
     type Map<'a> = BTreeMap<&'a str, (Totals, u64)>;
     let compare = compare.as_ref();
+    let since_ms = window.since_ms;
     let mut s = Summary {
         since_ms,
+        until_ms: window.until_ms,
         unreadable_lines: unreadable,
         compare_priced: compare.is_some(),
         ..Summary::default()
     };
+    let mut weeks: BTreeMap<u64, (Totals, u64)> = BTreeMap::new();
+    let mut months: BTreeMap<String, (Totals, u64)> = BTreeMap::new();
+    let mut projects: BTreeMap<&Path, (Totals, u64)> = BTreeMap::new();
     // By day number (the date text is made once per day, not once per row).
     let mut days: BTreeMap<u64, (Totals, u64)> = BTreeMap::new();
     let (mut agents, mut models, mut lanes, mut engines) =
@@ -365,7 +413,13 @@ pub fn summarize_rows<'a>(
         e.1 = r.task.wrapping_add(1);
     };
     for r in rows {
-        if since_ms.is_some_and(|t| r.at_ms < t) {
+        if since_ms.is_some_and(|t| r.at_ms < t)
+            || window.until_ms.is_some_and(|t| r.at_ms >= t)
+            || window
+                .project
+                .as_deref()
+                .is_some_and(|p| !r.project.starts_with(p))
+        {
             continue;
         }
         s.totals.add(&r, last_task != r.task, compare);
@@ -375,6 +429,11 @@ pub fn summarize_rows<'a>(
         add(models.entry(r.model.unwrap_or("default")).or_default(), &r);
         add(lanes.entry(r.lane).or_default(), &r);
         add(engines.entry(r.engine).or_default(), &r);
+        let day = r.at_ms / 86_400_000;
+        add(weeks.entry(monday_of(day)).or_default(), &r);
+        let month = crate::utc::day(r.at_ms)[..7].to_owned();
+        add(months.entry(month).or_default(), &r);
+        add(projects.entry(r.project).or_default(), &r);
     }
     let costliest = |m: Map<'_>| {
         let mut v: Vec<Group> = m
@@ -398,6 +457,26 @@ pub fn summarize_rows<'a>(
     s.by_model = costliest(models);
     s.by_lane = costliest(lanes);
     s.by_engine = costliest(engines);
+    s.by_week = weeks
+        .into_iter()
+        .map(|(monday, (totals, _))| Group {
+            key: crate::utc::day(monday * 86_400_000),
+            totals,
+        })
+        .collect();
+    s.by_month = months
+        .into_iter()
+        .map(|(key, (totals, _))| Group { key, totals })
+        .collect();
+    let mut by_project: Vec<Group> = projects
+        .into_iter()
+        .map(|(p, (totals, _))| Group {
+            key: p.display().to_string(),
+            totals,
+        })
+        .collect();
+    by_project.sort_by(|a, b| b.totals.cost_usd.total_cmp(&a.totals.cost_usd));
+    s.by_project = by_project;
     s
 }
 
@@ -498,6 +577,30 @@ pub(crate) mod tests {
             (s.totals.claude_equivalent_usd, s.totals.saved_usd),
             (0.0, 0.0)
         );
+    }
+
+    #[test]
+    fn a_window_has_an_end_a_project_and_weeks_and_months() {
+        let day = 86_400_000;
+        // 2026-11-29 (a Sunday), 2026-11-30 (Monday), 2026-12-02.
+        let sun = crate::registry::to_ms(crate::utc::parse("2026-11-29T10:00:00Z").unwrap());
+        let mut other = row(3, 1, sun + 3 * day, 4.0);
+        other.project = "/q".into();
+        let rows = [row(1, 1, sun, 1.0), row(2, 1, sun + day, 2.0), other];
+        let w = Window {
+            since_ms: None,
+            until_ms: Some(sun + 3 * day),
+            project: Some("/p".into()),
+        };
+        let s = summarize_window(rows.iter().map(Row::view), 0, &w, None);
+        assert_eq!(s.totals.tasks, 2);
+        let weeks: Vec<&str> = s.by_week.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(weeks, ["2026-11-23", "2026-11-30"]);
+        let months: Vec<&str> = s.by_month.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(months, ["2026-11"]);
+        let all = summarize_window(rows.iter().map(Row::view), 0, &Window::default(), None);
+        assert_eq!(all.by_project[0].key, "/q");
+        assert_eq!(all.by_month.len(), 2);
     }
 
     #[test]
