@@ -260,9 +260,10 @@ impl App {
         };
         let (standings, today) = self.supervisor.budget_report(None);
         format!(
-            "{text}{}\n{}",
+            "{text}{}\n{}{}",
             self.settings.root_line(),
-            render::usage::budget_lines(&standings, today)
+            render::usage::budget_lines(&standings, today),
+            render::usage::prices_line(&self.supervisor.config().pricing)
         )
     }
 
@@ -281,11 +282,13 @@ impl App {
         if !s.state.is_finished() {
             return String::new();
         }
-        render::usage::usage_line(
-            s.usage.as_ref(),
-            s.model.as_deref(),
-            &self.supervisor.config().pricing.compare_model,
-        )
+        // The Claude-equivalent at the compare model's price now, as the header names it.
+        let pricing = &self.supervisor.config().pricing;
+        let usage = s.usage.clone().map(|mut u| {
+            u.claude_equivalent = pricing.compare_price().map(|p| p.cost(&u.tokens));
+            u
+        });
+        render::usage::usage_line(usage.as_ref(), s.model.as_deref(), &pricing.compare_model)
     }
 
     /// The usage ledger (empty without a state directory).
@@ -297,18 +300,29 @@ impl App {
         }
     }
 
-    /// The ledger's summary since `since_ms` (`None`: all of it).
+    /// The ledger's summary of `window`.
     pub fn usage_summary(
         &self,
-        since_ms: Option<u64>,
+        window: &run_supervisor::usage::ledger::Window,
     ) -> Result<run_supervisor::usage::ledger::Summary, String> {
-        let ledger = self.usage_ledger()?;
-        Ok(run_supervisor::usage::ledger::summarize(&ledger, since_ms))
+        use run_supervisor::usage::ledger;
+        let l = self.usage_ledger()?;
+        Ok(ledger::summarize_window(
+            l.rows.iter().map(ledger::Row::view),
+            l.unreadable,
+            window,
+            self.supervisor.config().pricing.compare_price(),
+        ))
     }
 
     /// `opencode_usage`: the ledger is read once, without copying its strings, for the summary
     /// and the budgets.
-    async fn usage(&self, since_ms: Option<u64>, since_text: &str) -> Result<Reply, String> {
+    async fn usage(
+        &self,
+        window: &run_supervisor::usage::ledger::Window,
+        since_text: &str,
+        by: Option<&str>,
+    ) -> Result<Reply, String> {
         use run_supervisor::usage::ledger;
         let text = match self.supervisor.state_dir() {
             None => Vec::new(),
@@ -317,13 +331,20 @@ impl App {
         };
         let (rows, unreadable) = ledger::parse_text(&text);
         let rows: Vec<_> = rows.iter().map(ledger::TextRow::view).collect();
-        let summary = ledger::summarize_rows(rows.iter().copied(), unreadable, since_ms);
+        let pricing = &self.supervisor.config().pricing;
+        let summary = ledger::summarize_window(
+            rows.iter().copied(),
+            unreadable,
+            window,
+            pricing.compare_price(),
+        );
         let compare = &self.supervisor.config().pricing.compare_model;
         let (standings, today) = self.supervisor.budget_report_of(&rows, None);
         let view = structured::UsageView::new(&summary, compare, &standings, today);
         Ok(Reply {
-            text: render::usage::usage_report(&summary, since_text, compare)
-                + &render::usage::budget_lines(&standings, today),
+            text: render::usage::usage_report_by(&summary, since_text, compare, by)
+                + &render::usage::budget_lines(&standings, today)
+                + &render::usage::prices_line(&self.supervisor.config().pricing),
             structured: Some(structured::to_value(&view)),
             session: None,
         })
@@ -360,7 +381,17 @@ impl App {
             Call::Usage {
                 since_ms,
                 since_text,
-            } => self.usage(since_ms, &since_text).await,
+                until_ms,
+                by,
+                project,
+            } => {
+                let window = run_supervisor::usage::ledger::Window {
+                    since_ms,
+                    until_ms,
+                    project: project.map(std::path::PathBuf::from),
+                };
+                self.usage(&window, &since_text, by.as_deref()).await
+            }
             Call::Wait {
                 ids,
                 all,
@@ -985,10 +1016,16 @@ impl App {
             && let Some(out) = self.supervisor.result(id, None, None)
         {
             self.supervisor.mark_read(id);
+            // As opencode_result would end it: the usage line; and the budgets' warning as a
+            // start gives it, counting this task's spend now.
+            let warning = render::usage::budget_warning(
+                &self.supervisor.budget_check(Some(&out.snapshot.cwd)),
+            );
             return format!(
-                "task {id} finished within wait_s={wait_s}:\n{}{}",
+                "task {id} finished within wait_s={wait_s}:\n{}{}{}{warning}",
                 render::tasks::result(&out),
-                self.isolated_change(id, &out.snapshot, None, None).0
+                self.isolated_change(id, &out.snapshot, None, None).0,
+                self.usage_line(&out.snapshot)
             );
         }
         format!(
@@ -1163,7 +1200,8 @@ impl App {
         Ok(Reply {
             text: warning
                 + &render::policy(&view)
-                + &render::usage::budget_lines(&standings, today),
+                + &render::usage::budget_lines(&standings, today)
+                + &render::usage::prices_line(&self.supervisor.config().pricing),
             structured: Some(structured::to_value(&data)),
             session: None,
         })

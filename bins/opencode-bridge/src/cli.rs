@@ -85,12 +85,24 @@ pub enum Command {
         /// Only from this UTC date on (YYYY-MM-DD).
         #[arg(long)]
         since: Option<String>,
-        /// Only the last N UTC days, today included.
+        /// Only the last N UTC days, today included (default: 30, unless --since or --until).
         #[arg(long)]
         since_days: Option<u64>,
+        /// Only up to this UTC date, included (YYYY-MM-DD).
+        #[arg(long)]
+        until: Option<String>,
+        /// Show only this grouping: day, week, month, project, model, agent, lane or engine.
+        #[arg(long)]
+        by: Option<String>,
+        /// Only the tasks whose working directory is in this absolute directory.
+        #[arg(long)]
+        project: Option<String>,
         /// Print the data as JSON (opencode_usage's structured result) instead of the table.
         #[arg(long)]
         json: bool,
+        /// Print the grouping (--by, default day) as CSV instead of the table.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
         /// Also write a self-contained HTML page with a chart of cost and savings per day.
         #[arg(long, value_name = "FILE")]
         html: Option<std::path::PathBuf>,
@@ -170,7 +182,7 @@ pub async fn run(app: &App, command: Command) -> i32 {
         Command::CheckSecrets { file } => return crate::check_secrets::run(file.as_deref()),
         Command::Doctor => {
             let (text, ok) = doctor(app).await;
-            print!("{text}");
+            emit(&text);
             return if ok { 0 } else { 1 };
         }
         Command::Sessions {
@@ -227,11 +239,15 @@ pub async fn run(app: &App, command: Command) -> i32 {
         Command::Usage {
             since,
             since_days,
+            until,
+            by,
+            project,
             json,
+            csv,
             html,
         } => {
-            let args = json!({"since": since, "since_days": since_days});
-            return usage(app, &args, json, html.as_deref()).await;
+            let args = json!({"since": since, "since_days": since_days, "until": until, "by": by, "project": project});
+            return usage(app, &args, json, csv, html.as_deref()).await;
         }
     };
     let args = given(&args);
@@ -241,7 +257,7 @@ pub async fn run(app: &App, command: Command) -> i32 {
     };
     match outcome {
         Ok(text) => {
-            print!("{text}");
+            emit(&text);
             0
         }
         Err(e) => {
@@ -469,7 +485,7 @@ fn given(args: &Value) -> Map<String, Value> {
 }
 
 /// `usage`: the report (or its JSON), and the HTML page when asked.
-async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i32 {
+async fn usage(app: &App, args: &Value, as_json: bool, csv: bool, html: Option<&Path>) -> i32 {
     let args = given(args);
     let call = match tools::parse_call("opencode_usage", Some(&args)) {
         Ok(c) => c,
@@ -481,6 +497,9 @@ async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i
     let tools::Call::Usage {
         since_ms,
         since_text,
+        until_ms,
+        by,
+        project,
     } = call.clone()
     else {
         unreachable!("opencode_usage parses to Call::Usage")
@@ -492,18 +511,28 @@ async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i
             return 1;
         }
     };
-    if let Some(file) = html {
-        let page = match app.usage_summary(since_ms) {
-            Ok(s) => render::usage::usage_html(
-                &s,
-                &since_text,
-                &app.supervisor().config().pricing.compare_model,
-            ),
+    let window = run_supervisor::usage::ledger::Window {
+        since_ms,
+        until_ms,
+        project: project.map(std::path::PathBuf::from),
+    };
+    let summary = if html.is_some() || csv {
+        match app.usage_summary(&window) {
+            Ok(s) => Some(s),
             Err(e) => {
                 eprintln!("opencode-bridge: {e}");
                 return 1;
             }
-        };
+        }
+    } else {
+        None
+    };
+    if let (Some(file), Some(s)) = (html, &summary) {
+        let page = render::usage::usage_html(
+            s,
+            &since_text,
+            &app.supervisor().config().pricing.compare_model,
+        );
         if let Err(e) = std::fs::write(file, page) {
             eprintln!(
                 "opencode-bridge: {}",
@@ -512,16 +541,15 @@ async fn usage(app: &App, args: &Value, as_json: bool, html: Option<&Path>) -> i
             return 1;
         }
     }
-    if as_json {
+    if let (true, Some(s)) = (csv, &summary) {
+        emit(&render::usage::usage_csv(s, by.as_deref()));
+    } else if as_json {
         let data = reply.structured.unwrap_or(Value::Null);
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&data).unwrap_or_default()
-        );
+        emit(&(serde_json::to_string_pretty(&data).unwrap_or_default() + "\n"));
     } else {
-        print!("{}", reply.text);
+        emit(&reply.text);
         if let Some(file) = html {
-            println!("{}", render::usage::html_written(file));
+            emit(&format!("{}\n", render::usage::html_written(file)));
         }
     }
     0
@@ -654,6 +682,14 @@ pub async fn doctor(app: &App) -> (String, bool) {
                 .to_owned(),
         ),
     }
+    line(
+        "ok",
+        "prices",
+        render::usage::prices_line(&app.supervisor().config().pricing)
+            .trim_end()
+            .trim_start_matches("prices: ")
+            .to_owned(),
+    );
     for (status, detail) in doctor_worktrees(app) {
         line(status, "worktrees", detail);
     }
@@ -994,6 +1030,14 @@ async fn doctor_claude(app: &App) -> (&'static str, String) {
 
 /// A message that names tools, reworded with the subcommands a person at a terminal runs
 /// (`check the id with opencode_sessions` becomes `… with \`opencode-bridge sessions\``).
+/// Writes `text` to stdout. A reader that went away (`usage --json | head`) is not an
+/// error: what it did not read is dropped, where `print!` would panic on the closed pipe.
+fn emit(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 fn cli_wording(message: &str) -> String {
     const SUBCOMMANDS: [(&str, &str); 5] = [
         ("opencode_usage", "usage"),

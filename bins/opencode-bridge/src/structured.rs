@@ -802,6 +802,17 @@ pub struct UsageView {
     pub by_model: Vec<UsageGroupView>,
     pub by_lane: Vec<UsageGroupView>,
     pub by_engine: Vec<UsageGroupView>,
+    /// By week, keyed by its Monday (YYYY-MM-DD), oldest first.
+    pub by_week: Vec<UsageGroupView>,
+    /// By UTC month (YYYY-MM), oldest first.
+    pub by_month: Vec<UsageGroupView>,
+    /// By project (the tasks' working directory), costliest first.
+    pub by_project: Vec<UsageGroupView>,
+    /// The window's end, exclusive (RFC 3339 UTC; `null`: now).
+    pub until: Option<String>,
+    /// False when the compare model has no price: Claude-equivalents and savings are then
+    /// unknown (shown as 0 here).
+    pub compare_priced: bool,
     pub budgets: Vec<BudgetView>,
     /// Spent today (UTC), all tasks, USD.
     pub spent_today_usd: f64,
@@ -835,6 +846,13 @@ impl UsageView {
             by_model: groups(&s.by_model),
             by_lane: groups(&s.by_lane),
             by_engine: groups(&s.by_engine),
+            by_week: groups(&s.by_week),
+            by_month: groups(&s.by_month),
+            by_project: groups(&s.by_project),
+            until: s
+                .until_ms
+                .map(|ms| fmt_utc(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))),
+            compare_priced: s.compare_priced,
             budgets: budgets.iter().map(Into::into).collect(),
             spent_today_usd: today,
             unreadable_lines: s.unreadable_lines,

@@ -320,12 +320,15 @@ pub fn definitions() -> Vec<ToolDef> {
         ToolDef {
             name: "opencode_usage",
             title: "What delegation cost and saved",
-            description: "Usage of the bridge's finished tasks from its ledger (kept across restarts): tokens, cost (as opencode or claude -p recorded it; estimated from list prices, and marked, where opencode recorded 0), the same tokens at the Claude compare model's price (OPENCODE_BRIDGE_COMPARE_MODEL) and what was saved, in total and by day, agent, model, lane and engine. Savings are an estimate (tokenizers differ). Also the day and month budgets and their spend.",
+            description: "Usage of the bridge's finished tasks from its ledger (kept across restarts): tokens, cost (as opencode or claude -p recorded it; estimated from list prices, and marked, where opencode recorded 0), the same tokens at the Claude compare model's price (OPENCODE_BRIDGE_COMPARE_MODEL) and what was saved, in total and by day (by week past 60 days), agent, model, lane and engine, or by the one grouping `by` names (also week, month, project). The last 30 days unless since/since_days/until say otherwise. Savings are an estimate (tokenizers differ), computed at the compare model's price now. Also the day and month budgets and their spend, and where the prices come from.",
             schema: json!({
                 "type": "object",
                 "properties": {
                     "since_days": {"type": "integer", "minimum": 1, "maximum": 3650, "description": "Only the last N UTC days, today included (default: all of the ledger)."},
-                    "since": {"type": "string", "minLength": 10, "maxLength": 10, "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "description": "Only from this UTC date on (YYYY-MM-DD); wins over since_days."}
+                    "since": {"type": "string", "minLength": 10, "maxLength": 10, "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "description": "Only from this UTC date on (YYYY-MM-DD); wins over since_days."},
+                    "until": {"type": "string", "minLength": 10, "maxLength": 10, "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "description": "Only up to this UTC date, included (YYYY-MM-DD)."},
+                    "by": {"type": "string", "enum": ["day", "week", "month", "project", "model", "agent", "lane", "engine"], "description": "Show only this grouping (default: by day, by week past 60 days, then by agent, model, lane and engine)."},
+                    "project": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Only the tasks whose working directory is in this absolute directory."}
                 },
                 "additionalProperties": false
             }),
@@ -398,6 +401,12 @@ pub enum Call {
         since_ms: Option<u64>,
         /// How the window was asked for (`since 2026-01-01`, `all time`).
         since_text: String,
+        /// Epoch ms of the window's end, exclusive (`None`: now).
+        until_ms: Option<u64>,
+        /// The one grouping to show (`None`: the usual ones).
+        by: Option<String>,
+        /// Only the tasks in this directory.
+        project: Option<String>,
     },
 }
 
@@ -588,13 +597,56 @@ pub fn parse_call(tool: &str, args: Option<&Map<String, Value>>) -> Result<Call,
         "opencode_processes" => Call::Processes,
         "opencode_usage" => {
             let days = a.opt_int("since_days", 1, 3650)?;
-            match a.opt_date("since")? {
+            let until = a.opt_date("until")?;
+            let by = a.opt_enum(
+                "by",
+                &[
+                    "day", "week", "month", "project", "model", "agent", "lane", "engine",
+                ],
+            )?;
+            let project = a.opt_nonempty("project")?;
+            if let Some(p) = &project
+                && !std::path::Path::new(p).is_absolute()
+            {
+                return Err(ArgError::new(
+                    "project",
+                    ArgProblem::WrongType {
+                        expected: "an absolute directory",
+                        got: Value::String(p.clone()),
+                    },
+                ));
+            }
+            let mut call = match a.opt_date("since")? {
                 Some((ms, text)) => Call::Usage {
                     since_ms: Some(ms),
                     since_text: format!("since {text}"),
+                    until_ms: None,
+                    by: None,
+                    project: None,
                 },
-                None => usage_window(days, run_supervisor::registry::now_ms()),
+                // The last 30 days unless a window is given.
+                None if days.is_none() && until.is_some() => usage_window(None, 0),
+                None => usage_window(days.or(Some(30)), run_supervisor::registry::now_ms()),
+            };
+            if let Call::Usage {
+                since_text,
+                until_ms,
+                by: b,
+                project: pr,
+                ..
+            } = &mut call
+            {
+                if let Some((ms, text)) = until {
+                    *until_ms = Some(ms.saturating_add(86_400_000));
+                    since_text.push_str(&format!(" until {text}"));
+                }
+                if let Some(p) = &project {
+                    since_text.push_str(&format!(" in {p}"));
+                }
+                *b = by;
+                *pr = project;
             }
+            call
         }
         other => return Err(ArgError::new(other, ArgProblem::UnknownTool)),
     })
@@ -976,11 +1028,17 @@ pub fn usage_window(days: Option<u64>, now_ms: u64) -> Call {
             Call::Usage {
                 since_ms: Some(start),
                 since_text: format!("since {}", run_supervisor::utc::day(start)),
+                until_ms: None,
+                by: None,
+                project: None,
             }
         }
         None => Call::Usage {
             since_ms: None,
             since_text: "all time".into(),
+            until_ms: None,
+            by: None,
+            project: None,
         },
     }
 }

@@ -1210,3 +1210,36 @@ fn a_slow_session_listing_does_not_hold_up_resources_list() {
     assert!(world.path("probe-started").exists(), "the probe never ran");
     std::fs::write(world.path("release-probe"), "").unwrap();
 }
+
+/// `opencode_start` with `wait_s`: a task that finishes in time answers with its result, and
+/// ends as `opencode_result` would (the usage line), with the budgets' warning counting its
+/// spend (the fake's one step costs $0.001 of a $0.00124 day).
+#[test]
+fn a_sync_start_keeps_the_usage_line_and_the_budget_warning() {
+    let world = World::new();
+    let fake = bridge_testkit::bins::fake_opencode();
+    let mut server = Server::start(
+        &world,
+        &[
+            ("OPENCODE_BIN", fake.to_string_lossy().into_owned()),
+            ("OPENCODE_BRIDGE_ENGINE", "run".to_owned()),
+            ("OPENCODE_BRIDGE_BUDGET_DAY_USD", "0.00124".to_owned()),
+        ],
+    );
+    server.initialize();
+    let r = server.call(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Say hello", "cwd": "demo", "wait_s": 30, "max_cost_usd": 0.0012}),
+    );
+    let text = r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(text.starts_with("task 1 finished"), "{text}");
+    assert!(text.contains("\nusage: "), "{text}");
+    assert!(text.contains("cost $0.0010"), "{text}");
+    assert!(
+        text.contains("warning: 81 % of the day budget of $0.0012"),
+        "{text}"
+    );
+}

@@ -72,7 +72,15 @@ fn usage_table_json_and_a_page_chromium_renders() {
     let state = world.path("xdg/state/opencode-bridge");
     let now = run_supervisor::registry::now_ms();
     ledger::append(&state, &rows(now)).unwrap();
-    let env = [("OPENCODE_BRIDGE_BUDGET_DAY_USD", "0.5".to_owned())];
+    // Claude-equivalents are computed when the report is read, at the compare model's price
+    // then: $15/$75 per million makes each row's 40k in / 2k out worth $0.75.
+    let env = [
+        ("OPENCODE_BRIDGE_BUDGET_DAY_USD", "0.5".to_owned()),
+        (
+            "OPENCODE_BRIDGE_COMPARE_MODEL",
+            "anthropic/claude-opus-4-1".to_owned(),
+        ),
+    ];
 
     let page = world.path("usage.html");
     let page_arg = page.to_string_lossy().into_owned();
@@ -84,12 +92,13 @@ fn usage_table_json_and_a_page_chromium_renders() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.contains(
-            "usage all time: 3 tasks (3 attempts), cost $0.7000 (of which ~$0.4000 estimated"
-        ),
+        text.contains("tasks (3 attempts), cost $0.7000 (of which ~$0.4000 estimated"),
         "{text}"
     );
-    assert!(text.contains("saved $3.30"), "{text}");
+    assert!(
+        text.contains("Claude-equivalent (anthropic/claude-opus-4-1) $2.25; saved $1.55"),
+        "{text}"
+    );
     assert!(text.contains("\nby day:\n"), "{text}");
     // One bar per day, the costliest day full width.
     let bars: Vec<&str> = text
@@ -111,6 +120,58 @@ fn usage_table_json_and_a_page_chromium_renders() {
     assert_eq!(v["totals"]["tasks"], 2, "{v}");
     assert_eq!(v["by_day"].as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(v["budgets"][0]["window"], "day", "{v}");
+
+    // The last 30 days by default.
+    let thirty = run_supervisor::utc::day(now - 29 * 86_400_000);
+    assert!(
+        text.starts_with(&format!("usage since {thirty}: 3 tasks")),
+        "{text}"
+    );
+    // A window's end (the newest row is today's), one grouping, a project, CSV.
+    let yesterday = run_supervisor::utc::day(now - 86_400_000);
+    let out = run_cli(
+        &world,
+        &env,
+        &[
+            "usage",
+            "--until",
+            &yesterday,
+            "--by",
+            "month",
+            "--project",
+            "/p",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            " until {yesterday} in /p: 2 tasks (2 attempts), cost $0.6000"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("\nby month:\n"), "{text}");
+    assert!(!text.contains("\nby agent:\n"), "{text}");
+    let out = run_cli(
+        &world,
+        &env,
+        &["usage", "--project", "/elsewhere", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["totals"]["tasks"], 0, "{v}");
+    let out = run_cli(&world, &env, &["usage", "--csv", "--by", "project"]);
+    let csv = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        csv.starts_with("project,tasks,attempts,input_tokens,output_tokens,cost_usd,claude_equivalent_usd,saved_usd\n/p,3,3,120000,6000,0.700000,2.250000,1.550000\n"),
+        "{csv}"
+    );
+    let bad = run_cli(&world, &env, &["usage", "--project", "relative/dir"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("an absolute directory"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 
     let bad = run_cli(&world, &env, &["usage", "--since", "2026-13-01"]);
     assert!(!bad.status.success());
@@ -173,4 +234,51 @@ fn usage_table_json_and_a_page_chromium_renders() {
         "savings bars: {counts} (screenshot {})",
         shot.display()
     );
+}
+
+/// `usage --json | head`: the reader goes away after a few bytes of a long answer (a ledger of
+/// 3,000 days); the bridge stops writing and exits 0, without a panic on the closed pipe. The
+/// text report of those days is shown by week.
+#[test]
+fn usage_into_a_closed_pipe_does_not_panic() {
+    use std::io::Read;
+    let world = World::new();
+    let state = world.path("xdg/state/opencode-bridge");
+    let day = 86_400_000;
+    let mut all = Vec::new();
+    for i in 0..3_000u64 {
+        let mut r = rows(3 * day).remove(0);
+        r.task = i + 1;
+        r.at_ms = i * day;
+        all.push(r);
+    }
+    ledger::append(&state, &all).unwrap();
+    let mut child = Command::new(crate::common::binary())
+        .env_clear()
+        .envs(world.env())
+        .current_dir(world.root())
+        .args(["usage", "--json", "--since", "1970-01-01"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).unwrap();
+    assert_eq!(first[0], b'{', "{first:?}");
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(out.status.success(), "{:?} {err}", out.status);
+    // The table of such a window is bounded: weeks past 60 days, not 3,000 day rows.
+    let out = run_cli(&world, &[], &["usage", "--since", "1970-01-01"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\n3000 days: shown by week (from Monday)"),
+        "{}",
+        &text[..text.len().min(2000)]
+    );
+    assert!(!text.contains("\nby day:\n"));
+    assert!(text.len() < 60_000, "{} bytes", text.len());
 }

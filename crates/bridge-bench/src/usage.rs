@@ -81,7 +81,12 @@ pub fn usage(bin: &Path, reps: usize) -> Result<Vec<BenchRow>, String> {
         let t = Instant::now();
         let text = ledger::read_text(state.path()).map_err(|e| e.to_string())?;
         let (rows, bad) = ledger::parse_text(&text);
-        let s = ledger::summarize_rows(rows.iter().map(ledger::TextRow::view), bad, None);
+        let s = ledger::summarize_rows(
+            rows.iter().map(ledger::TextRow::view),
+            bad,
+            None,
+            run_supervisor::usage::Pricing::default().compare_price(),
+        );
         inproc.push(t.elapsed().as_secs_f64() * 1000.0);
         if s.totals.attempts != ROWS {
             return Err(format!("read {} rows of {ROWS}", s.totals.attempts));

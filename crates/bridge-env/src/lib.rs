@@ -352,20 +352,20 @@ pub const PRUNE_DAYS: EnvVar = EnvVar::number(
 /// `OPENCODE_BRIDGE_COMPARE_MODEL`.
 pub const COMPARE_MODEL: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_COMPARE_MODEL",
-    "anthropic/claude-sonnet-4-5",
-    "the Claude model a task's tokens are priced at for its Claude-equivalent cost and savings (an estimate: tokenizers differ)",
+    "sonnet",
+    "the Claude model a task's tokens are priced at for its Claude-equivalent cost and savings (an estimate: tokenizers differ); `sonnet`, `opus` and `haiku` name the newest of that family in the price data",
 );
 /// `OPENCODE_BRIDGE_BUDGET_DAY_USD`.
 pub const BUDGET_DAY_USD: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_BUDGET_DAY_USD",
     "unset: no limit",
-    "starts are refused once this many USD were spent in the UTC day (warned at 80 %); the config file's `[budget]` may set it too, and per project",
+    "starts are refused once this many USD were spent, or would be with what running tasks and the start reserve, in the UTC day (warned at 80 %); running tasks stop once it is spent; the config file's `[budget]` may set it too, and per project",
 );
 /// `OPENCODE_BRIDGE_BUDGET_MONTH_USD`.
 pub const BUDGET_MONTH_USD: EnvVar = EnvVar::new(
     "OPENCODE_BRIDGE_BUDGET_MONTH_USD",
     "unset: no limit",
-    "starts are refused once this many USD were spent in the UTC month (warned at 80 %)",
+    "the same per UTC month (warned at 80 %)",
 );
 /// `OPENCODE_BRIDGE_BACKEND`.
 pub const BACKEND: EnvVar = EnvVar::new(

@@ -17,6 +17,33 @@ pub fn usd(v: f64) -> String {
     }
 }
 
+/// Where prices come from and what the compare model costs (`opencode_policy`, the
+/// instructions, `doctor`, `opencode_usage`): one line.
+pub fn prices_line(pricing: &run_supervisor::usage::Pricing) -> String {
+    let compare = match pricing.compare_price() {
+        Some(p) => format!(
+            "compare model {} at ${}/${} per million tokens in/out",
+            pricing.compare_model,
+            per_million(p.input),
+            per_million(p.output)
+        ),
+        None => format!(
+            "compare model {}: no price in these prices, so Claude-equivalents and savings are unknown",
+            pricing.compare_model
+        ),
+    };
+    let overrides = match pricing.prices.overrides {
+        0 => String::new(),
+        n => format!(", {n} from the bridge's config file"),
+    };
+    format!("prices: {}{overrides}; {compare}\n", pricing.prices.source)
+}
+
+fn per_million(v: f64) -> String {
+    let t = format!("{v:.2}");
+    t.strip_suffix(".00").map(str::to_owned).unwrap_or(t)
+}
+
 /// The line that ends a task's result (`opencode_result`, the MCP task's final result):
 /// cost, Claude-equivalent, saved.
 pub fn usage_line(u: Option<&Usage>, model: Option<&str>, compare_model: &str) -> String {
@@ -41,6 +68,11 @@ pub fn usage_line(u: Option<&Usage>, model: Option<&str>, compare_model: &str) -
         count(u.tokens.output + u.tokens.reasoning)
     );
     match (u.claude_equivalent, u.saved()) {
+        // A cost that is not known saves nothing that can be said: not 100 %.
+        (Some(eq), Some(_)) if u.basis == CostBasis::Unknown => format!(
+            "usage: {toks}, {cost}; Claude-equivalent ({compare_model}) {}; saved unknown (its cost is unknown)\n",
+            usd(eq)
+        ),
         (Some(eq), Some(saved)) => format!(
             "usage: {toks}, {cost}; Claude-equivalent ({compare_model}) {}; saved {} (an estimate: the same tokens at Claude's list price, tokenizers differ)\n",
             usd(eq),
@@ -104,11 +136,12 @@ pub fn budget_warning(v: &Verdict) -> String {
     near.iter()
         .map(|s| {
             format!(
-                "warning: {} of the {} ({} of {}) is spent; it resets at {}; starts are refused once it is all spent\n",
+                "warning: {} of the {} of {} is used or reserved ({} spent{}); it resets at {}; a start is refused when what it reserves would pass the budget\n",
                 percent(s),
                 scope(s),
-                usd(s.spent),
                 usd(s.budget),
+                usd(s.spent),
+                held(s),
                 resets(s)
             )
         })
@@ -119,7 +152,16 @@ fn percent(s: &Standing) -> String {
     if s.budget <= 0.0 {
         return "all".into();
     }
-    format!("{:.0} %", 100.0 * s.spent / s.budget)
+    format!("{:.0} %", 100.0 * (s.spent + s.reserved) / s.budget)
+}
+
+/// `, $0.30 held by running tasks` (empty when nothing is held beyond use).
+fn held(s: &Standing) -> String {
+    if s.reserved > 0.0 {
+        format!(", {} held by running tasks", usd(s.reserved))
+    } else {
+        String::new()
+    }
 }
 
 /// The budgets and today's spend (`opencode_policy`, the instructions, `doctor`): one line.
@@ -134,10 +176,12 @@ pub fn budget_lines(standings: &[Standing], today_usd: f64) -> String {
         .iter()
         .map(|s| {
             format!(
-                "{} {} of {} (resets {})",
+                "{} {} of {} ({}resets {})",
                 scope(s),
                 usd(s.spent),
                 usd(s.budget),
+                held(s).trim_start_matches(", ").to_owned()
+                    + if s.reserved > 0.0 { "; " } else { "" },
                 resets(s)
             )
         })
@@ -159,19 +203,24 @@ fn bar(v: f64, max: f64) -> String {
     "#".repeat(n.min(BAR_WIDTH))
 }
 
-fn totals_cells(t: &Totals) -> String {
+fn totals_cells(t: &Totals, priced: bool) -> String {
+    let (eq, saved) = if priced {
+        (usd(t.claude_equivalent_usd), usd(t.saved_usd))
+    } else {
+        ("unknown".to_owned(), "unknown".to_owned())
+    };
     format!(
         "{:>5} {:>8} {:>8} {:>10} {:>10} {:>10}",
         t.tasks,
         count(t.tokens.input + t.tokens.cache_read + t.tokens.cache_write),
         count(t.tokens.output + t.tokens.reasoning),
         usd(t.cost_usd),
-        usd(t.claude_equivalent_usd),
-        usd(t.saved_usd)
+        eq,
+        saved
     )
 }
 
-fn table(title: &str, groups: &[Group], bars: bool) -> String {
+fn table(title: &str, groups: &[Group], bars: bool, priced: bool) -> String {
     if groups.is_empty() {
         return String::new();
     }
@@ -195,7 +244,7 @@ fn table(title: &str, groups: &[Group], bars: bool) -> String {
     let max = groups.iter().map(|g| g.totals.cost_usd).fold(0.0, f64::max);
     for g in groups {
         let key: String = g.key.chars().take(40).collect();
-        out.push_str(&format!("{key:<w$} {}", totals_cells(&g.totals)));
+        out.push_str(&format!("{key:<w$} {}", totals_cells(&g.totals, priced)));
         if bars {
             out.push_str(&format!("  {}", bar(g.totals.cost_usd, max)));
         }
@@ -207,9 +256,33 @@ fn table(title: &str, groups: &[Group], bars: bool) -> String {
 /// The usage report: totals, then rows by day (with a bar of cost per day), agent, model,
 /// lane and engine. `since` says the window (`all time`, `since 2026-01-01`).
 pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
+    usage_report_by(s, since, compare_model, None)
+}
+
+/// The groups `by` names (`day`, `week`, `month`, `project`, `model`, `agent`, `lane`,
+/// `engine`) and whether they are in time order (with bars).
+fn groups_by<'a>(s: &'a Summary, by: &str) -> (&'a [Group], bool) {
+    match by {
+        "week" => (&s.by_week, true),
+        "month" => (&s.by_month, true),
+        "project" => (&s.by_project, false),
+        "model" => (&s.by_model, false),
+        "agent" => (&s.by_agent, false),
+        "lane" => (&s.by_lane, false),
+        "engine" => (&s.by_engine, false),
+        _ => (&s.by_day, true),
+    }
+}
+
+/// Days a report shows one by one; a longer window is shown by week.
+pub const MAX_DAY_ROWS: usize = 60;
+
+/// [`usage_report`] with only the grouping `by` (`None`: by day, or by week past
+/// [`MAX_DAY_ROWS`] days, then by agent, model, lane and engine).
+pub fn usage_report_by(s: &Summary, since: &str, compare_model: &str, by: Option<&str>) -> String {
     let t = &s.totals;
     let mut out = format!(
-        "usage {since}: {} tasks ({} attempts), cost {}{}; Claude-equivalent ({compare_model}) {}; saved {}\n",
+        "usage {since}: {} tasks ({} attempts), cost {}{}; {}\n",
         t.tasks,
         t.attempts,
         usd(t.cost_usd),
@@ -221,15 +294,22 @@ pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
         } else {
             String::new()
         },
-        usd(t.claude_equivalent_usd),
-        usd(t.saved_usd)
+        if s.compare_priced {
+            format!(
+                "Claude-equivalent ({compare_model}) {}; saved {}",
+                usd(t.claude_equivalent_usd),
+                usd(t.saved_usd)
+            )
+        } else {
+            format!("Claude-equivalent unknown (no price for {compare_model}); saved unknown")
+        }
     );
     out.push_str(
-        "savings are an estimate: the same tokens at Claude's list price (tokenizers differ)\n",
+        "savings are an estimate: the same tokens at Claude's list price now (tokenizers differ)\n",
     );
     if t.unknown_cost_attempts > 0 {
         out.push_str(&format!(
-            "{} attempts had no price for their model: their cost shows as $0 here and counts at its Claude-equivalent against budgets\n",
+            "{} attempts had no price for their model: their cost shows as $0 here, counts at its Claude-equivalent against budgets and is left out of what was saved\n",
             t.unknown_cost_attempts
         ));
     }
@@ -246,11 +326,59 @@ pub fn usage_report(s: &Summary, since: &str, compare_model: &str) -> String {
         out.push_str("no task finished in this window\n");
         return out;
     }
-    out.push_str(&table("day", &s.by_day, true));
-    out.push_str(&table("agent", &s.by_agent, false));
-    out.push_str(&table("model", &s.by_model, false));
-    out.push_str(&table("lane", &s.by_lane, false));
-    out.push_str(&table("engine", &s.by_engine, false));
+    if let Some(by) = by {
+        let (groups, bars) = groups_by(s, by);
+        out.push_str(&table(by, groups, bars, s.compare_priced));
+        return out;
+    }
+    if s.by_day.len() > MAX_DAY_ROWS {
+        out.push_str(&format!(
+            "\n{} days: shown by week (from Monday); by=day shows each day\n",
+            s.by_day.len()
+        ));
+        out.push_str(&table("week", &s.by_week, true, s.compare_priced));
+    } else {
+        out.push_str(&table("day", &s.by_day, true, s.compare_priced));
+    }
+    out.push_str(&table("agent", &s.by_agent, false, s.compare_priced));
+    out.push_str(&table("model", &s.by_model, false, s.compare_priced));
+    out.push_str(&table("lane", &s.by_lane, false, s.compare_priced));
+    out.push_str(&table("engine", &s.by_engine, false, s.compare_priced));
+    out
+}
+
+/// The grouping `by` (`None`: by day) as CSV: a header, then one line per group.
+/// Claude-equivalent and saved are empty when the compare model has no price.
+pub fn usage_csv(s: &Summary, by: Option<&str>) -> String {
+    let by = by.unwrap_or("day");
+    let (groups, _) = groups_by(s, by);
+    let mut out = format!(
+        "{by},tasks,attempts,input_tokens,output_tokens,cost_usd,claude_equivalent_usd,saved_usd\n"
+    );
+    for g in groups {
+        let t = &g.totals;
+        let key = if g.key.contains([',', '"', '\n']) {
+            format!("\"{}\"", g.key.replace('"', "\"\""))
+        } else {
+            g.key.clone()
+        };
+        let (eq, saved) = if s.compare_priced {
+            (
+                format!("{:.6}", t.claude_equivalent_usd),
+                format!("{:.6}", t.saved_usd),
+            )
+        } else {
+            (String::new(), String::new())
+        };
+        out.push_str(&format!(
+            "{key},{},{},{},{},{:.6},{eq},{saved}\n",
+            t.tasks,
+            t.attempts,
+            t.tokens.input + t.tokens.cache_read + t.tokens.cache_write,
+            t.tokens.output + t.tokens.reasoning,
+            t.cost_usd
+        ));
+    }
     out
 }
 

@@ -694,6 +694,7 @@ fn usage_texts() {
         window: Window::Day,
         project: None,
         spent: 4.2,
+        reserved: 0.3,
         budget: 5.0,
         resets_ms: 1_795_996_800_000,
     };
@@ -701,6 +702,7 @@ fn usage_texts() {
         window: Window::Month,
         project: Some(PathBuf::from("/home/u/projects/a")),
         spent: 12.0,
+        reserved: 0.0,
         budget: 50.0,
         resets_ms: 1_798_761_600_000,
     };
@@ -710,6 +712,15 @@ fn usage_texts() {
         usage::budget_lines(&[], 0.37),
     ];
     insta::assert_snapshot!("usage_budgets", budgets.concat());
+    let known = run_supervisor::usage::Pricing::default();
+    let unknown = run_supervisor::usage::Pricing {
+        compare_model: "anthropic/claude-nothing-9".into(),
+        ..known.clone()
+    };
+    insta::assert_snapshot!(
+        "usage_prices",
+        usage::prices_line(&known) + &usage::prices_line(&unknown)
+    );
     let row = |task: u64, at_ms: u64, agent: &str, cost: f64, eq: f64| Row {
         v: 1,
         at_ms,
@@ -735,12 +746,24 @@ fn usage_texts() {
         ],
         unreadable: 0,
     };
-    let s = ledger::summarize(&l, None);
+    let sonnet_price = run_supervisor::usage::Price {
+        input: 3.0,
+        output: 15.0,
+        cache_read: Some(0.3),
+        cache_write: Some(3.75),
+    };
+    let s = ledger::summarize(&l, None, Some(sonnet_price));
     insta::assert_snapshot!("usage_report", usage::usage_report(&s, "all time", sonnet));
+    // A compare model without a price: unknown, never $0 or a negative saving.
+    let s = ledger::summarize(&l, None, None);
+    insta::assert_snapshot!(
+        "usage_report_unpriced",
+        usage::usage_report(&s, "all time", "anthropic/claude-nothing-9")
+    );
     insta::assert_snapshot!(
         "usage_report_empty",
         usage::usage_report(
-            &ledger::summarize(&ledger::Ledger::default(), Some(0)),
+            &ledger::summarize(&ledger::Ledger::default(), Some(0), Some(sonnet_price)),
             "since 1970-01-01",
             sonnet
         )

@@ -156,22 +156,10 @@ pub enum StartError {
         /// When the window resets (UTC, RFC 3339).
         until: String,
     },
-    /// A budget is spent ([`usage::budget`]).
-    #[error(
-        "the {what} budget is spent: ${spent:.2} of ${budget:.2} used; it resets at {resets}. Wait until then, raise the budget (OPENCODE_BRIDGE_BUDGET_{window_upper}_USD or the config file's [budget]), or continue in Claude Code"
-    )]
-    OverBudget {
-        /// `day`, `month`, or `day (project /p)`.
-        what: String,
-        /// `DAY` or `MONTH`.
-        window_upper: String,
-        /// Spent in the window, USD.
-        spent: f64,
-        /// The budget, USD.
-        budget: f64,
-        /// When the window resets (UTC, RFC 3339).
-        resets: String,
-    },
+    /// A budget is spent, or the start's reservation would pass it ([`usage::budget`],
+    /// [`usage::reserve`]).
+    #[error("{0}")]
+    OverBudget(Box<usage::budget::Refusal>),
     /// The `request_id` names a task that asked something else.
     #[error(
         "request_id {request_id:?} already started task {task} with another {what}: use a new request_id for a different task, or repeat the first start exactly to get task {task}"

@@ -3,7 +3,10 @@
 //! (read back from the store as the serve engine would), a model opencode prices at 0 is
 //! estimated from the bridge's price, the ledger and the tasks' usage survive a restart, a day
 //! budget the first two tasks used up refuses the third, and `max_cost_usd` stops a run in the
-//! middle of a long tool call.
+//! middle of a long tool call. Then the reservations: five bridges starting at once under a
+//! budget that fits one start exactly one task, a run whose one and last step passed its cap
+//! fails with kind `budget` and keeps its answer, and a run that spends the day's budget is
+//! stopped (kind `budget`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -82,8 +85,9 @@ async fn live_costs_budgets_and_max_cost() {
     };
     let proj = sb.project_dir().to_path_buf();
 
-    // Two tasks: 0.0142 (reported) and 0.0502 (estimated) USD, past a day budget of 0.05.
-    let sup = Supervisor::new(config(Some(0.05)));
+    // Two tasks: 0.0142 (reported) and 0.0502 (estimated) USD, run without a budget (each
+    // would reserve $0.05, the default, and together not fit one of 0.05).
+    let sup = Supervisor::new(config(None));
     let ok = sup.start(spec(&proj, "ok", "Say hello.")).unwrap();
     let bash = sup.start(spec(&proj, "toolbash", "Run echo.")).unwrap();
     for id in [ok, bash] {
@@ -142,25 +146,29 @@ async fn live_costs_budgets_and_max_cost() {
     assert!((u_bash.cost - PRICE.cost(&u_bash.tokens)).abs() < 1e-12);
     assert!(u_bash.cost > 0.0);
 
-    // The two used the day's budget up: the third is refused, naming spend, budget and reset.
+    // The two used a day budget of 0.05 up: a third start (by a bridge that has that budget)
+    // is refused, naming spend, budget, its variable and the reset.
     let spent = u_ok.cost + u_bash.cost;
     assert!(spent >= 0.05, "{spent}");
-    match sup.start(spec(&proj, "ok", "Say hello again.")) {
-        Err(e @ StartError::OverBudget { .. }) => {
+    let limited = Supervisor::new(config(Some(0.05)));
+    match limited.start(spec(&proj, "ok", "Say hello again.")) {
+        Err(e @ StartError::OverBudget(_)) => {
             let msg = e.to_string();
             assert!(msg.contains("the day budget is spent"), "{msg}");
             assert!(msg.contains(&format!("${spent:.2} of $0.05")), "{msg}");
             assert!(msg.contains("resets at"), "{msg}");
+            assert!(msg.contains("OPENCODE_BRIDGE_BUDGET_DAY_USD"), "{msg}");
         }
         other => panic!("the third start was not refused: {other:?}"),
     }
+    drop(limited);
     sup.shutdown().await;
     drop(sup);
 
     // A new supervisor on the same state directory: the ledger and the usage are still there.
     let sup = Supervisor::new(config(None));
     let l = ledger::read(state.path()).unwrap();
-    let s = ledger::summarize(&l, None);
+    let s = ledger::summarize(&l, None, pricing.compare_price());
     assert_eq!((s.totals.tasks, s.totals.attempts), (2, 2), "{l:?}");
     assert!((s.totals.cost_usd - spent).abs() < 1e-12);
     assert!((s.totals.estimated_usd - u_bash.cost).abs() < 1e-12);
@@ -197,5 +205,150 @@ async fn live_costs_budgets_and_max_cost() {
         "the command was stopped"
     );
     assert!(end.usage.unwrap().cost > 0.01);
+    sup.shutdown().await;
+}
+
+/// Five bridges (supervisors on one state directory) start a task each at the same moment,
+/// under a day budget of $0.05, each reserving $0.03 (its `max_cost_usd`): exactly one is
+/// accepted. Its reservation is released when it ends. Then a run whose one step cost more
+/// than its cap fails with kind `budget`, its answer kept; and a run without a cap that spends
+/// the rest of a day's budget is stopped while its long command runs.
+#[tokio::test]
+async fn live_reservations_hold_under_concurrency() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let cost = json!({"input": PRICE.input, "output": PRICE.output, "cache_read": 100});
+    sb.price_models(&[("ok", cost.clone()), ("script", cost)])
+        .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let config = |day_usd: f64| SupervisorConfig {
+        opencode_bin: Some(oc.clone()),
+        engine: run_supervisor::Engine::Run,
+        root: sb.root().to_path_buf(),
+        env: sb.env(),
+        max_parallel: 3,
+        kill_grace: Duration::from_secs(3),
+        quiet_after: Duration::from_secs(600),
+        state_dir: Some(state.path().to_path_buf()),
+        budgets: Budgets {
+            day_usd: Some(day_usd),
+            month_usd: None,
+        },
+        ..SupervisorConfig::default()
+    };
+    let proj = sb.project_dir().to_path_buf();
+    let bridges: Vec<Supervisor> = (0..5).map(|_| Supervisor::new(config(0.05))).collect();
+    let barrier = Arc::new(std::sync::Barrier::new(5));
+    let starts: Vec<_> = bridges
+        .iter()
+        .enumerate()
+        .map(|(i, sup)| {
+            let (sup, barrier, proj) = (sup.clone(), Arc::clone(&barrier), proj.clone());
+            tokio::task::spawn_blocking(move || {
+                let mut s = spec(&proj, "ok", &format!("Say hello, bridge {i}."));
+                s.max_cost_usd = Some(0.03);
+                barrier.wait();
+                sup.start(s)
+            })
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    let mut refused = Vec::new();
+    for (i, h) in starts.into_iter().enumerate() {
+        match h.await.unwrap() {
+            Ok(id) => accepted.push((i, id)),
+            Err(e @ StartError::OverBudget(_)) => refused.push(e.to_string()),
+            Err(e) => panic!("refused for another reason: {e}"),
+        }
+    }
+    assert_eq!(accepted.len(), 1, "exactly one start fits: {refused:?}");
+    assert_eq!(refused.len(), 4);
+    for msg in &refused {
+        assert!(msg.contains("the day budget would be passed"), "{msg}");
+        assert!(msg.contains("$0.03 more held by running tasks"), "{msg}");
+        assert!(
+            msg.contains("this start reserves $0.03 (its max_cost_usd)"),
+            "{msg}"
+        );
+        assert!(msg.contains("OPENCODE_BRIDGE_BUDGET_DAY_USD"), "{msg}");
+        assert!(msg.contains("resets at"), "{msg}");
+    }
+    let file = run_supervisor::usage::reserve::path(state.path());
+    let (i, id) = accepted[0];
+    let end = tokio::time::timeout(LIMIT, bridges[i].wait(id))
+        .await
+        .expect("finished in time")
+        .unwrap();
+    assert_eq!(end.state, TaskState::Succeeded, "{end:?}");
+    assert!(
+        run_supervisor::usage::reserve::read(state.path())
+            .unwrap()
+            .is_empty(),
+        "released at its end: {}",
+        std::fs::read_to_string(&file).unwrap_or_default()
+    );
+    let first = end.usage.unwrap().cost;
+    assert!(first > 0.01 && first < 0.03, "{first}");
+
+    // Its one and last step passed a cap of 0.01: failed, kind budget, the answer kept.
+    let sup = &bridges[0];
+    let mut s = spec(&proj, "ok", "Say hello once more.");
+    s.max_cost_usd = Some(0.01);
+    let id = sup
+        .start(s)
+        .expect("0.0142 spent + 0.01 reserved fits 0.05");
+    let end = tokio::time::timeout(LIMIT, sup.wait(id))
+        .await
+        .expect("finished in time")
+        .unwrap();
+    assert_eq!(end.state, TaskState::Failed, "{end:?}");
+    let f = end.failure.clone().unwrap();
+    assert_eq!(f.kind, FailureKind::Budget, "{f:?}");
+    assert!(f.message.contains("max_cost_usd of $0.0100"), "{f:?}");
+    // Either it ended before a tick saw the cost (the usual case: the step was its last), or a
+    // tick caught it between its last step and its exit and stopped it; failed either way.
+    assert!(
+        f.message.contains("its answer is kept") || f.message.starts_with("stopped after"),
+        "{f:?}"
+    );
+    let out = sup.result(id, None, None).unwrap();
+    assert!(
+        out.final_text.contains(bridge_testkit::fake_llm::OK_TEXT),
+        "{out:?}"
+    );
+    for b in &bridges {
+        b.shutdown().await;
+    }
+    drop(bridges);
+
+    // A day budget of 0.12 with about 0.03 spent: a run without a cap reserves the default
+    // ($0.05: the costliest recent task was cheaper) and is accepted; its quick steps spend the
+    // rest of the window, and it is stopped while its long command runs.
+    let sup = Supervisor::new(config(0.12));
+    let quick = "CALL bash {\"command\": \"echo step\", \"description\": \"quick\"}\n";
+    let prompt = format!(
+        "{}CALL bash {{\"command\": \"sleep 40 && touch after-sleep\", \"description\": \"wait\"}}",
+        quick.repeat(4)
+    );
+    let id = sup.start(spec(&proj, "script", &prompt)).unwrap();
+    let end = tokio::time::timeout(LIMIT, sup.wait(id))
+        .await
+        .expect("stopped in time")
+        .unwrap();
+    assert_eq!(end.state, TaskState::Failed, "{end:?}");
+    let f = end.failure.clone().unwrap();
+    assert_eq!(f.kind, FailureKind::Budget, "{f:?}");
+    assert!(
+        f.message
+            .contains("stopped because the day budget is spent"),
+        "{f:?}"
+    );
+    assert!(f.message.contains("resets at"), "{f:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !proj.join("after-sleep").exists(),
+        "the command was stopped"
+    );
     sup.shutdown().await;
 }

@@ -88,6 +88,8 @@ async fn finish(shared: &Shared, id: TaskId, state: TaskState, failure: Option<F
             tracing::warn!("task {id}: its usage could not be added to the ledger: {e}");
         }
     }
+    // Only then is its reservation released: for a moment it counts twice, never not at all.
+    super::release_reservation(shared, id).await;
     shared.with(id, |r| {
         r.state = state;
         r.saved = saved;
@@ -235,6 +237,9 @@ pub(super) async fn run_task(
         if let Some(ack) = written {
             let _ = ack.await;
         }
+        // Its reservation goes with this bridge: the bridge that adopts it counts what it
+        // uses from then on.
+        super::release_reservation(&shared, id).await;
         shared.with(id, |r| r.done.send_replace(true));
         return;
     }
@@ -346,7 +351,7 @@ async fn run_task_inner(
     }
     loop {
         if let Some(reason) = *stop_rx.borrow() {
-            return stopped(reason);
+            return stopped(shared, id, reason);
         }
         attempt += 1;
         let ctx = AttemptCtx {
@@ -409,7 +414,7 @@ async fn run_task_inner(
                 return (TaskState::Running, None);
             }
             AttemptEnd::Stopped(reason) => {
-                return stopped(reason);
+                return stopped(shared, id, reason);
             }
             AttemptEnd::TimedOut => {
                 let f = Failure::new(
@@ -474,6 +479,23 @@ async fn run_task_inner(
                         )
                     })
                     .unwrap_or((None, false, false));
+                // Past its max_cost_usd when it ended: the step that passed the cap was its
+                // last, so no tick saw it in time. It still fails with kind budget; its answer
+                // is kept.
+                if let Some(max) = spec.max_cost_usd {
+                    let spent = shared
+                        .with(id, |r| r.task_usage().budget_cost())
+                        .unwrap_or(0.0);
+                    if spent > max {
+                        let f = Failure::new(
+                            FailureKind::Budget,
+                            format!(
+                                "cost ${spent:.4}, past its max_cost_usd of ${max:.4}: the step that passed it was its last, so it ran to its end; its answer is kept"
+                            ),
+                        );
+                        return (TaskState::Failed, Some(f));
+                    }
+                }
                 let Some(f) = failure else {
                     let ctx = AttemptCtx {
                         shared,
@@ -512,7 +534,7 @@ async fn run_task_inner(
                         _ = tokio::time::sleep(pause) => {}
                         _ = stop_rx.changed() => {
                             let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
-                            return stopped(reason);
+                            return stopped(shared, id, reason);
                         }
                     }
                     attempt -= 1;
@@ -540,7 +562,7 @@ async fn run_task_inner(
                     _ = tokio::time::sleep_until(at) => {}
                     _ = stop_rx.changed() => {
                         let reason = (*stop_rx.borrow()).unwrap_or(StopReason::Cancel);
-                        return stopped(reason);
+                        return stopped(shared, id, reason);
                     }
                 }
             }
@@ -634,7 +656,7 @@ async fn after_turn(
                 return AfterTurn::End(TaskState::TimedOut, Some(f));
             }
             VerifyEnd::Stopped(reason) => {
-                let (state, f) = stopped(reason);
+                let (state, f) = stopped(shared, id, reason);
                 return AfterTurn::End(state, f);
             }
             VerifyEnd::SpawnFailed(e) => {
@@ -679,8 +701,22 @@ async fn after_turn(
     AfterTurn::Done
 }
 
-fn stopped(reason: StopReason) -> (TaskState, Option<Failure>) {
+fn stopped(shared: &Shared, id: TaskId, reason: StopReason) -> (TaskState, Option<Failure>) {
     let f = match reason {
+        StopReason::Budget => {
+            let why = shared
+                .with(id, |r| r.budget_stop.clone())
+                .flatten()
+                .unwrap_or_else(|| "stopped because a budget window is spent".into());
+            return (
+                TaskState::Failed,
+                Some(Failure::with_advice(
+                    FailureKind::Budget,
+                    why,
+                    "What it did so far is kept. Wait until the window resets, raise the budget, or continue in Claude Code.",
+                )),
+            );
+        }
         StopReason::Cancel => None,
         StopReason::Shutdown => Some(Failure::with_advice(
             FailureKind::Exit,

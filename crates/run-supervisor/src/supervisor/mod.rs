@@ -28,6 +28,8 @@ use crate::spec::{SupervisorConfig, TaskSpec};
 use crate::task::{
     CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
+use crate::usage::budget::{self, Verdict};
+use crate::usage::reserve;
 use bridge_proc::{self as procs, ProcId};
 
 mod attempt;
@@ -56,6 +58,9 @@ pub const LEARN_AFTER_FINISH: Duration = Duration::from_secs(60);
 enum StopReason {
     Cancel,
     Shutdown,
+    /// A budget window it counts against is spent (the message is the record's
+    /// `budget_stop`).
+    Budget,
 }
 #[derive(Debug, Default)]
 struct Inner {
@@ -78,6 +83,8 @@ struct Shared {
     writer: Option<registry::Writer>,
     /// The warm local servers of served tasks ([`crate::runner::serve::pool`]).
     serve_pool: Arc<crate::runner::serve::pool::Pool>,
+    /// The budgets' watcher ([`watch_budgets`]) runs.
+    watching: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -200,6 +207,7 @@ impl Supervisor {
                 registry,
                 writer,
                 serve_pool,
+                watching: std::sync::atomic::AtomicBool::new(false),
             }
         });
         Supervisor { shared }
@@ -327,6 +335,49 @@ impl Supervisor {
             Err(_) if matches!(place, Some(Place::Remote(_))) => PathBuf::new(),
             Err(e) => return Err(StartError::BinaryMissing(e)),
         };
+        // Its reservation, against every budget, before anything else is decided; released
+        // below when the start is refused for another reason.
+        let reservation = self.reserve(&spec, &cwd)?;
+        if !self
+            .shared
+            .watching
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tokio::spawn(watch_budgets(Arc::downgrade(&self.shared)));
+        }
+        let accepted = self.accept(
+            spec,
+            cwd,
+            isolated,
+            model,
+            runner,
+            place,
+            account,
+            bin,
+            reservation,
+        );
+        // Refused, or an earlier start's task returned: nothing new runs on this reservation.
+        if !matches!(accepted, Ok(Started::New(_))) {
+            self.release(reservation.0);
+        }
+        accepted
+    }
+
+    /// The table part of [`Supervisor::start`]: what is decided under the task table's lock.
+    #[allow(clippy::too_many_arguments)]
+    fn accept(
+        &self,
+        spec: TaskSpec,
+        cwd: PathBuf,
+        isolated: Option<crate::worktree::Checked>,
+        model: Option<String>,
+        runner: Runner,
+        place: Option<Place>,
+        account: String,
+        bin: PathBuf,
+        reservation: (Option<u64>, f64),
+    ) -> Result<Started, StartError> {
+        let cfg = &self.shared.config;
         let (stop_tx, stop_rx) = watch::channel(None);
         let id = {
             let mut inner = self.shared.lock();
@@ -351,11 +402,6 @@ impl Supervisor {
                     account,
                     until: crate::utc::format(until),
                 });
-            }
-            if let crate::usage::budget::Verdict::Refuse(s) =
-                self.budget_check_locked(&inner, Some(&cwd), crate::registry::now_ms())
-            {
-                return Err(over_budget(&s));
             }
             let running = inner
                 .tasks
@@ -444,6 +490,8 @@ impl Supervisor {
                 durable_session,
                 cfg.pricing.clone(),
             );
+            let mut r = r;
+            r.reserved = reservation;
             inner.tasks.insert(id, r);
             if let Some(r) = inner.tasks.get(&id) {
                 persist(&self.shared, r, Save::Record);
@@ -602,15 +650,33 @@ impl Supervisor {
     }
 
     /// Whether a task in `cwd` may start now by the budgets ([`crate::usage::budget`]): the
-    /// ledger's spend in each window plus what running tasks have used so far.
-    pub fn budget_check(&self, cwd: Option<&Path>) -> crate::usage::budget::Verdict {
-        let inner = self.shared.lock();
-        self.budget_check_locked(&inner, cwd, crate::registry::now_ms())
+    /// ledger's spend in each window plus what running tasks (of every bridge on the state
+    /// directory) have used so far or reserved. What a start asks after it was accepted (its
+    /// own reservation is in already).
+    pub fn budget_check(&self, cwd: Option<&Path>) -> Verdict {
+        let cfg = &self.shared.config;
+        if cfg.budgets.is_empty() && cfg.project_budgets.is_empty() {
+            return Verdict::Allow(Vec::new());
+        }
+        let held = self.held_now();
+        self.with_ledger(|rows| {
+            budget::verdict(
+                budget::standings(
+                    rows,
+                    &cfg.budgets,
+                    &cfg.project_budgets,
+                    cwd,
+                    &held,
+                    crate::registry::now_ms(),
+                ),
+                0.0,
+            )
+        })
     }
 
     /// Where every budget that applies to a task in `cwd` stands now, and what was spent today
     /// (UTC) in all: what `opencode_policy`, the instructions and `doctor` show.
-    pub fn budget_report(&self, cwd: Option<&Path>) -> (Vec<crate::usage::budget::Standing>, f64) {
+    pub fn budget_report(&self, cwd: Option<&Path>) -> (Vec<budget::Standing>, f64) {
         self.with_ledger(|rows| self.budget_report_of(rows, cwd))
     }
 
@@ -633,21 +699,15 @@ impl Supervisor {
         &self,
         rows: &[crate::usage::ledger::RowRef<'_>],
         cwd: Option<&Path>,
-    ) -> (Vec<crate::usage::budget::Standing>, f64) {
+    ) -> (Vec<budget::Standing>, f64) {
         let now = crate::registry::now_ms();
-        let running = self.running_spend(&self.shared.lock());
+        let running = self.held_now();
         let cfg = &self.shared.config;
-        let standings = crate::usage::budget::standings(
+        let standings =
+            budget::standings(rows, &cfg.budgets, &cfg.project_budgets, cwd, &running, now);
+        let today = budget::standings(
             rows,
-            &cfg.budgets,
-            &cfg.project_budgets,
-            cwd,
-            &running,
-            now,
-        );
-        let today = crate::usage::budget::standings(
-            rows,
-            &crate::usage::budget::Budgets {
+            &budget::Budgets {
                 day_usd: Some(f64::INFINITY),
                 month_usd: None,
             },
@@ -661,38 +721,178 @@ impl Supervisor {
         (standings, today)
     }
 
-    /// What the tasks that are not in the ledger yet have used so far, by working directory.
-    fn running_spend(&self, inner: &Inner) -> Vec<(std::path::PathBuf, f64)> {
-        inner
-            .tasks
-            .values()
-            .filter(|r| !*r.done.borrow())
-            .map(|r| (r.rec.cwd.clone(), r.task_usage().budget_cost()))
+    /// Every running task as the budgets count it: this supervisor's from memory, the other
+    /// bridges' from the reservations file.
+    fn held_now(&self) -> Vec<budget::Held> {
+        let list = self
+            .state_dir()
+            .and_then(|d| reserve::read(d).ok())
+            .unwrap_or_default();
+        self.held_with(&list)
+    }
+
+    /// [`held_now`](Self::held_now) with the reservations file's entries `list`: this
+    /// supervisor's tasks from memory (their use is newer there), every other entry from the
+    /// file (another bridge's, or one of this supervisor's not in its table yet).
+    fn held_with(&self, list: &[reserve::Reservation]) -> Vec<budget::Held> {
+        let own = own_held(&self.shared.lock());
+        let keys: BTreeSet<u64> = own.iter().filter_map(|(k, _)| *k).collect();
+        let me = self.shared.me;
+        list.iter()
+            .filter(|r| !(r.owner() == me && keys.contains(&r.key)))
+            .map(|r| budget::Held {
+                project: r.project.clone(),
+                used: r.used_usd,
+                reserved: r.amount_usd,
+            })
+            .chain(own.into_iter().map(|(_, h)| h))
             .collect()
     }
 
-    fn budget_check_locked(
-        &self,
-        inner: &Inner,
-        cwd: Option<&Path>,
-        now_ms: u64,
-    ) -> crate::usage::budget::Verdict {
+    /// A start's reservation ([`crate::usage::reserve`]), made only when the budgets let it
+    /// start: its `max_cost_usd`, or the default from the ledger. With a state directory the
+    /// check and the reservation happen under the reservations file's lock, so starts of every
+    /// bridge on it are decided one after another. Returns the reservation's key (`None`:
+    /// no state directory, the table holds it) and amount.
+    fn reserve(&self, spec: &TaskSpec, cwd: &Path) -> Result<(Option<u64>, f64), StartError> {
+        let cfg = &self.shared.config;
+        let now = crate::registry::now_ms();
+        let limited = !(cfg.budgets.is_empty() && cfg.project_budgets.is_empty());
+        let decide = |rows: &[crate::usage::ledger::RowRef<'_>],
+                      held: &[budget::Held]|
+         -> Result<f64, StartError> {
+            let amount = spec
+                .max_cost_usd
+                .unwrap_or_else(|| reserve::default_amount(rows, now));
+            if limited
+                && let Verdict::Refuse(s) = budget::verdict(
+                    budget::standings(
+                        rows,
+                        &cfg.budgets,
+                        &cfg.project_budgets,
+                        Some(cwd),
+                        held,
+                        now,
+                    ),
+                    amount,
+                )
+            {
+                return Err(over_budget(&s, amount, spec.max_cost_usd.is_some()));
+            }
+            Ok(amount)
+        };
+        let Some(dir) = self.state_dir().map(Path::to_path_buf) else {
+            let held: Vec<budget::Held> = own_held(&self.shared.lock())
+                .into_iter()
+                .map(|(_, h)| h)
+                .collect();
+            return decide(&[], &held).map(|a| (None, a));
+        };
+        let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let me = self.shared.me;
+        let made = reserve::update(&dir, |list| {
+            let text = crate::usage::ledger::read_text(&dir).unwrap_or_default();
+            let (rows, _) = crate::usage::ledger::parse_text(&text);
+            let rows: Vec<_> = rows
+                .iter()
+                .map(crate::usage::ledger::TextRow::view)
+                .collect();
+            let amount = decide(&rows, &self.held_with(list))?;
+            list.push(reserve::Reservation {
+                pid: me.pid,
+                start_time: me.start_time,
+                key,
+                project: cwd.to_path_buf(),
+                amount_usd: amount,
+                used_usd: 0.0,
+                at_ms: now,
+            });
+            Ok(amount)
+        });
+        match made {
+            Ok(amount) => amount.map(|a| (Some(key), a)),
+            Err(e) => Err(StartError::Registry(format!(
+                "the budgets' reservations file {} could not be written ({e}): check that the state directory is writable",
+                reserve::path(&dir).display()
+            ))),
+        }
+    }
+
+    /// Releases a reservation this supervisor made (`None`: nothing to release).
+    fn release(&self, key: Option<u64>) {
+        release_in(self.state_dir().map(Path::to_path_buf), self.shared.me, key);
+    }
+
+    /// Once a second while tasks run: writes what this supervisor's running tasks have used
+    /// to their reservations (for the other bridges), and stops each running task a spent
+    /// budget window covers (kind `budget`).
+    fn budget_tick(&self) {
+        let own = own_held(&self.shared.lock());
+        if own.is_empty() {
+            return;
+        }
+        let me = self.shared.me;
+        let list = match self.state_dir() {
+            Some(dir) => {
+                let used: BTreeMap<u64, f64> = own
+                    .iter()
+                    .filter_map(|(k, h)| k.map(|k| (k, h.used)))
+                    .collect();
+                reserve::update(dir, |l| {
+                    for r in l.iter_mut().filter(|r| r.owner() == me) {
+                        if let Some(u) = used.get(&r.key) {
+                            r.used_usd = *u;
+                        }
+                    }
+                    l.clone()
+                })
+                .unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
         let cfg = &self.shared.config;
         if cfg.budgets.is_empty() && cfg.project_budgets.is_empty() {
-            return crate::usage::budget::Verdict::Allow(Vec::new());
+            return;
         }
-        // A task that finished but is not in the ledger yet is still counted as running.
-        let running = self.running_spend(inner);
-        self.with_ledger(|rows| {
-            crate::usage::budget::verdict(crate::usage::budget::standings(
-                rows,
-                &cfg.budgets,
-                &cfg.project_budgets,
-                cwd,
-                &running,
-                now_ms,
-            ))
-        })
+        let held = self.held_with(&list);
+        let now = crate::registry::now_ms();
+        let spent: Vec<(PathBuf, budget::Standing)> = self.with_ledger(|rows| {
+            let cwds: BTreeSet<PathBuf> = own.iter().map(|(_, h)| h.project.clone()).collect();
+            cwds.into_iter()
+                .filter_map(|cwd| {
+                    budget::standings(
+                        rows,
+                        &cfg.budgets,
+                        &cfg.project_budgets,
+                        Some(&cwd),
+                        &held,
+                        now,
+                    )
+                    .into_iter()
+                    .find(budget::Standing::exhausted)
+                    .map(|s| (cwd, s))
+                })
+                .collect()
+        });
+        if spent.is_empty() {
+            return;
+        }
+        let mut inner = self.shared.lock();
+        for r in inner.tasks.values_mut() {
+            if *r.done.borrow() || r.stop.borrow().is_some() {
+                continue;
+            }
+            if let Some((_, s)) = spent.iter().find(|(cwd, _)| *cwd == r.rec.cwd) {
+                r.budget_stop = Some(format!(
+                    "stopped because the {} is spent: ${:.4} of ${:.2} used by finished and running tasks; it resets at {}",
+                    budget_name(s),
+                    s.spent,
+                    s.budget,
+                    crate::utc::format(crate::registry::from_ms(s.resets_ms))
+                ));
+                r.stop.send_replace(Some(StopReason::Budget));
+            }
+        }
     }
 
     /// The state of a task.
@@ -1173,7 +1373,6 @@ impl Supervisor {
     }
 }
 
-/// The refusal of a start by a spent budget.
 /// What [`Supervisor::start_or_existing`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Started {
@@ -1215,18 +1414,104 @@ fn request_fresh(t: &TaskRecord) -> bool {
     t.request.is_some() && crate::registry::now_ms().saturating_sub(t.accepted_ms) < ttl
 }
 
-fn over_budget(s: &crate::usage::budget::Standing) -> StartError {
-    let what = match &s.project {
-        Some(p) => format!("{} (project {})", s.window.as_str(), p.display()),
-        None => s.window.as_str().to_owned(),
-    };
-    StartError::OverBudget {
-        what,
-        window_upper: s.window.as_str().to_ascii_uppercase(),
-        spent: s.spent,
-        budget: s.budget,
-        resets: crate::utc::format(crate::registry::from_ms(s.resets_ms)),
+/// Keys of reservations, unique in this process (several supervisors may share it in tests).
+static NEXT_RESERVATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// This supervisor's running tasks as the budgets count them, with their reservation's key.
+fn own_held(inner: &Inner) -> Vec<(Option<u64>, budget::Held)> {
+    inner
+        .tasks
+        .values()
+        .filter(|r| !*r.done.borrow())
+        .map(|r| {
+            (
+                r.reserved.0,
+                budget::Held {
+                    project: r.rec.cwd.clone(),
+                    used: r.task_usage().budget_cost(),
+                    reserved: r.reserved.1,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Drops reservation `key` of owner `me` from the file under `dir`.
+fn release_in(dir: Option<PathBuf>, me: ProcId, key: Option<u64>) {
+    if let (Some(dir), Some(key)) = (dir, key)
+        && let Err(e) = reserve::update(&dir, |l| l.retain(|r| !(r.owner() == me && r.key == key)))
+    {
+        tracing::warn!(
+            "a budget reservation could not be released ({e}); it expires with this bridge"
+        );
     }
+}
+
+/// Releases task `id`'s reservation (once its spend is on the ledger).
+async fn release_reservation(shared: &Shared, id: TaskId) {
+    let Some(key) = shared.with(id, |r| r.reserved.0.take()).flatten() else {
+        return;
+    };
+    let dir = shared
+        .registry
+        .as_ref()
+        .and(shared.config.state_dir.clone());
+    let me = shared.me;
+    let _ = tokio::task::spawn_blocking(move || release_in(dir, me, Some(key))).await;
+}
+
+/// Runs [`Supervisor::budget_tick`] once a second until the supervisor is dropped.
+async fn watch_budgets(weak: std::sync::Weak<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        let sup = Supervisor { shared };
+        let _ = tokio::task::spawn_blocking(move || sup.budget_tick()).await;
+    }
+}
+
+/// `day budget` or `month budget of project /p`.
+fn budget_name(s: &budget::Standing) -> String {
+    match &s.project {
+        Some(p) => format!("{} budget of project {}", s.window.as_str(), p.display()),
+        None => format!("{} budget", s.window.as_str()),
+    }
+}
+
+/// The refusal of a start by a budget: spent, or passed by what the start would reserve
+/// (`amount`, its `max_cost_usd` when `capped`).
+fn over_budget(s: &budget::Standing, amount: f64, capped: bool) -> StartError {
+    let variable = match s.project {
+        Some(_) => s.variable().to_owned(),
+        None => format!("{} or the config file's [budget]", s.variable()),
+    };
+    StartError::OverBudget(Box::new(budget::Refusal {
+        what: budget_name(s),
+        how: if s.exhausted() {
+            "is spent"
+        } else {
+            "would be passed"
+        },
+        variable,
+        spent: s.spent,
+        reserved: s.reserved,
+        budget: s.budget,
+        reserve: amount,
+        reserve_why: if capped {
+            "its max_cost_usd".to_owned()
+        } else {
+            format!(
+                "the default without max_cost_usd: the costliest task of the last {} days, at least ${:.2}",
+                reserve::DEFAULT_LOOKBACK_DAYS,
+                reserve::DEFAULT_FLOOR_USD
+            )
+        },
+        resets: crate::utc::format(crate::registry::from_ms(s.resets_ms)),
+    }))
 }
 
 pub(super) async fn wait_done(mut rx: watch::Receiver<bool>) {

@@ -89,6 +89,11 @@ pub(super) struct Record {
     pub(super) structured: Option<serde_json::Value>,
     /// The tool calls of the turns before a check's follow-up (the same session's work).
     pub(super) earlier_calls: Vec<ToolCall>,
+    /// What the task reserved at its start ([`crate::usage::reserve`]): the key of its entry
+    /// in the reservations file (`None`: no state directory) and the amount, USD.
+    pub(super) reserved: (Option<u64>, f64),
+    /// Why a spent budget window stopped the task (its failure's message).
+    pub(super) budget_stop: Option<String>,
 }
 
 impl Record {
@@ -139,6 +144,8 @@ impl Record {
             schema_valid: None,
             structured: None,
             earlier_calls: Vec::new(),
+            reserved: (None, 0.0),
+            budget_stop: None,
         }
     }
 

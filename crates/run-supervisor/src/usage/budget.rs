@@ -1,9 +1,11 @@
 //! Budgets: at most so many USD per UTC day and per UTC month, for all tasks or for the tasks
-//! of one project. A start is refused once the window's spend reaches a budget; at 80 % it is
-//! accepted with a warning. Spend is the ledger's rows in the window ([`super::ledger`]) plus
-//! what the tasks still running have used so far; a row of unknown cost counts at its
-//! Claude-equivalent ([`super::Usage::budget_cost`]). The clock is a parameter (`now_ms`), so
-//! windows roll over in tests without waiting.
+//! of one project. Spend is the ledger's rows in the window ([`super::ledger`]) plus what the
+//! tasks still running have used so far; a row of unknown cost counts at its Claude-equivalent
+//! ([`super::Usage::budget_cost`]). A running task also holds its reservation
+//! ([`super::reserve`]): a start is refused when the spend, what running tasks hold beyond
+//! their use and what the start itself reserves would pass a budget; at 80 % it is accepted
+//! with a warning. A window whose spend reached its budget stops the running tasks it covers.
+//! The clock is a parameter (`now_ms`), so windows roll over in tests without waiting.
 
 use std::path::{Path, PathBuf};
 
@@ -76,8 +78,10 @@ pub struct Standing {
     pub window: Window,
     /// The project it is for (`None`: all tasks).
     pub project: Option<PathBuf>,
-    /// Spent in the window, USD.
+    /// Spent in the window, USD: the ledger's rows and what running tasks used so far.
     pub spent: f64,
+    /// Reserved by running tasks beyond what they used so far, USD.
+    pub reserved: f64,
     /// The budget, USD.
     pub budget: f64,
     /// When the window resets (epoch ms).
@@ -85,15 +89,42 @@ pub struct Standing {
 }
 
 impl Standing {
-    /// True when the spend reached the budget.
+    /// True when the spend reached the budget: no start, and the running tasks it covers stop.
     pub fn exhausted(&self) -> bool {
         self.spent >= self.budget
     }
 
-    /// True when the spend reached [`WARN_AT`] of the budget.
-    pub fn near(&self) -> bool {
-        self.spent >= self.budget * WARN_AT
+    /// True when a start reserving `more` USD would pass the budget.
+    pub fn would_pass(&self, more: f64) -> bool {
+        self.exhausted() || self.spent + self.reserved + more > self.budget
     }
+
+    /// True when the spend and the reservations reached [`WARN_AT`] of the budget.
+    pub fn near(&self) -> bool {
+        self.spent + self.reserved >= self.budget * WARN_AT
+    }
+
+    /// The budget's variable (`OPENCODE_BRIDGE_BUDGET_DAY_USD`, ...), or for a project's
+    /// budget the config file's entry.
+    pub fn variable(&self) -> &'static str {
+        match (self.window, &self.project) {
+            (Window::Day, None) => bridge_env::BUDGET_DAY_USD.name,
+            (Window::Month, None) => bridge_env::BUDGET_MONTH_USD.name,
+            (Window::Day, Some(_)) => "the config file's [[budget.project]] day_usd",
+            (Window::Month, Some(_)) => "the config file's [[budget.project]] month_usd",
+        }
+    }
+}
+
+/// A running task as the budgets count it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held {
+    /// Its working directory.
+    pub project: PathBuf,
+    /// What it used so far, USD (unknown cost at its Claude-equivalent).
+    pub used: f64,
+    /// What it reserved at its start, USD (0: nothing).
+    pub reserved: f64,
 }
 
 /// What a start may do.
@@ -103,19 +134,60 @@ pub enum Verdict {
     Allow(Vec<Standing>),
     /// Go ahead, but these budgets are at 80 % or more.
     Warn(Vec<Standing>),
-    /// Refused: this budget is spent.
+    /// Refused: this budget is spent, or the start's reservation would pass it.
     Refuse(Standing),
+}
+
+/// The refusal of a start by a budget: spent, or passed by what the start would reserve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// `day budget`, `month budget of project /p`.
+    pub what: String,
+    /// `is spent` or `would be passed`.
+    pub how: &'static str,
+    /// The budget's variable or config entry.
+    pub variable: String,
+    /// Spent in the window (the ledger and running tasks' use), USD.
+    pub spent: f64,
+    /// Held by running tasks beyond their use, USD.
+    pub reserved: f64,
+    /// The budget, USD.
+    pub budget: f64,
+    /// What this start would reserve, USD.
+    pub reserve: f64,
+    /// Where that amount comes from.
+    pub reserve_why: String,
+    /// When the window resets (UTC, RFC 3339).
+    pub resets: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} {}: ${:.2} of ${:.2} used, ${:.2} more held by running tasks, and this start reserves ${:.2} ({}); it resets at {}. Wait until then or until running tasks end, give a smaller max_cost_usd, raise the budget ({}), or continue in Claude Code",
+            self.what,
+            self.how,
+            self.spent,
+            self.budget,
+            self.reserved,
+            self.reserve,
+            self.reserve_why,
+            self.resets,
+            self.variable
+        )
+    }
 }
 
 /// Where every budget that applies to a task in `cwd` stands at `now_ms`: the global ones,
 /// then those of the projects `cwd` is in. `running` is what running tasks (with their
-/// project) have used so far.
+/// project) have used so far and reserved.
 pub fn standings(
     rows: &[RowRef<'_>],
     global: &Budgets,
     projects: &[ProjectBudget],
     cwd: Option<&Path>,
-    running: &[(PathBuf, f64)],
+    running: &[Held],
     now_ms: u64,
 ) -> Vec<Standing> {
     let [day, month] = crate::utc::day_and_month_bounds(now_ms);
@@ -137,13 +209,24 @@ pub fn standings(
                 .iter()
                 .filter(|r| r.at_ms >= start && r.at_ms < end && inside(r.project))
                 .map(|r| r.usage.budget_cost())
-                .chain(running.iter().filter(|(d, _)| inside(d)).map(|(_, c)| *c))
+                .chain(
+                    running
+                        .iter()
+                        .filter(|h| inside(&h.project))
+                        .map(|h| h.used),
+                )
                 // Not `sum`: the sum of no f64 is -0.0, which would show as `$-0.0000`.
+                .fold(0.0, |a, b| a + b);
+            let reserved = running
+                .iter()
+                .filter(|h| inside(&h.project))
+                .map(|h| (h.reserved - h.used).max(0.0))
                 .fold(0.0, |a, b| a + b);
             out.push(Standing {
                 window,
                 project: project.map(Path::to_path_buf),
                 spent,
+                reserved,
                 budget,
                 resets_ms: end,
             });
@@ -152,13 +235,15 @@ pub fn standings(
     out
 }
 
-/// Whether a task may start, given where its budgets stand ([`standings`]).
-pub fn verdict(all: Vec<Standing>) -> Verdict {
-    if let Some(s) = all.iter().find(|s| s.exhausted()) {
+/// Whether a task that reserves `reserve` USD may start, given where its budgets stand
+/// ([`standings`]). A warning counts the reservation in.
+pub fn verdict(all: Vec<Standing>, reserve: f64) -> Verdict {
+    if let Some(s) = all.iter().find(|s| s.would_pass(reserve)) {
         return Verdict::Refuse(s.clone());
     }
-    if all.iter().any(Standing::near) {
-        return Verdict::Warn(all.into_iter().filter(Standing::near).collect());
+    let near = |s: &Standing| s.spent + s.reserved + reserve >= s.budget * WARN_AT;
+    if all.iter().any(near) {
+        return Verdict::Warn(all.into_iter().filter(near).collect());
     }
     Verdict::Allow(all)
 }
@@ -174,6 +259,40 @@ mod tests {
 
     const DAY: u64 = 86_400_000;
 
+    fn held(used: f64, reserved: f64) -> Held {
+        Held {
+            project: "/p".into(),
+            used,
+            reserved,
+        }
+    }
+
+    #[test]
+    fn a_start_is_refused_when_its_reservation_would_pass_a_budget() {
+        let b = Budgets {
+            day_usd: Some(1.0),
+            month_usd: None,
+        };
+        let at = |running: &[Held], reserve| {
+            verdict(standings(&[], &b, &[], None, running, 5 * DAY), reserve)
+        };
+        // Nothing spent or held: a start reserving 0.6 fits, with a warning (60 % is not 80 %).
+        assert!(matches!(at(&[], 0.6), Verdict::Allow(_)));
+        // One task holds 0.6 and used 0.1 of it: a second 0.6 would pass the budget.
+        let Verdict::Refuse(s) = at(&[held(0.1, 0.6)], 0.6) else {
+            panic!("0.6 held + 0.6 asked passes 1.0")
+        };
+        assert_eq!((s.spent, s.reserved), (0.1, 0.5));
+        assert_eq!(s.variable(), "OPENCODE_BRIDGE_BUDGET_DAY_USD");
+        // 0.3 more fits, and is warned (0.9 of 1.0).
+        assert!(matches!(at(&[held(0.1, 0.6)], 0.3), Verdict::Warn(_)));
+        // A task past its reservation counts at its use.
+        let s = &standings(&[], &b, &[], None, &[held(0.8, 0.5)], 5 * DAY)[0];
+        assert_eq!((s.spent, s.reserved), (0.8, 0.0));
+        // A spent window refuses even a start that reserves nothing.
+        assert!(matches!(at(&[held(1.0, 0.0)], 0.0), Verdict::Refuse(_)));
+    }
+
     #[test]
     fn the_day_window_rolls_over_at_utc_midnight_and_the_month_at_the_first() {
         // 2026-01-31 23:00 UTC.
@@ -184,7 +303,7 @@ mod tests {
             day_usd: Some(5.0),
             month_usd: Some(6.0),
         };
-        let Verdict::Refuse(s) = verdict(standings(&v(&rows), &b, &[], None, &[], now)) else {
+        let Verdict::Refuse(s) = verdict(standings(&v(&rows), &b, &[], None, &[], now), 0.0) else {
             panic!("the day's budget is spent")
         };
         assert_eq!((s.window, s.spent, s.budget), (Window::Day, 5.0, 5.0));
@@ -192,12 +311,12 @@ mod tests {
         // An hour later it is February: both windows are new.
         let feb = now + 3_600_000;
         assert!(
-            matches!(verdict(standings(&v(&rows), &b, &[], None, &[], feb)), Verdict::Allow(v) if v.iter().all(|s| s.spent == 0.0))
+            matches!(verdict(standings(&v(&rows), &b, &[], None, &[], feb), 0.0), Verdict::Allow(v) if v.iter().all(|s| s.spent == 0.0))
         );
         // The next day of January: the day is new, the month is not (5 of 6: a warning).
         let jan30 = now - DAY;
         let rows = [row(1, 1, jan30, 5.0)];
-        let Verdict::Warn(w) = verdict(standings(&v(&rows), &b, &[], None, &[], now)) else {
+        let Verdict::Warn(w) = verdict(standings(&v(&rows), &b, &[], None, &[], now), 0.0) else {
             panic!("5 of 6 is past 80 %")
         };
         assert_eq!(w[0].window, Window::Month);
@@ -208,7 +327,7 @@ mod tests {
         );
         // Running tasks count too.
         assert!(matches!(
-            verdict(standings(&v(&rows), &b, &[], None, &[("/p".into(), 1.0)], now)),
+            verdict(standings(&v(&rows), &b, &[], None, &[held(1.0, 0.0)], now), 0.0),
             Verdict::Refuse(s) if s.window == Window::Month
         ));
     }
@@ -228,11 +347,11 @@ mod tests {
         }];
         let none = Budgets::default();
         assert!(matches!(
-            verdict(standings(&v(&rows), &none, &p, Some(Path::new("/p/sub")), &[], now)),
+            verdict(standings(&v(&rows), &none, &p, Some(Path::new("/p/sub")), &[], now), 0.0),
             Verdict::Refuse(s) if s.spent == 1.0 && s.project.as_deref() == Some(Path::new("/p"))
         ));
         assert!(matches!(
-            verdict(standings(&v(&rows), &none, &p, Some(Path::new("/elsewhere")), &[], now)),
+            verdict(standings(&v(&rows), &none, &p, Some(Path::new("/elsewhere")), &[], now), 0.0),
             Verdict::Allow(v) if v.is_empty()
         ));
     }
@@ -247,7 +366,7 @@ mod tests {
             month_usd: None,
         };
         assert!(matches!(
-            verdict(standings(&[r.view()], &b, &[], None, &[], 1)),
+            verdict(standings(&[r.view()], &b, &[], None, &[], 1), 0.0),
             Verdict::Refuse(_)
         ));
     }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{CostBasis, Usage};
+use super::{CostBasis, Price, Usage};
 use crate::events::TokenUsage;
 
 /// The format version of the rows this bridge writes.
@@ -161,7 +161,10 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, r: &RowRef<'_>, new_task: bool) {
+    /// Adds row `r`; its Claude-equivalent is its tokens at `compare`, the compare model's
+    /// price now (not what the row was written with). A row of unknown cost adds to the
+    /// Claude-equivalent but not to what was saved: it is not counted as free.
+    fn add(&mut self, r: &RowRef<'_>, new_task: bool, compare: Option<&Price>) {
         self.tasks += usize::from(new_task);
         self.attempts += 1;
         let (a, b) = (&mut self.tokens, &r.usage.tokens);
@@ -171,9 +174,11 @@ impl Totals {
         a.cache_read += b.cache_read;
         a.cache_write += b.cache_write;
         self.cost_usd += r.usage.cost;
-        let eq = r.usage.claude_equivalent.unwrap_or(0.0);
+        let eq = compare.map_or(0.0, |p| p.cost(&r.usage.tokens));
         self.claude_equivalent_usd += eq;
-        self.saved_usd += eq - r.usage.cost;
+        if compare.is_some() && r.usage.basis != CostBasis::Unknown {
+            self.saved_usd += eq - r.usage.cost;
+        }
         match r.usage.basis {
             CostBasis::Estimated => self.estimated_usd += r.usage.cost,
             CostBasis::Unknown => self.unknown_cost_attempts += 1,
@@ -210,8 +215,19 @@ pub struct Summary {
     pub by_lane: Vec<Group>,
     /// By engine, costliest first.
     pub by_engine: Vec<Group>,
+    /// By week (keyed by its Monday, `YYYY-MM-DD`), oldest first.
+    pub by_week: Vec<Group>,
+    /// By UTC month (`YYYY-MM`), oldest first.
+    pub by_month: Vec<Group>,
+    /// By project (the task's working directory), costliest first.
+    pub by_project: Vec<Group>,
+    /// The window's end (epoch ms, exclusive; `None`: now).
+    pub until_ms: Option<u64>,
     /// Ledger lines that could not be read.
     pub unreadable_lines: usize,
+    /// The compare model had a price when this was summed: without one, Claude-equivalents
+    /// and savings are unknown (shown so, never as $0).
+    pub compare_priced: bool,
 }
 
 /// One row as [`summarize_rows`] and the budgets read it: borrowed from a [`Row`] or from the
@@ -316,27 +332,74 @@ pub fn parse_text(text: &[u8]) -> (Vec<TextRow<'_>>, usize) {
     (rows, bad)
 }
 
-/// Sums the rows at or after `since_ms`.
-pub fn summarize(ledger: &Ledger, since_ms: Option<u64>) -> Summary {
+/// Sums the rows at or after `since_ms`, their Claude-equivalents at `compare` (the compare
+/// model's price now; `None`: it has none).
+pub fn summarize(ledger: &Ledger, since_ms: Option<u64>, compare: Option<Price>) -> Summary {
     summarize_rows(
         ledger.rows.iter().map(Row::view),
         ledger.unreadable,
         since_ms,
+        compare,
     )
 }
 
 /// Sums the rows at or after `since_ms`; `unreadable` is the count of lines that were not rows.
+/// Claude-equivalents and savings are computed here, at `compare` (the compare model's price
+/// when the report is read), never taken from what a row was written with.
 pub fn summarize_rows<'a>(
     rows: impl IntoIterator<Item = RowRef<'a>>,
     unreadable: usize,
     since_ms: Option<u64>,
+    compare: Option<Price>,
+) -> Summary {
+    summarize_window(
+        rows,
+        unreadable,
+        &Window {
+            since_ms,
+            ..Window::default()
+        },
+        compare,
+    )
+}
+
+/// Which rows a report sums.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Window {
+    /// From this moment on (epoch ms; `None`: the ledger's start).
+    pub since_ms: Option<u64>,
+    /// Before this moment (epoch ms; `None`: no end).
+    pub until_ms: Option<u64>,
+    /// Only the tasks whose working directory is in this one.
+    pub project: Option<PathBuf>,
+}
+
+/// The Monday of the week of UTC day number `day` (days since 1970-01-01, a Thursday).
+fn monday_of(day: u64) -> u64 {
+    // Saturating: the first days of 1970 belong to a week that began before it.
+    day.saturating_sub((day + 3) % 7)
+}
+
+/// [`summarize_rows`] over the rows of `window`.
+pub fn summarize_window<'a>(
+    rows: impl IntoIterator<Item = RowRef<'a>>,
+    unreadable: usize,
+    window: &Window,
+    compare: Option<Price>,
 ) -> Summary {
     type Map<'a> = BTreeMap<&'a str, (Totals, u64)>;
+    let compare = compare.as_ref();
+    let since_ms = window.since_ms;
     let mut s = Summary {
         since_ms,
+        until_ms: window.until_ms,
         unreadable_lines: unreadable,
+        compare_priced: compare.is_some(),
         ..Summary::default()
     };
+    let mut weeks: BTreeMap<u64, (Totals, u64)> = BTreeMap::new();
+    let mut months: BTreeMap<String, (Totals, u64)> = BTreeMap::new();
+    let mut projects: BTreeMap<&Path, (Totals, u64)> = BTreeMap::new();
     // By day number (the date text is made once per day, not once per row).
     let mut days: BTreeMap<u64, (Totals, u64)> = BTreeMap::new();
     let (mut agents, mut models, mut lanes, mut engines) =
@@ -346,20 +409,31 @@ pub fn summarize_rows<'a>(
     // group needs only the previous task id of that group.
     let add = |e: &mut (Totals, u64), r: &RowRef<'_>| {
         let new_task = e.1 != r.task.wrapping_add(1);
-        e.0.add(r, new_task);
+        e.0.add(r, new_task, compare);
         e.1 = r.task.wrapping_add(1);
     };
     for r in rows {
-        if since_ms.is_some_and(|t| r.at_ms < t) {
+        if since_ms.is_some_and(|t| r.at_ms < t)
+            || window.until_ms.is_some_and(|t| r.at_ms >= t)
+            || window
+                .project
+                .as_deref()
+                .is_some_and(|p| !r.project.starts_with(p))
+        {
             continue;
         }
-        s.totals.add(&r, last_task != r.task);
+        s.totals.add(&r, last_task != r.task, compare);
         last_task = r.task;
         add(days.entry(r.at_ms / 86_400_000).or_default(), &r);
         add(agents.entry(r.agent).or_default(), &r);
         add(models.entry(r.model.unwrap_or("default")).or_default(), &r);
         add(lanes.entry(r.lane).or_default(), &r);
         add(engines.entry(r.engine).or_default(), &r);
+        let day = r.at_ms / 86_400_000;
+        add(weeks.entry(monday_of(day)).or_default(), &r);
+        let month = crate::utc::day(r.at_ms)[..7].to_owned();
+        add(months.entry(month).or_default(), &r);
+        add(projects.entry(r.project).or_default(), &r);
     }
     let costliest = |m: Map<'_>| {
         let mut v: Vec<Group> = m
@@ -383,6 +457,26 @@ pub fn summarize_rows<'a>(
     s.by_model = costliest(models);
     s.by_lane = costliest(lanes);
     s.by_engine = costliest(engines);
+    s.by_week = weeks
+        .into_iter()
+        .map(|(monday, (totals, _))| Group {
+            key: crate::utc::day(monday * 86_400_000),
+            totals,
+        })
+        .collect();
+    s.by_month = months
+        .into_iter()
+        .map(|(key, (totals, _))| Group { key, totals })
+        .collect();
+    let mut by_project: Vec<Group> = projects
+        .into_iter()
+        .map(|(p, (totals, _))| Group {
+            key: p.display().to_string(),
+            totals,
+        })
+        .collect();
+    by_project.sort_by(|a, b| b.totals.cost_usd.total_cmp(&a.totals.cost_usd));
+    s.by_project = by_project;
     s
 }
 
@@ -430,22 +524,83 @@ pub(crate) mod tests {
         assert_eq!(l.rows.len(), 3);
         assert_eq!(l.rows[0], rows[0]);
         assert_eq!(l.unreadable, 1);
-        let s = summarize(&l, None);
+        // Priced now at $1/$2 per million: 10 in + 5 out tokens cost $0.00002 each row.
+        let now = Price {
+            input: 1.0,
+            output: 2.0,
+            cache_read: None,
+            cache_write: None,
+        };
+        let s = summarize(&l, None, Some(now));
         assert_eq!((s.totals.tasks, s.totals.attempts), (2, 3));
         assert!((s.totals.cost_usd - 1.75).abs() < 1e-9);
-        assert!((s.totals.saved_usd - 1.75 * 9.0).abs() < 1e-9);
+        // Computed at read: the rows were written with 10 times their cost, which is ignored.
+        assert!((s.totals.claude_equivalent_usd - 3.0 * 0.00002).abs() < 1e-12);
+        assert!((s.totals.saved_usd - (3.0 * 0.00002 - 1.75)).abs() < 1e-9);
+        assert!(s.compare_priced);
         assert_eq!(s.by_day.len(), 2);
         assert_eq!(s.by_day[0].key, "1970-01-01");
         assert_eq!(s.by_day[0].totals.tasks, 1);
         assert_eq!(s.by_day[1].key, "1970-01-02");
         assert_eq!(s.by_engine[0].key, "opencode");
         assert_eq!(s.by_agent[0].totals.tasks, 2);
-        let since = summarize(&l, Some(2_000));
+        let since = summarize(&l, Some(2_000), Some(now));
         assert_eq!(since.totals.tasks, 1);
         // A newer row with fields this bridge does not know is still read.
         let newer = br#"{"v":2,"at_ms":5,"task":9,"attempt":1,"agent":"a","model":null,"runner":"opencode","engine":"serve","lane":"-","project":"/","usage":{"tokens":{"input":1,"output":1,"reasoning":0,"cache_read":0,"cache_write":0},"cost":0.1,"basis":"reported","claude_equivalent":null},"later":1}"#;
         let l = parse(newer);
         assert_eq!(l.rows[0].engine_name(), "serve");
+    }
+
+    #[test]
+    fn unknown_costs_are_never_saved_and_an_unpriced_compare_model_saves_nothing() {
+        let mut unknown = row(1, 1, 5, 0.0);
+        unknown.usage.basis = CostBasis::Unknown;
+        let l = Ledger {
+            rows: vec![unknown, row(2, 1, 6, 0.00001)],
+            unreadable: 0,
+        };
+        let p = Price {
+            input: 1.0,
+            output: 2.0,
+            cache_read: None,
+            cache_write: None,
+        };
+        let s = summarize(&l, None, Some(p));
+        // Only the known row's saving counts: the unknown one is not 100 % saved.
+        assert!((s.totals.saved_usd - (0.00002 - 0.00001)).abs() < 1e-12);
+        assert!((s.totals.claude_equivalent_usd - 0.00004).abs() < 1e-12);
+        assert_eq!(s.totals.unknown_cost_attempts, 1);
+        let s = summarize(&l, None, None);
+        assert!(!s.compare_priced);
+        assert_eq!(
+            (s.totals.claude_equivalent_usd, s.totals.saved_usd),
+            (0.0, 0.0)
+        );
+    }
+
+    #[test]
+    fn a_window_has_an_end_a_project_and_weeks_and_months() {
+        let day = 86_400_000;
+        // 2026-11-29 (a Sunday), 2026-11-30 (Monday), 2026-12-02.
+        let sun = crate::registry::to_ms(crate::utc::parse("2026-11-29T10:00:00Z").unwrap());
+        let mut other = row(3, 1, sun + 3 * day, 4.0);
+        other.project = "/q".into();
+        let rows = [row(1, 1, sun, 1.0), row(2, 1, sun + day, 2.0), other];
+        let w = Window {
+            since_ms: None,
+            until_ms: Some(sun + 3 * day),
+            project: Some("/p".into()),
+        };
+        let s = summarize_window(rows.iter().map(Row::view), 0, &w, None);
+        assert_eq!(s.totals.tasks, 2);
+        let weeks: Vec<&str> = s.by_week.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(weeks, ["2026-11-23", "2026-11-30"]);
+        let months: Vec<&str> = s.by_month.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(months, ["2026-11"]);
+        let all = summarize_window(rows.iter().map(Row::view), 0, &Window::default(), None);
+        assert_eq!(all.by_project[0].key, "/q");
+        assert_eq!(all.by_month.len(), 2);
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 pub mod budget;
 pub mod ledger;
+pub mod reserve;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ use serde_json::Value;
 use crate::events::TokenUsage;
 
 /// The model a task's usage is compared with when `OPENCODE_BRIDGE_COMPARE_MODEL` is not set:
-/// the current Sonnet.
+/// `sonnet`, the newest Sonnet in the prices ([`Prices::resolve`]).
 pub const DEFAULT_COMPARE_MODEL: &str = bridge_env::COMPARE_MODEL.default;
 
 /// The bundled price snapshot (models.dev format plus a `_snapshot` entry: date, source).
@@ -71,21 +72,44 @@ impl Price {
     }
 }
 
-/// Where prices came from, for the texts that show them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PriceSource {
-    /// opencode's models cache at this path.
-    OpencodeCache(PathBuf),
-    /// The bundled snapshot of this date.
-    Bundled(String),
+/// Where prices came from, for the texts that show them: each layer and how many models it
+/// priced. A model's price is the top layer's that has it: the bridge's config file, then
+/// opencode's own config (`provider.*.models.*.cost`, as opencode itself lets it win over its
+/// models list), then opencode's models cache, then the snapshot bundled with the bridge.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PriceSource {
+    /// opencode's models cache read: its path, its date (the file's modification day, UTC)
+    /// and how many models it priced.
+    pub cache: Option<(PathBuf, String, usize)>,
+    /// opencode's config files that priced a model, and how many models they priced.
+    pub opencode_config: (Vec<PathBuf>, usize),
+    /// The bundled snapshot's date.
+    pub bundled: String,
 }
 
 impl std::fmt::Display for PriceSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PriceSource::OpencodeCache(p) => write!(f, "opencode's models cache {}", p.display()),
-            PriceSource::Bundled(d) => write!(f, "the bridge's price snapshot of {d}"),
+        match &self.cache {
+            Some((p, date, n)) => write!(
+                f,
+                "opencode's models cache {} of {date} ({n} models)",
+                p.display()
+            )?,
+            None => write!(f, "the bridge's price snapshot of {}", self.bundled)?,
         }
+        let (files, n) = &self.opencode_config;
+        if *n > 0 {
+            let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+            write!(f, ", {n} from opencode's config ({})", names.join(", "))?;
+        }
+        if self.cache.is_some() {
+            write!(
+                f,
+                ", the rest from the bridge's snapshot of {}",
+                self.bundled
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -93,36 +117,108 @@ impl std::fmt::Display for PriceSource {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prices {
     by_model: HashMap<String, Price>,
+    /// Release dates (`YYYY-MM-DD`) by `provider/model`, where the data names one.
+    released: HashMap<String, String>,
     /// Where they came from (the config file's overrides are on top).
     pub source: PriceSource,
     /// How many the config file set.
     pub overrides: usize,
 }
 
+/// A models.dev `cost` object as a price (`None`: not one).
+fn price_of(cost: &Value) -> Option<Price> {
+    serde_json::from_value::<Price>(cost.clone()).ok()
+}
+
+/// JSON, or JSON with `//` and `/* */` comments and trailing commas (opencode's `.jsonc`).
+fn parse_jsonc(text: &str) -> Option<Value> {
+    if let Ok(v) = serde_json::from_str(text) {
+        return Some(v);
+    }
+    let (mut out, mut chars) = (String::with_capacity(text.len()), text.chars().peekable());
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            if c == '\\' {
+                out.extend(chars.next());
+            } else if c == '"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut prev = ' ';
+                for n in chars.by_ref() {
+                    if prev == '*' && n == '/' {
+                        break;
+                    }
+                    prev = n;
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    // Trailing commas: `,` before `}` or `]`.
+    let mut clean = String::with_capacity(out.len());
+    let bytes: Vec<char> = out.chars().collect();
+    let mut in_string = false;
+    for (i, &c) in bytes.iter().enumerate() {
+        if c == '"' && (i == 0 || bytes[i - 1] != '\\') {
+            in_string = !in_string;
+        }
+        if !in_string && c == ',' {
+            let next = bytes[i + 1..].iter().find(|n| !n.is_whitespace());
+            if matches!(next, Some('}') | Some(']')) {
+                continue;
+            }
+        }
+        clean.push(c);
+    }
+    serde_json::from_str(&clean).ok()
+}
+
 impl Prices {
     /// Reads models.dev's format: `{provider: {models: {id: {cost: {input, output,
-    /// cache_read, cache_write}}}}}` (entries without `models` are skipped).
+    /// cache_read, cache_write}, release_date}}}}` (entries without `models` are skipped).
     pub fn parse_models_dev(json: &str, source: PriceSource) -> Result<Prices, String> {
         let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
         let Some(providers) = v.as_object() else {
             return Err("not a JSON object of providers".into());
         };
         let mut by_model = HashMap::new();
+        let mut released = HashMap::new();
         for (provider, p) in providers {
             let Some(models) = p.get("models").and_then(Value::as_object) else {
                 continue;
             };
             for (id, m) in models {
-                let Some(cost) = m.get("cost") else {
-                    continue;
-                };
-                if let Ok(price) = serde_json::from_value::<Price>(cost.clone()) {
-                    by_model.insert(format!("{provider}/{id}"), price);
+                if let Some(price) = m.get("cost").and_then(price_of) {
+                    let key = format!("{provider}/{id}");
+                    if let Some(d) = m.get("release_date").and_then(Value::as_str) {
+                        released.insert(key.clone(), d.to_owned());
+                    }
+                    by_model.insert(key, price);
                 }
             }
         }
         Ok(Prices {
             by_model,
+            released,
             source,
             overrides: 0,
         })
@@ -134,20 +230,65 @@ impl Prices {
             .ok()
             .and_then(|v| v["_snapshot"]["date"].as_str().map(str::to_owned))
             .unwrap_or_default();
-        Prices::parse_models_dev(BUNDLED_PRICES, PriceSource::Bundled(date))
-            .expect("the bundled price snapshot is valid")
+        Prices::parse_models_dev(
+            BUNDLED_PRICES,
+            PriceSource {
+                bundled: date,
+                ..PriceSource::default()
+            },
+        )
+        .expect("the bundled price snapshot is valid")
     }
 
-    /// opencode's models cache in `cache_dir` (opencode's cache directory) when it can be
-    /// read, else the bundled snapshot; then `overrides` (`provider/model` → price) on top.
+    /// opencode's models cache in `cache_dir` (opencode's cache directory) over the bundled
+    /// snapshot; then `overrides` (`provider/model` → price) on top.
     pub fn load(cache_dir: Option<&Path>, overrides: &[(String, Price)]) -> Prices {
-        let cached = cache_dir.map(|d| d.join("models.json")).and_then(|p| {
-            let text = std::fs::read_to_string(&p).ok()?;
-            Prices::parse_models_dev(&text, PriceSource::OpencodeCache(p))
+        Prices::load_layers(cache_dir, &[], overrides)
+    }
+
+    /// The bundled snapshot, opencode's models cache in `cache_dir` over it (read, never
+    /// written), the prices of opencode's config files `opencode_config`
+    /// (`provider.<p>.models.<m>.cost`) over that, and `overrides` on top.
+    pub fn load_layers(
+        cache_dir: Option<&Path>,
+        opencode_config: &[PathBuf],
+        overrides: &[(String, Price)],
+    ) -> Prices {
+        let mut prices = Prices::bundled();
+        if let Some(p) = cache_dir.map(|d| d.join("models.json"))
+            && let Ok(text) = std::fs::read_to_string(&p)
+            && let Ok(cached) = Prices::parse_models_dev(&text, PriceSource::default())
+            && !cached.by_model.is_empty()
+        {
+            let date = std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .map(|t| crate::utc::day(crate::registry::to_ms(t)))
+                .unwrap_or_else(|_| "an unknown day".into());
+            prices.source.cache = Some((p, date, cached.by_model.len()));
+            prices.by_model.extend(cached.by_model);
+            prices.released.extend(cached.released);
+        }
+        for file in opencode_config {
+            let Some(v) = std::fs::read_to_string(file)
                 .ok()
-                .filter(|p| !p.by_model.is_empty())
-        });
-        let mut prices = cached.unwrap_or_else(Prices::bundled);
+                .and_then(|t| parse_jsonc(&t))
+            else {
+                continue;
+            };
+            let mut n = 0;
+            for (provider, p) in v["provider"].as_object().into_iter().flatten() {
+                for (id, m) in p["models"].as_object().into_iter().flatten() {
+                    if let Some(price) = m.get("cost").and_then(price_of) {
+                        prices.by_model.insert(format!("{provider}/{id}"), price);
+                        n += 1;
+                    }
+                }
+            }
+            if n > 0 {
+                prices.source.opencode_config.0.push(file.clone());
+                prices.source.opencode_config.1 += n;
+            }
+        }
         for (model, price) in overrides {
             prices.by_model.insert(model.clone(), *price);
         }
@@ -164,10 +305,75 @@ impl Prices {
             .map(|d| d.join("opencode"))
     }
 
+    /// opencode's global config files as `env` says (`$XDG_CONFIG_HOME/opencode`, else
+    /// `~/.config/opencode`: `config.json`, `opencode.json`, `opencode.jsonc`), then the file
+    /// `OPENCODE_CONFIG` names: the order opencode merges them in.
+    pub fn opencode_config_files(env: impl Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+        let dir = env("XDG_CONFIG_HOME")
+            .filter(|v| Path::new(v).is_absolute())
+            .map(PathBuf::from)
+            .or_else(|| env("HOME").map(|h| Path::new(&h).join(".config")))
+            .map(|d| d.join("opencode"));
+        let mut out: Vec<PathBuf> = dir
+            .into_iter()
+            .flat_map(|d| ["config.json", "opencode.json", "opencode.jsonc"].map(|f| d.join(f)))
+            .collect();
+        out.extend(
+            env(bridge_env::OPENCODE_CONFIG.name)
+                .map(|p| p.trim().to_owned())
+                .filter(|p| Path::new(p).is_absolute())
+                .map(PathBuf::from),
+        );
+        out
+    }
+
+    /// The newest model of a Claude family (`sonnet`, `opus`, `haiku`) in these prices:
+    /// `anthropic/claude-<family>-…` of the highest version (`5-5` over `5` over `4-6`; a
+    /// dated id such as `…-20250929` is the same version as its alias, which wins), its
+    /// release date breaking ties.
+    pub fn newest(&self, family: &str) -> Option<String> {
+        let prefix = format!("anthropic/claude-{family}-");
+        self.by_model
+            .keys()
+            .filter_map(|k| {
+                let rest = k.strip_prefix(&prefix)?;
+                let mut version = Vec::new();
+                let mut dated = false;
+                for part in rest.split('-') {
+                    match part.parse::<u32>() {
+                        Ok(_) if part.len() == 8 && !dated => dated = true,
+                        Ok(n) if !dated && part.len() <= 2 => version.push(n),
+                        // Not a plain version (`…_prompt_greater_than_200k_tokens`, `-fast`).
+                        _ => return None,
+                    }
+                }
+                let date = self.released.get(k).cloned().unwrap_or_default();
+                Some(((version, date, !dated), k))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+            .map(|(_, k)| k.clone())
+    }
+
+    /// `model` with a family alias resolved: `sonnet`, `opus`, `haiku` (also as
+    /// `anthropic/…` or `claude/…`) name the family's [`newest`](Self::newest) model; any
+    /// other name is itself.
+    pub fn resolve(&self, model: &str) -> String {
+        let m = model.trim();
+        let bare = m
+            .strip_prefix("anthropic/")
+            .or_else(|| m.strip_prefix("claude/"))
+            .unwrap_or(m);
+        match bare {
+            "sonnet" | "opus" | "haiku" => self.newest(bare).unwrap_or_else(|| m.to_owned()),
+            _ => m.to_owned(),
+        }
+    }
+
     /// The price of `model` (`provider/model`; a bare id or `claude/<id>` is looked up under
     /// `anthropic/` first, then under any provider).
     pub fn get(&self, model: &str) -> Option<Price> {
-        let model = model.trim();
+        let resolved = self.resolve(model);
+        let model = resolved.as_str();
         if let Some(p) = self.by_model.get(model) {
             return Some(*p);
         }
@@ -212,27 +418,32 @@ pub struct Pricing {
 
 impl Default for Pricing {
     fn default() -> Self {
+        let prices = Prices::bundled();
         Pricing {
-            prices: std::sync::Arc::new(Prices::bundled()),
-            compare_model: DEFAULT_COMPARE_MODEL.to_owned(),
+            compare_model: prices.resolve(DEFAULT_COMPARE_MODEL),
+            prices: std::sync::Arc::new(prices),
         }
     }
 }
 
 impl Pricing {
-    /// From the environment `get` reads: opencode's models cache (else the snapshot), the
-    /// compare model; `overrides` are the config file's prices.
+    /// From the environment `get` reads: the bundled snapshot, opencode's models cache over
+    /// it, opencode's config files' prices over that, the compare model (an alias resolved
+    /// in those prices); `overrides` are the bridge's config file's prices, on top.
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
         overrides: &[(String, Price)],
     ) -> Pricing {
         let cache = Prices::opencode_cache_dir(&get);
+        let files = Prices::opencode_config_files(&get);
+        let prices = Prices::load_layers(cache.as_deref(), &files, overrides);
+        let named = get(bridge_env::COMPARE_MODEL.name)
+            .map(|m| m.trim().to_owned())
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| DEFAULT_COMPARE_MODEL.to_owned());
         Pricing {
-            prices: std::sync::Arc::new(Prices::load(cache.as_deref(), overrides)),
-            compare_model: get(bridge_env::COMPARE_MODEL.name)
-                .map(|m| m.trim().to_owned())
-                .filter(|m| !m.is_empty())
-                .unwrap_or_else(|| DEFAULT_COMPARE_MODEL.to_owned()),
+            compare_model: prices.resolve(&named),
+            prices: std::sync::Arc::new(prices),
         }
     }
 
@@ -410,14 +621,31 @@ mod tests {
     fn the_bundled_snapshot_has_the_compare_model_and_a_date() {
         let p = Prices::bundled();
         assert!(p.get(DEFAULT_COMPARE_MODEL).is_some());
-        assert!(matches!(&p.source, PriceSource::Bundled(d) if d.len() == 10));
+        assert_eq!(p.source.bundled.len(), 10, "{:?}", p.source);
+        assert!(p.source.cache.is_none());
         // Bare ids and the claude runner's names find the anthropic entry.
-        assert_eq!(p.get("claude-sonnet-4-5"), p.get(DEFAULT_COMPARE_MODEL));
+        assert_eq!(
+            p.get("claude-sonnet-4-5"),
+            p.get("anthropic/claude-sonnet-4-5")
+        );
         assert_eq!(
             p.get("claude/claude-sonnet-4-5"),
-            p.get(DEFAULT_COMPARE_MODEL)
+            p.get("anthropic/claude-sonnet-4-5")
         );
         assert_eq!(p.get("nobody/nothing"), None);
+        // The default compare model is the newest Sonnet of the data, whatever its name.
+        assert_eq!(
+            Pricing::default().compare_model,
+            "anthropic/claude-sonnet-5-5"
+        );
+        assert_eq!(p.get("sonnet"), p.get("anthropic/claude-sonnet-5-5"));
+        assert_eq!(p.resolve("claude/opus"), "anthropic/claude-opus-5-5");
+        assert_eq!(p.resolve("haiku"), "anthropic/claude-haiku-4-5");
+        assert_eq!(p.resolve("openai/gpt-5"), "openai/gpt-5");
+        assert_eq!(
+            p.source.to_string(),
+            format!("the bridge's price snapshot of {}", p.source.bundled)
+        );
     }
 
     #[test]
@@ -433,7 +661,7 @@ mod tests {
             },
         );
         prices.by_model.insert("fk/free".into(), Price::default());
-        let sonnet = prices.get(DEFAULT_COMPARE_MODEL);
+        let sonnet = prices.get("anthropic/claude-sonnet-4-5");
         let t = toks(1_000_000, 500_000);
         let r = Usage::priced(t, 0.25, Some("fk/cheap"), &prices, sonnet);
         assert_eq!((r.cost, r.basis), (0.25, CostBasis::Reported));
@@ -478,8 +706,18 @@ mod tests {
         )
         .unwrap();
         let p = Prices::load(Some(dir.path()), &[]);
-        assert!(matches!(p.source, PriceSource::OpencodeCache(_)));
+        assert!(p.source.cache.is_some(), "{:?}", p.source);
+        assert!(
+            p.source.to_string().starts_with(&format!(
+                "opencode's models cache {} of ",
+                dir.path().join("models.json").display()
+            )),
+            "{}",
+            p.source
+        );
         assert_eq!(p.get("fk/m").unwrap().input, 4.0);
+        // The snapshot still prices what the cache does not name.
+        assert!(p.get("anthropic/claude-sonnet-5").is_some());
         let over = Price {
             input: 9.0,
             ..Price::default()
@@ -487,6 +725,45 @@ mod tests {
         let p = Prices::load(Some(dir.path()), &[("fk/m".into(), over)]);
         assert_eq!(p.get("fk/m").unwrap().input, 9.0);
         let none = Prices::load(Some(&dir.path().join("absent")), &[]);
-        assert!(matches!(none.source, PriceSource::Bundled(_)));
+        assert!(none.source.cache.is_none());
+        // opencode's own config (JSONC) prices its models over the cache, as in opencode.
+        let conf = dir.path().join("opencode.jsonc");
+        std::fs::write(
+            &conf,
+            "{\n  // my provider\n  \"provider\": {\"fk\": {\"models\": {\n    \"m\": {\"cost\": {\"input\": 6, \"output\": 7}},\n    \"n\": {\"name\": \"no cost\"}, /* none */\n  }}},\n}\n",
+        )
+        .unwrap();
+        let p = Prices::load_layers(
+            Some(dir.path()),
+            &[conf.clone(), dir.path().join("absent.json")],
+            &[],
+        );
+        assert_eq!(p.get("fk/m").unwrap().input, 6.0);
+        assert_eq!(p.get("fk/n"), None);
+        assert_eq!(p.source.opencode_config, (vec![conf.clone()], 1));
+        assert!(
+            p.source
+                .to_string()
+                .contains(&format!(", 1 from opencode's config ({})", conf.display())),
+            "{}",
+            p.source
+        );
+        // The compare model's alias resolves in the prices loaded, the cache's newest Sonnet
+        // included.
+        std::fs::create_dir_all(dir.path().join("opencode")).unwrap();
+        std::fs::write(
+            dir.path().join("opencode").join("models.json"),
+            r#"{"anthropic":{"models":{"claude-sonnet-6":{"release_date":"2027-01-01","cost":{"input":1,"output":5}},"claude-sonnet-6-20270101":{"cost":{"input":1,"output":5}}}}}"#,
+        )
+        .unwrap();
+        let dirs = dir.path().to_str().unwrap().to_owned();
+        let pr = Pricing::from_lookup(
+            |k| match k {
+                "XDG_CACHE_HOME" | "XDG_CONFIG_HOME" => Some(dirs.clone()),
+                _ => None,
+            },
+            &[],
+        );
+        assert_eq!(pr.compare_model, "anthropic/claude-sonnet-6");
     }
 }
