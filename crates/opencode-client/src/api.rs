@@ -401,14 +401,18 @@ impl SessionSource for ApiSource {
 }
 
 /// Whether a v2 message is part of the conversation: `user` and `assistant` are; the
-/// `system` messages v2 inserts (skill lists, reminders) are not shown and do not count.
+/// `system` messages v2 inserts (skill lists, reminders) and the records of other kinds the
+/// 2.0 preview keeps among them (an agent or model switched for a follow-up, *observed*) are
+/// not shown and do not count. A message naming no kind is kept.
 pub fn is_conversation_message(v: &Value) -> bool {
-    !matches!(
-        v.get("type")
-            .or_else(|| v.get("role"))
-            .and_then(Value::as_str),
-        Some("system")
-    )
+    match v
+        .get("type")
+        .or_else(|| v.get("role"))
+        .and_then(Value::as_str)
+    {
+        Some(kind) => matches!(kind, "user" | "assistant"),
+        None => true,
+    }
 }
 
 /// A v2 session (`SessionV2Info`) → [`Session`], state not yet derived.

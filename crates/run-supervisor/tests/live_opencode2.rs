@@ -192,6 +192,40 @@ async fn live_opencode2_answers_edits_follows_up_and_keeps_read_only_agents_read
         out.tool_calls
     );
 
+    // The sessions, read from the world's store as `opencode_sessions` and
+    // `opencode_session_output` read them (opencode 2 keeps messages in `session_message`).
+    use opencode_client::SessionSource;
+    let ctx = store_scan_context();
+    let stores = world_stores(&sb.root().join("bridge-state"));
+    let mut seen = None;
+    for db in &stores {
+        let store = opencode_client::StoreSource::open(db).unwrap();
+        let list = store
+            .list(&opencode_client::SessionFilter::default(), &ctx)
+            .unwrap();
+        if list.sessions.iter().any(|s| s.id == first) {
+            seen = Some(store.transcript(&first, None, &ctx).unwrap());
+        }
+    }
+    let t = seen.unwrap_or_else(|| panic!("session {first} not listed in {stores:?}"));
+    assert_eq!(
+        t.session.state,
+        opencode_client::SessionState::Succeeded,
+        "{t:?}"
+    );
+    assert_eq!(t.total_messages, 4, "two prompts, two answers: {t:?}");
+    let text = |m: &opencode_client::Message| -> String {
+        m.parts
+            .iter()
+            .filter_map(|p| match p {
+                opencode_client::Part::Text { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(text(&t.messages[2]), "And once more.", "{t:?}");
+    assert_eq!(text(&t.messages[3]), OK_TEXT, "{t:?}");
+
     // Every server of ours stops with the supervisor; `api` was never called.
     // (Their stop, SIGTERM then SIGKILL after a grace, ends on the pool's threads.)
     sup.shutdown().await;
