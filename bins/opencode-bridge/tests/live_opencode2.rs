@@ -1,0 +1,93 @@
+//! The bridge binary with the real OpenCode 2.0 preview (`lildax`, npm
+//! `@opencode-ai/cli-linux-x64@1.18.18`, `OPENCODE_BRIDGE_TEST_OPENCODE2`) as `OPENCODE_BIN`:
+//! `doctor` says which contract it speaks, and reading sessions through its `api` command (which
+//! starts a detached background server when none runs) leaves no process behind.
+
+use crate::common;
+
+use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode2};
+use std::path::Path;
+use std::process::Command;
+
+/// The `lildax` processes alive now whose environment names the sandbox (zombies left out).
+fn preview_processes(oc: &Path, sb: &OpencodeSandbox) -> Vec<i32> {
+    let exe = oc.canonicalize().unwrap();
+    let root = sb.root().to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        })
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| String::from_utf8_lossy(&env).contains(&root))
+        })
+        .collect()
+}
+
+fn bridge(oc: &Path, sb: &OpencodeSandbox, args: &[&str], extra: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(common::binary());
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(sb.env())
+        .env("OPENCODE_BIN", oc)
+        .env("OPENCODE_BRIDGE_ROOT", sb.root())
+        .current_dir(sb.project_dir());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+#[test]
+fn live_opencode2_doctor_names_the_contract_and_api_reads_leave_no_server() {
+    let oc = require_opencode2!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+
+    let doctor = bridge(&oc, &sb, &["doctor"], &[]);
+    let line = doctor
+        .lines()
+        .find(|l| l.contains(" opencode ") && l.contains("lildax"))
+        .unwrap_or_else(|| panic!("no opencode line:\n{doctor}"));
+    assert!(line.starts_with("ok"), "{line}");
+    assert!(
+        line.contains("OpenCode 2.0 preview") && line.contains("v2 contract"),
+        "{line}"
+    );
+    assert!(!doctor.contains("does not look like opencode"), "{doctor}");
+    let roster = doctor
+        .lines()
+        .find(|l| l.contains("roster") && l.contains("opencode itself"))
+        .unwrap_or_else(|| panic!("the roster was not asked of opencode:\n{doctor}"));
+    assert!(roster.starts_with("ok"), "{roster}");
+
+    // `lildax api` starts `serve --register` when no server is registered; the bridge stops
+    // the one its call started.
+    let listed = bridge(
+        &oc,
+        &sb,
+        &["sessions"],
+        &[("OPENCODE_BRIDGE_BACKEND", "api")],
+    );
+    assert!(listed.contains("backend api"), "{listed}");
+    let left = preview_processes(&oc, &sb);
+    assert!(left.is_empty(), "left running: {left:?}\n{listed}");
+    assert!(
+        !sb.root().join("state/opencode/server.json").exists(),
+        "a registered server is left"
+    );
+}
