@@ -91,3 +91,58 @@ fn live_opencode2_doctor_names_the_contract_and_api_reads_leave_no_server() {
         "a registered server is left"
     );
 }
+
+/// Through MCP, as Claude Code delegates: `opencode_start` on the preview answers (on a warm
+/// server of it), its result reads back, and `opencode_sessions` / `opencode_session_output`
+/// read the session from the run's world.
+#[test]
+fn live_opencode2_a_delegated_task_answers_and_its_session_reads_back() {
+    let oc = require_opencode2!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = common::World::new();
+    let proj = sb.project_dir().to_path_buf();
+    bridge_testkit::git_repo(&proj, &[("README.md", "# demo\n")]);
+    let mut env = common::sandbox_env_for_bridge(&sb);
+    env.push(("OPENCODE_BIN", oc.to_string_lossy().into_owned()));
+    env.push(("OPENCODE_BRIDGE_ROOT", proj.to_string_lossy().into_owned()));
+    env.push(("OPENCODE_BRIDGE_MODEL", "fk/ok".into()));
+    let mut server = common::Server::start_in(&world, &env, &proj);
+    server.initialize();
+    let (t, is_error) = server.call_text(
+        2,
+        "opencode_start",
+        serde_json::json!({"tier": "easy", "agent": "build", "prompt": "Say hello, then stop."}),
+    );
+    assert!(!is_error, "{t}");
+    let id = t
+        .strip_prefix("started task ")
+        .and_then(|r| r.split(':').next())
+        .unwrap_or_else(|| panic!("{t}"))
+        .to_owned();
+    let mut next = 100;
+    let status = common::until_ended(&mut server, &id, &mut next);
+    assert!(status.contains("succeeded"), "{status}");
+    let (result, _) = server.call_text(3, "opencode_result", serde_json::json!({"id": id}));
+    assert!(
+        result.contains(bridge_testkit::fake_llm::OK_TEXT),
+        "{result}"
+    );
+    let (sessions, is_error) = server.call_text(4, "opencode_sessions", serde_json::json!({}));
+    assert!(!is_error, "{sessions}");
+    let sid = sessions
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .find(|w| w.starts_with("ses_"))
+        .unwrap_or_else(|| panic!("no session listed:\n{sessions}"))
+        .to_owned();
+    let (output, is_error) =
+        server.call_text(5, "opencode_session_output", serde_json::json!({"id": sid}));
+    assert!(!is_error, "{output}");
+    assert!(output.contains("Say hello, then stop."), "{output}");
+    assert!(
+        output.contains(bridge_testkit::fake_llm::OK_TEXT),
+        "{output}"
+    );
+    server.close_stdin();
+    server.wait_exit(std::time::Duration::from_secs(30));
+}
