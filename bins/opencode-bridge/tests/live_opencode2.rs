@@ -143,6 +143,27 @@ fn live_opencode2_a_delegated_task_answers_and_its_session_reads_back() {
         output.contains(bridge_testkit::fake_llm::OK_TEXT),
         "{output}"
     );
+
+    // The bridge's default agent (`worker`, defined by the bridge with no rules of its own)
+    // edits on opencode 2 as on 1: its model's `write` (taking `path`) lands in the project.
+    let (t, is_error) = server.call_text(
+        6,
+        "opencode_start",
+        serde_json::json!({"tier": "easy", "model": "fk/toolwrite", "prompt": "Write the file."}),
+    );
+    assert!(!is_error, "{t}");
+    assert!(t.contains("agent worker"), "{t}");
+    let id = t
+        .strip_prefix("started task ")
+        .and_then(|r| r.split(':').next())
+        .unwrap_or_else(|| panic!("{t}"))
+        .to_owned();
+    let status = common::until_ended(&mut server, &id, &mut next);
+    assert!(status.contains("succeeded"), "{status}");
+    assert_eq!(
+        std::fs::read_to_string(proj.join("hello.txt")).unwrap_or_else(|e| panic!("{e}: {status}")),
+        "hi from fake\n"
+    );
     server.close_stdin();
     server.wait_exit(std::time::Duration::from_secs(30));
 }

@@ -679,8 +679,9 @@ fn temporary_server_env(
                     .filter(|v| !v.trim().is_empty())
             };
             let user = bridge_fence::UserDirs::from_lookup(lookup).opencode_config;
-            let overlay =
-                lookup(bridge_env::OPENCODE_CONFIG_CONTENT.name).unwrap_or_else(|| "{}".into());
+            let overlay = crate::contract::v2_inline_config(
+                &lookup(bridge_env::OPENCODE_CONFIG_CONTENT.name).unwrap_or_else(|| "{}".into()),
+            );
             let dir = world
                 .opencode2_config(user.as_deref(), &overlay)
                 .map_err(|detail| ClientError::TempServer { detail })?;

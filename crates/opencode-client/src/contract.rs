@@ -78,6 +78,44 @@ impl Contract {
     }
 }
 
+/// The rules opencode 1 gives an agent whose configuration names none, in its config form
+/// (what the 2.0 preview's `build` resolves to, *observed*): the preview gives such an agent no
+/// rules at all, which the roster would read as read-only.
+fn v1_default_permission() -> serde_json::Value {
+    serde_json::json!({
+        "*": "allow",
+        "external_directory": "ask",
+        "question": "deny",
+        "plan_enter": "deny",
+        "plan_exit": "deny",
+        "read": {"*": "allow", "*.env": "ask", "*.env.*": "ask", "*.env.example": "allow"},
+    })
+}
+
+/// An inline configuration (`OPENCODE_CONFIG_CONTENT`'s JSON) as an opencode 2 server should
+/// read it: every agent it defines without a `permission` gets opencode 1's defaults, so an
+/// agent means on both lines what it meant on 1 (the bridge's `worker` edits). Text that is
+/// not a JSON object is returned as it is.
+pub fn v2_inline_config(content: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(content) else {
+        return content.to_owned();
+    };
+    let Some(agents) = v
+        .get_mut("agent")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return content.to_owned();
+    };
+    for entry in agents.values_mut() {
+        if let Some(e) = entry.as_object_mut()
+            && !e.contains_key("permission")
+        {
+            e.insert("permission".into(), v1_default_permission());
+        }
+    }
+    v.to_string()
+}
+
 impl std::fmt::Display for Contract {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -96,5 +134,20 @@ mod tests {
         assert_eq!(Contract::from_help(v2), Contract::V2);
         assert_eq!(Contract::from_help(v1), Contract::V1);
         assert_eq!(Contract::V2.to_string(), "v2");
+    }
+
+    #[test]
+    fn agents_without_rules_get_opencode_1s_defaults_on_opencode_2() {
+        let out = v2_inline_config(
+            r#"{"agent":{"worker":{"mode":"primary"},"ro":{"permission":{"*":"deny"}}}}"#,
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["agent"]["worker"]["permission"]["*"], "allow");
+        assert_eq!(v["agent"]["worker"]["mode"], "primary");
+        assert_eq!(
+            v["agent"]["ro"]["permission"],
+            serde_json::json!({"*": "deny"})
+        );
+        assert_eq!(v2_inline_config("not json"), "not json");
     }
 }

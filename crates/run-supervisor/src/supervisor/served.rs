@@ -589,8 +589,9 @@ fn v2_config_dir(ctx: &AttemptCtx<'_>, launch: &mut crate::command::Launch) -> R
             .filter(|v| !v.trim().is_empty())
     };
     let user = bridge_fence::UserDirs::from_lookup(lookup).opencode_config;
-    let mut overlay =
-        lookup(bridge_env::OPENCODE_CONFIG_CONTENT.name).unwrap_or_else(|| "{}".into());
+    let mut overlay = opencode_client::contract::v2_inline_config(
+        &lookup(bridge_env::OPENCODE_CONFIG_CONTENT.name).unwrap_or_else(|| "{}".into()),
+    );
     if ctx.spec.read_only {
         // What v1's session rules do (`session::read_only_rules`, appended last): opencode 2
         // appends an agent's rules of a later file to those of earlier ones, so the policy's
