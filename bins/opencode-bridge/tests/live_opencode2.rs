@@ -164,6 +164,32 @@ fn live_opencode2_a_delegated_task_answers_and_its_session_reads_back() {
         std::fs::read_to_string(proj.join("hello.txt")).unwrap_or_else(|e| panic!("{e}: {status}")),
         "hi from fake\n"
     );
+
+    // A read-only agent of the roster (the preview's `explore`) whose model tries the write
+    // tool and the shell writes nothing.
+    let write = serde_json::json!({"filePath": proj.join("ro-write.txt"), "content": "x"});
+    let shell = serde_json::json!({"command": format!("echo x > {}", proj.join("ro-shell.txt").display()), "description": "w"});
+    let (t, is_error) = server.call_text(
+        7,
+        "opencode_start",
+        serde_json::json!({"tier": "easy", "agent": "explore", "model": "fk/script",
+            "prompt": format!("Look around.\nCALL write {write}\nCALL bash {shell}\n")}),
+    );
+    assert!(!is_error, "{t}");
+    let id = t
+        .strip_prefix("started task ")
+        .and_then(|r| r.split(':').next())
+        .unwrap_or_else(|| panic!("{t}"))
+        .to_owned();
+    let status = common::until_ended(&mut server, &id, &mut next);
+    for f in ["ro-write.txt", "ro-shell.txt"] {
+        assert!(
+            !proj.join(f).exists(),
+            "the read-only agent wrote {f}: {status}"
+        );
+    }
+    let (result, _) = server.call_text(8, "opencode_result", serde_json::json!({"id": id}));
+    assert!(result.contains("-> write"), "the model did try: {result}");
     server.close_stdin();
     server.wait_exit(std::time::Duration::from_secs(30));
 }
