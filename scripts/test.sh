@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OPENCODE_VERSION=1.18.33
+# The OpenCode 2.0 preview (`lildax`), the v2 line the bridge also speaks (docs/API-NOTES.md
+# "opencode 2"); its npm version number is the preview's, not opencode 1's.
+OPENCODE2_VERSION=1.18.18
 CLAUDE_CODE_VERSION=2.1.328
 # A throwaway local npm registry the packaging test publishes the npm packages to (no uplinks).
 VERDACCIO_VERSION=6.8.0
@@ -20,6 +23,7 @@ install_npm() { # dir package@version binary-path
   fi
 }
 install_npm "$cache/oc" "opencode-ai@$OPENCODE_VERSION" node_modules/opencode-linux-x64/bin/opencode
+install_npm "$cache/oc2" "@opencode-ai/cli-linux-x64@$OPENCODE2_VERSION" node_modules/@opencode-ai/cli-linux-x64/bin/lildax
 install_npm "$cache/cc" "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" node_modules/.bin/claude
 install_npm "$cache/verdaccio" "verdaccio@$VERDACCIO_VERSION" node_modules/.bin/verdaccio
 
@@ -55,10 +59,12 @@ if ! cargo nextest --version >/dev/null 2>&1; then
 fi
 
 export OPENCODE_BRIDGE_TEST_OPENCODE="$cache/oc/node_modules/opencode-linux-x64/bin/opencode"
+export OPENCODE_BRIDGE_TEST_OPENCODE2="$cache/oc2/node_modules/@opencode-ai/cli-linux-x64/bin/lildax"
 export OPENCODE_BRIDGE_TEST_CLAUDE="$cache/cc/node_modules/.bin/claude"
 export OPENCODE_BRIDGE_TEST_VERDACCIO="$cache/verdaccio/node_modules/.bin/verdaccio"
 export OPENCODE_BRIDGE_TEST_CACHE="$cache"
 "$OPENCODE_BRIDGE_TEST_OPENCODE" --version >/dev/null
+"$OPENCODE_BRIDGE_TEST_OPENCODE2" --help >/dev/null
 "$OPENCODE_BRIDGE_TEST_CLAUDE" --version >/dev/null
 
 cargo fmt --all -- --check

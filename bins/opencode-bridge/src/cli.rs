@@ -384,8 +384,12 @@ async fn doctor_engine(app: &App) -> Vec<(&'static str, &'static str, String)> {
                             None,
                             "doctor's check of the serve engine",
                             |http| {
-                                http.get_json("/global/health")
+                                // opencode 1 or 2, whichever the binary is.
+                                opencode_client::Contract::of_server(http)
                                     .map(|_| ())
+                                    .map_err(|detail| opencode_client::ClientError::TempServer {
+                                        detail,
+                                    })
                             },
                         )
                         .map_err(|e| e.to_string())
@@ -602,11 +606,19 @@ pub async fn doctor(app: &App) -> (String, bool) {
             ] {
                 flags.push(format!("{name} {}", if has { "yes" } else { "no" }));
             }
-            line(
-                "ok",
-                "opencode",
-                format!("{bin}: {} (run {})", caps.version, flags.join(", ")),
-            );
+            let detail = match caps.contract {
+                opencode_client::Contract::V1 => format!(
+                    "{bin}: {}, {} (run {})",
+                    caps.version,
+                    caps.contract.describe(),
+                    flags.join(", ")
+                ),
+                opencode_client::Contract::V2 => format!(
+                    "{bin}: {}: opencode 2 has no `run`, tasks run as sessions on a local server of it",
+                    caps.version
+                ),
+            };
+            line("ok", "opencode", detail);
             let (status, detail) = doctor_model(app, Path::new(&bin)).await;
             line(status, "model", detail);
         }

@@ -15,6 +15,7 @@ mod live_claude_code;
 mod live_claude_runner;
 mod live_fence;
 mod live_isolation;
+mod live_opencode2;
 mod live_plugin;
 mod live_read_only;
 mod live_remote;

@@ -156,6 +156,7 @@ fn world_prepare() -> Result<(f64, f64), String> {
         opencode_data: Some(user_data),
         opencode_cache: Some(user_cache),
         claude_config: None,
+        opencode_config: None,
     };
     let kind = bridge_fence::RunKind::Opencode;
     let (mut fresh, mut again) = (Vec::new(), Vec::new());

@@ -41,6 +41,10 @@ pub struct UserDirs {
     pub opencode_cache: Option<PathBuf>,
     /// Claude Code's config directory (`$CLAUDE_CONFIG_DIR` or `~/.claude`).
     pub claude_config: Option<PathBuf>,
+    /// opencode's global configuration directory (`$OPENCODE_CONFIG_DIR`, else
+    /// `$XDG_CONFIG_HOME/opencode`, else `~/.config/opencode`), linked into an opencode 2
+    /// server's ([`World::opencode2_config`]).
+    pub opencode_config: Option<PathBuf>,
 }
 
 impl UserDirs {
@@ -59,6 +63,8 @@ impl UserDirs {
         UserDirs {
             opencode_data: xdg("XDG_DATA_HOME", ".local/share").map(|d| d.join("opencode")),
             opencode_cache: xdg("XDG_CACHE_HOME", ".cache").map(|d| d.join("opencode")),
+            opencode_config: abs("OPENCODE_CONFIG_DIR")
+                .or_else(|| xdg("XDG_CONFIG_HOME", ".config").map(|d| d.join("opencode"))),
             claude_config: abs("CLAUDE_CONFIG_DIR").or_else(|| home.map(|h| h.join(".claude"))),
         }
     }
@@ -308,6 +314,43 @@ fn copy_tree(from: &Path, to: &Path, budget: &mut SeedBudget) {
     }
 }
 
+impl World {
+    /// The configuration directory of an opencode 2 server in this world
+    /// (`OPENCODE_CONFIG_DIR`, which replaces opencode 2's global configuration directory, and
+    /// which it reads; it ignores `OPENCODE_CONFIG_CONTENT`): every entry of the user's own
+    /// configuration directory `user` linked by reference (never read), and `overlay` (the
+    /// run's inline configuration, the bridge's rules in it) as `opencode.jsonc`, which
+    /// opencode loads after `opencode.json` and whose agent rules it appends. One directory per
+    /// overlay (`config2-<hash>`), its links and overlay written again each time. A user `opencode.jsonc` leaves no place
+    /// for the overlay: refused with one line.
+    pub fn opencode2_config(&self, user: Option<&Path>, overlay: &str) -> Result<PathBuf, String> {
+        const OVERLAY: &str = "opencode.jsonc";
+        let dir = self
+            .root
+            .join(format!("config2-{:016x}", fnv1a(overlay.as_bytes())));
+        // A server of this overlay may be reading it: entries are linked again in place.
+        real_private_dir(&dir)?;
+        if let Some(user) = user
+            && let Ok(entries) = std::fs::read_dir(user)
+        {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                if name == OVERLAY {
+                    return Err(format!(
+                        "{} holds an {OVERLAY}, where opencode 2 would have to read the bridge's rules: the bridge cannot give them to an opencode 2 server beside it",
+                        user.display()
+                    ));
+                }
+                link_to(&dir.join(&name), &e.path())?;
+            }
+        }
+        let path = dir.join(OVERLAY);
+        std::fs::write(&path, overlay)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(dir)
+    }
+}
+
 /// Every world under `state_dir` with the project and access its record names (worlds whose
 /// record cannot be read are left out), for reading the sessions they hold.
 pub fn all(state_dir: &Path) -> Vec<World> {
@@ -494,7 +537,7 @@ mod tests {
         let user = UserDirs {
             opencode_data: None,
             opencode_cache: Some(user_cache.clone()),
-            claude_config: None,
+            ..UserDirs::default()
         };
         let w = World::of(&root.join("state"), &root.join("proj"), false);
         w.prepare(RunKind::Opencode, &user).unwrap();
@@ -516,6 +559,41 @@ mod tests {
     }
 
     #[test]
+    fn an_opencode2_config_links_the_users_entries_and_holds_the_overlay() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        let user = root.join("u/config/opencode");
+        std::fs::create_dir_all(user.join("agent")).unwrap();
+        std::fs::write(user.join("opencode.json"), "{}").unwrap();
+        let w = World::of(&root.join("state"), &root.join("proj"), false);
+        w.prepare(RunKind::Opencode, &UserDirs::default()).unwrap();
+        let dir = w.opencode2_config(Some(&user), r#"{"agent":{}}"#).unwrap();
+        assert!(dir.starts_with(w.root()));
+        assert_eq!(
+            std::fs::read_link(dir.join("opencode.json")).unwrap(),
+            user.join("opencode.json")
+        );
+        assert_eq!(
+            std::fs::read_link(dir.join("agent")).unwrap(),
+            user.join("agent")
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("opencode.jsonc")).unwrap(),
+            r#"{"agent":{}}"#
+        );
+        // Made again in place for the same overlay; another overlay has a directory of its own.
+        assert_eq!(
+            w.opencode2_config(Some(&user), r#"{"agent":{}}"#).unwrap(),
+            dir
+        );
+        assert_ne!(w.opencode2_config(Some(&user), "{}").unwrap(), dir);
+        // A user opencode.jsonc leaves no place for the overlay.
+        std::fs::write(user.join("opencode.jsonc"), "{}").unwrap();
+        let e = w.opencode2_config(Some(&user), "{}").unwrap_err();
+        assert!(e.contains("opencode.jsonc") && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
     fn prepare_links_logins_copies_models_and_undoes_a_planted_symlink() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().canonicalize().unwrap();
@@ -533,6 +611,7 @@ mod tests {
             opencode_data: Some(user_data.clone()),
             opencode_cache: Some(user_cache.clone()),
             claude_config: None,
+            opencode_config: None,
         };
         let w = World::of(&root.join("state"), &root.join("proj"), true);
         w.prepare(RunKind::Opencode, &user).unwrap();

@@ -159,6 +159,14 @@ fn status_header(s: &TaskSnapshot) -> String {
         Runner::for_model(s.model.as_deref()),
         engine_word(&s.engine)
     ));
+    // Which opencode line ran it, when it is not opencode 1 (whose version is not news).
+    if let Some(v) = s
+        .opencode_version
+        .as_deref()
+        .filter(|v| v.ends_with("v2 contract"))
+    {
+        out.push_str(&format!("opencode: {}\n", one_line(v, 200)));
+    }
     if let Some(fence) = &s.sandbox {
         out.push_str(&format!("sandbox: {}\n", one_line(fence, 400)));
     }

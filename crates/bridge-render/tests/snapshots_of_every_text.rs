@@ -293,6 +293,11 @@ fn task_texts() {
     retrying.retry_in = Some(Duration::from_secs(20));
     retrying.attempts = 2;
     insta::assert_snapshot!("status_retrying", tasks::status(&retrying));
+    // A task on opencode 2 says which line ran it.
+    let mut v2 = snapshot(6, TaskState::Succeeded);
+    v2.engine = "serve".into();
+    v2.opencode_version = Some("OpenCode 2.0 preview (lildax vlocal), v2 contract".into());
+    insta::assert_snapshot!("status_opencode2", tasks::status(&v2));
     let mut failed = snapshot(5, TaskState::Failed);
     failed.failure = Some(Failure::new(
         FailureKind::ContextLength,

@@ -35,6 +35,11 @@
 //! | `undo` | tries to write past a read-only run's config, one way per turn (see [`UNDO_FILES`]): `bash` `printf hi > …`, `bash` `echo hi > …`, the `write` tool, the project's custom tool `scribble` and the MCP tool `scribe_write`, then text |
 //! | `huge` | like `long`, but [`HUGE_BYTES`] bytes in deltas of [`HUGE_DELTA`] bytes (an answer whose event line is larger than any pipe) |
 //!
+//! Tool calls are written in opencode 1's names and renamed to what the request's tools take
+//! (`speak_offered_tools`): `filePath` → `path` where a tool takes `path` (opencode 2's
+//! `write`, `edit`, `read`), `bash` → `shell` and `task` → `subagent` where only those are
+//! offered (upstream's 2.x), so every scenario serves both lines.
+//!
 //! Retryable errors (429, 5xx, 529) carry `retry-after-ms: 10` so opencode retries at once.
 //! Requests without `tools` (title generation, compaction) get the text [`TITLE_TEXT`] whatever
 //! the model. A follow-up request whose last message is a tool result gets text: `tooltask` →
@@ -314,7 +319,7 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             )
         }
         ("POST", p) if p.ends_with("/chat/completions") => {
-            let plan = plan(&req, shared);
+            let plan = speak_offered_tools(plan(&req, shared), req.json.as_ref());
             play(&mut out, plan, shared)
         }
         _ => write_json(
@@ -469,6 +474,64 @@ fn rate_limited_for_a_minute() -> Plan {
         ),
         retry_after_ms: Some(60_000),
     }
+}
+
+/// The tools a request offers, by name, with the argument names of each.
+fn offered_tools(body: Option<&Value>) -> Vec<(String, Vec<String>)> {
+    body.and_then(|b| b.get("tools"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let f = t.get("function")?;
+            let name = f.get("name")?.as_str()?.to_owned();
+            let args = f
+                .pointer("/parameters/properties")
+                .and_then(Value::as_object)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default();
+            Some((name, args))
+        })
+        .collect()
+}
+
+/// A scenario's tool calls in the names the request's tools use: opencode 2 names `write`'s
+/// and `edit`'s and `read`'s file `path` (1.x: `filePath`), and upstream's 2.x calls `bash`
+/// `shell` and `task` `subagent`. Scenarios are written in 1.x's names; a call is renamed only
+/// when the request offers the 2.x name and not the 1.x one.
+fn speak_offered_tools(plan: Plan, body: Option<&Value>) -> Plan {
+    let Plan::Stream { model, events } = plan else {
+        return plan;
+    };
+    let tools = offered_tools(body);
+    let offers = |n: &str| tools.iter().any(|(t, _)| t == n);
+    let events = events
+        .into_iter()
+        .map(|e| match e {
+            Event::ToolCall { name, mut args } => {
+                let name = match name.as_str() {
+                    "bash" if !offers("bash") && offers("shell") => "shell".to_owned(),
+                    "task" if !offers("task") && offers("subagent") => "subagent".to_owned(),
+                    _ => name,
+                };
+                let takes = |a: &str| {
+                    tools
+                        .iter()
+                        .any(|(t, args)| *t == name && args.iter().any(|x| x == a))
+                };
+                if takes("path")
+                    && !takes("filePath")
+                    && let Some(obj) = args.as_object_mut()
+                    && let Some(v) = obj.remove("filePath")
+                {
+                    obj.insert("path".into(), v);
+                }
+                Event::ToolCall { name, args }
+            }
+            other => other,
+        })
+        .collect();
+    Plan::Stream { model, events }
 }
 
 fn plan(req: &RecordedRequest, shared: &Shared) -> Plan {
@@ -1068,6 +1131,26 @@ mod tests {
             body.contains(r#"\"filePath\":\"/tmp/p q/hello.txt\""#),
             "{body}"
         );
+    }
+
+    /// opencode 2's `write` takes `path`; upstream's 2.x offers `shell`, not `bash`.
+    #[test]
+    fn tool_calls_take_the_argument_names_the_request_offers() {
+        let llm = FakeLlm::start().unwrap();
+        let system = json!({"role": "system", "content": "<env>\n  Working directory: /w\n"});
+        let v2_tools = json!([
+            {"type": "function", "function": {"name": "write", "parameters": {"properties": {"path": {}, "content": {}}}}},
+            {"type": "function", "function": {"name": "shell", "parameters": {"properties": {"command": {}}}}}
+        ]);
+        let ask = |model: &str| {
+            json!({"model": model, "stream": true, "tools": v2_tools,
+                   "messages": [system, {"role": "user", "content": "go"}]})
+        };
+        let (_, _, body) = post(&llm, &ask("toolwrite"));
+        assert!(body.contains(r#"\"path\":\"/w/hello.txt\""#), "{body}");
+        assert!(!body.contains("filePath"), "{body}");
+        let (_, _, body) = post(&llm, &ask("toolbash"));
+        assert!(body.contains(r#""name":"shell""#), "{body}");
     }
 
     #[test]

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 
 /// Env var naming the real opencode 1.18.33 binary.
 pub const OPENCODE_ENV: &str = "OPENCODE_BRIDGE_TEST_OPENCODE";
+/// Env var naming the real OpenCode 2.0 preview binary (`lildax` from npm
+/// `@opencode-ai/cli-linux-x64@1.18.18`, installed by scripts/test.sh).
+pub const OPENCODE2_ENV: &str = "OPENCODE_BRIDGE_TEST_OPENCODE2";
 /// Env var naming the real Claude Code binary.
 pub const CLAUDE_ENV: &str = "OPENCODE_BRIDGE_TEST_CLAUDE";
 /// Env var naming the `verdaccio` 6.8.0 launcher (a throwaway npm registry for the packaging test).
@@ -69,6 +72,15 @@ pub fn real_opencode() -> Option<PathBuf> {
     real_binary(OPENCODE_ENV, "opencode")
 }
 
+/// The real OpenCode 2.0 preview binary (`OPENCODE_BRIDGE_TEST_OPENCODE2`), or `None` outside CI
+/// when unset.
+///
+/// # Panics
+/// Under `CI=true` when the variable is unset or names no file.
+pub fn real_opencode2() -> Option<PathBuf> {
+    real_binary(OPENCODE2_ENV, "OpenCode 2.0 preview")
+}
+
 /// The real Claude Code binary (`OPENCODE_BRIDGE_TEST_CLAUDE`), or `None` outside CI when unset.
 ///
 /// # Panics
@@ -104,6 +116,25 @@ macro_rules! require_opencode {
                     "note: skipping {}: set {} to the real opencode binary to run it",
                     module_path!(),
                     $crate::sandbox::OPENCODE_ENV
+                );
+                return;
+            }
+        }
+    };
+}
+
+/// `let oc2 = require_opencode2!();` — like [`require_opencode!`] for the OpenCode 2.0 preview
+/// (fails under CI when it is missing).
+#[macro_export]
+macro_rules! require_opencode2 {
+    () => {
+        match $crate::sandbox::real_opencode2() {
+            Some(p) => p,
+            None => {
+                eprintln!(
+                    "note: skipping {}: set {} to the real OpenCode 2.0 preview binary to run it",
+                    module_path!(),
+                    $crate::sandbox::OPENCODE2_ENV
                 );
                 return;
             }

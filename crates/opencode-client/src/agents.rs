@@ -46,7 +46,7 @@ pub fn ask_agents(
         cancel,
         "a temporary `opencode serve` asked for its agents",
         |http| {
-            let agents = agent_list(http)?;
+            let agents = agent_list(http, directory)?;
             // The plugin list is extra: a server that cannot say it still gave the agents.
             let plugins = http
                 .get_json("/config")
@@ -56,7 +56,7 @@ pub fn ask_agents(
                 agents,
                 plugins,
                 via: format!(
-                    "opencode itself (GET /agent on a temporary `opencode serve` in {})",
+                    "opencode itself (its agent list on a temporary `opencode serve` in {})",
                     directory.display()
                 ),
             })
@@ -64,15 +64,94 @@ pub fn ask_agents(
     )
 }
 
-/// `GET /agent`: every agent opencode resolved, with its ruleset.
-fn agent_list(http: &crate::http::HttpClient) -> Result<Value, ClientError> {
-    let agents = http.get_json("/agent")?.body;
-    if !agents.is_array() {
-        return Err(ClientError::TempServer {
-            detail: "GET /agent did not answer a list".into(),
-        });
+/// `GET /agent`: every agent opencode resolved, with its ruleset. An opencode 2 server has no
+/// such route: its `GET /api/agent?location[directory]=D` is read instead, in 1.x's shape.
+fn agent_list(http: &crate::http::HttpClient, directory: &Path) -> Result<Value, ClientError> {
+    let v1 = http.get_json("/agent");
+    if let Ok(r) = &v1
+        && r.body.is_array()
+    {
+        return Ok(r.body.clone());
     }
-    Ok(agents)
+    let path = format!(
+        "/api/agent?location%5Bdirectory%5D={}",
+        crate::http::encode_component(&directory.to_string_lossy())
+    );
+    // A location loads lazily on opencode 2: its first answers list no agent yet.
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        match http.get_json(&path) {
+            Ok(r) => match agents_from_v2(&r.body) {
+                Some(list) if list.as_array().is_some_and(Vec::is_empty) => {
+                    if std::time::Instant::now() >= until {
+                        return Ok(list);
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Some(list) => return Ok(list),
+                None => {
+                    return Err(ClientError::TempServer {
+                        detail: "GET /api/agent did not answer {data: [...]}".into(),
+                    });
+                }
+            },
+            Err(e) => break e,
+        }
+    };
+    // Neither route answered as opencode does: the 1.x route's error says most.
+    match v1 {
+        Err(e) => Err(e),
+        Ok(_) if matches!(first, ClientError::Unauthorized { .. }) => Err(first),
+        Ok(_) => Err(ClientError::TempServer {
+            detail: "GET /agent did not answer a list".into(),
+        }),
+    }
+}
+
+/// The agents opencode 2 ships with (observed on the 2.0 preview), which 1.x marks `native`.
+const V2_BUILT_IN: [&str; 7] = [
+    "build",
+    "plan",
+    "general",
+    "explore",
+    "compaction",
+    "title",
+    "summary",
+];
+
+/// opencode 2's agent list (`{data: [{id, description, mode, hidden, permissions: [{action,
+/// resource, effect}]}]}`) in 1.x's shape (`[{name, description, mode, hidden, native,
+/// permission: [{permission, pattern, action}]}]`).
+pub fn agents_from_v2(body: &Value) -> Option<Value> {
+    let list = body.get("data")?.as_array()?;
+    Some(Value::Array(
+        list.iter()
+            .filter_map(|a| {
+                let id = a.get("id")?.as_str()?;
+                let rules: Vec<Value> = a
+                    .get("permissions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(|r| {
+                        serde_json::json!({
+                            "permission": r.get("action").cloned().unwrap_or(Value::Null),
+                            "pattern": r.get("resource").cloned().unwrap_or(Value::Null),
+                            "action": r.get("effect").cloned().unwrap_or(Value::Null),
+                        })
+                    })
+                    .collect();
+                Some(serde_json::json!({
+                    "name": id,
+                    "description": a.get("description").cloned().unwrap_or(Value::Null),
+                    "mode": a.get("mode").cloned().unwrap_or(Value::Null),
+                    "hidden": a.get("hidden").cloned().unwrap_or(Value::Bool(false)),
+                    "native": V2_BUILT_IN.contains(&id),
+                    "permission": rules,
+                }))
+            })
+            .collect(),
+    ))
 }
 
 /// What opencode resolves for one run's configuration: its agents with their rulesets and the
@@ -107,7 +186,15 @@ pub fn ask_run_permissions(
         cancel,
         "a temporary `opencode serve` asked for a run's permissions",
         |http| {
-            let agents = agent_list(http)?;
+            let agents = agent_list(http, directory)?;
+            // opencode 2 lists no tool ids (no such route): only the agents' rules are checked
+            // there, and no project or plugin tool is known to shadow a read tool.
+            if http.get_json("/api/health").is_ok() && http.get_json("/global/health").is_err() {
+                return Ok(RunReport {
+                    agents,
+                    tool_ids: Vec::new(),
+                });
+            }
             // The tool registry waits for opencode's install of the project's tool
             // dependencies (`.opencode/node_modules`, 20-60 s on first use): a call that times
             // out is made again while the startup allowance lasts.

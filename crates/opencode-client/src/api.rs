@@ -49,6 +49,25 @@ pub struct ApiCommand {
     program: PathBuf,
     timeout: Duration,
     max_reply_bytes: u64,
+    /// The background servers our calls started (see [`ApiCommand::stop_started`]).
+    started: std::sync::Arc<Mutex<Vec<bridge_proc::ProcId>>>,
+}
+
+/// The background server `opencode api` registers (`$XDG_STATE_HOME/opencode/server.json`,
+/// `{id, version, url, pid}`: no password), when its process is alive.
+fn registered_server() -> Option<bridge_proc::ProcId> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })?;
+    let text = std::fs::read_to_string(state.join("opencode/server.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    let pid = i32::try_from(v.get("pid")?.as_u64()?).ok()?;
+    bridge_proc::ProcId::of(pid)
 }
 
 impl ApiCommand {
@@ -58,6 +77,18 @@ impl ApiCommand {
             program: program.into(),
             timeout,
             max_reply_bytes,
+            started: std::sync::Arc::default(),
+        }
+    }
+
+    /// Stops the background servers this command's calls started (opencode 2's `api` starts
+    /// a detached `serve --register` when none runs, and it outlives the call): each only while
+    /// it is still that process and leads its group (`bridge_proc::tree::stop_left_group`).
+    /// A server that ran before a call is never touched.
+    pub fn stop_started(&self) {
+        let started = std::mem::take(&mut *self.started.lock().unwrap_or_else(|e| e.into_inner()));
+        for p in started {
+            bridge_proc::tree::stop_left_group(p, Duration::from_secs(3));
         }
     }
 
@@ -82,7 +113,22 @@ impl ApiCommand {
             stdout_bytes: self.max_reply_bytes,
             stderr_bytes: 64 * 1024,
         };
-        let c = bridge_proc::run_capture(&mut cmd, self.timeout, limits).map_err(|e| match e {
+        // A server registered before the call is the user's; one registered during it, whose
+        // process started since, was started by this call.
+        let before = registered_server();
+        let began = Instant::now();
+        let ran = bridge_proc::run_capture(&mut cmd, self.timeout, limits);
+        if before.is_none()
+            && let Some(p) = registered_server()
+            && bridge_proc::BootClock::now()
+                .is_some_and(|c| c.age(p.start_time) <= began.elapsed() + Duration::from_secs(1))
+        {
+            let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+            if !started.contains(&p) {
+                started.push(p);
+            }
+        }
+        let c = ran.map_err(|e| match e {
             CaptureError::Spawn(e) => ClientError::ApiCommand {
                 detail: format!("cannot start {}: {e}", self.program.display()),
             },
@@ -247,6 +293,13 @@ impl ApiSource {
     }
 }
 
+impl Drop for ApiSource {
+    /// Nothing `opencode api` started outlives the backend that called it.
+    fn drop(&mut self) {
+        self.cmd.stop_started();
+    }
+}
+
 impl Remote for ApiSource {
     fn backend(&self) -> &'static str {
         "api"
@@ -401,14 +454,18 @@ impl SessionSource for ApiSource {
 }
 
 /// Whether a v2 message is part of the conversation: `user` and `assistant` are; the
-/// `system` messages v2 inserts (skill lists, reminders) are not shown and do not count.
+/// `system` messages v2 inserts (skill lists, reminders) and the records of other kinds the
+/// 2.0 preview keeps among them (an agent or model switched for a follow-up, *observed*) are
+/// not shown and do not count. A message naming no kind is kept.
 pub fn is_conversation_message(v: &Value) -> bool {
-    !matches!(
-        v.get("type")
-            .or_else(|| v.get("role"))
-            .and_then(Value::as_str),
-        Some("system")
-    )
+    match v
+        .get("type")
+        .or_else(|| v.get("role"))
+        .and_then(Value::as_str)
+    {
+        Some(kind) => matches!(kind, "user" | "assistant"),
+        None => true,
+    }
 }
 
 /// A v2 session (`SessionV2Info`) → [`Session`], state not yet derived.

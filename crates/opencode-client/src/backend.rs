@@ -373,6 +373,66 @@ pub fn help_lists_api(help: &str) -> bool {
     })
 }
 
+/// Sets an opencode 2 server's password before it starts: `<program> service password <value>`
+/// in the server's environment and fence, which writes `$XDG_STATE_HOME/opencode/password` and
+/// starts nothing (measured on the 2.0 preview). Refused unless the environment names the state
+/// directory, a world's: the user's own service password is never changed.
+fn set_v2_password(
+    start: &ServeStart<'_>,
+    password: &str,
+    fence: &bridge_fence::Fence,
+) -> Result<(), ClientError> {
+    let state = start
+        .env
+        .set
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "XDG_STATE_HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| p.is_absolute());
+    if state.is_none() {
+        return Err(ClientError::TempServer {
+            detail: format!(
+                "`{}` speaks opencode 2, whose server password the bridge sets only in a state directory of its own, and none was given",
+                start.shown.display()
+            ),
+        });
+    }
+    let mut cmd = Command::new(start.program);
+    cmd.args(["service", "password", password])
+        .current_dir(start.cwd);
+    for k in &start.env.remove {
+        cmd.env_remove(k);
+    }
+    cmd.envs(start.env.set.iter().map(|(k, v)| (k, v)))
+        .env("PWD", start.cwd)
+        .stdin(Stdio::null());
+    fence.apply_to(&mut cmd);
+    let limits = CaptureLimits {
+        stdout_bytes: 64 * 1024,
+        stderr_bytes: 64 * 1024,
+    };
+    let c = bridge_proc::run_capture(&mut cmd, start.startup, limits).map_err(|e| {
+        ClientError::TempServer {
+            detail: format!(
+                "cannot set the password of `{} serve`: {e:?}",
+                start.shown.display()
+            ),
+        }
+    })?;
+    if c.status.is_some_and(|s| s.success()) {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&c.stderr);
+    Err(ClientError::TempServer {
+        detail: format!(
+            "`{} service password` failed: {}",
+            start.shown.display(),
+            said.lines().next().unwrap_or("no message").trim()
+        ),
+    })
+}
+
 /// `program args…`'s stdout then stderr (each up to 1 MiB), or `None` when it cannot start,
 /// does not finish within `timeout`, or prints invalid UTF-8.
 fn run_capture(program: &Path, args: &[&str], timeout: Duration) -> Option<String> {
@@ -564,7 +624,8 @@ pub fn with_temporary_server<T>(
     f: impl FnOnce(&HttpClient) -> Result<T, ClientError>,
 ) -> Result<T, ClientError> {
     let program = cfg.opencode_program();
-    let env = &temporary_server_env(cfg, cwd, env)?;
+    let contract = crate::Contract::from_api_command(has_api_command(&program));
+    let env = &temporary_server_env(cfg, cwd, env, contract)?;
     let start = ServeStart {
         program: &program,
         shown: &cfg.opencode_bin,
@@ -576,6 +637,7 @@ pub fn with_temporary_server<T>(
         api_timeout: cfg.api_timeout,
         max_reply_bytes: cfg.max_reply_bytes,
         log: None,
+        contract,
     };
     // Confined like a read-only run in `cwd`: the server loads that directory's plugins and
     // tools, which may read the project but write nothing of it.
@@ -593,8 +655,10 @@ fn temporary_server_env(
     cfg: &ClientConfig,
     cwd: &Path,
     env: &ChildEnv,
+    contract: crate::Contract,
 ) -> Result<ChildEnv, ClientError> {
     let mut set = Vec::new();
+    let mut config_dir = None;
     if let Some(state) = &cfg.state_dir {
         let root = cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone());
         let project = bridge_fence::project_of(cwd, &root, None);
@@ -604,9 +668,32 @@ fn temporary_server_env(
             .prepare(bridge_fence::RunKind::Opencode, &user)
             .map_err(|detail| ClientError::TempServer { detail })?;
         set = world.env(bridge_fence::RunKind::Opencode);
+        if contract == crate::Contract::V2 {
+            // opencode 2 reads the inline configuration (the bridge's `worker`, a run's
+            // overlay) only from a file: the world's configuration directory for it.
+            let lookup = |k: &str| {
+                let found = env.set.iter().rev().find(|(n, _)| n == k);
+                found
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| std::env::var(k).ok())
+                    .filter(|v| !v.trim().is_empty())
+            };
+            let user = bridge_fence::UserDirs::from_lookup(lookup).opencode_config;
+            let overlay = crate::contract::v2_inline_config(
+                &lookup(bridge_env::OPENCODE_CONFIG_CONTENT.name).unwrap_or_else(|| "{}".into()),
+            );
+            let dir = world
+                .opencode2_config(user.as_deref(), &overlay)
+                .map_err(|detail| ClientError::TempServer { detail })?;
+            config_dir = Some(dir.to_string_lossy().into_owned());
+        }
     }
     set.retain(|(k, _)| !env.set.iter().any(|(n, _)| n == k));
     set.extend(env.set.iter().cloned());
+    if let Some(dir) = config_dir {
+        set.retain(|(k, _)| k != bridge_env::OPENCODE_CONFIG_DIR.name);
+        set.push((bridge_env::OPENCODE_CONFIG_DIR.name.into(), dir));
+    }
     let mut remove = bridge_proc::dropped_names(std::env::vars(), &[], &[]);
     remove.extend(env.remove.iter().cloned());
     remove.sort();
@@ -638,6 +725,11 @@ pub struct ServeStart<'a> {
     /// Where its stdout and stderr go, for a server that may outlive this process (a pipe to
     /// us would break when we end). `None`: pipes, drained while it runs.
     pub log: Option<&'a Path>,
+    /// The contract the binary speaks. opencode 2 ignores `OPENCODE_SERVER_PASSWORD` and reads
+    /// its password from `$XDG_STATE_HOME/opencode/password`: the bridge sets it there with
+    /// `<program> service password <value>` first, only when `env` points `XDG_STATE_HOME` at a
+    /// directory of the bridge's own (a world's).
+    pub contract: crate::Contract,
 }
 
 /// An `opencode serve` the bridge started: on `127.0.0.1`, a port of its own choosing, a random
@@ -674,6 +766,9 @@ impl ServeProcess {
         let tmp = ServerTmp::create(&password[..16])?;
         let fence = fence(&tmp.0)?;
         let env = start.env;
+        if start.contract == crate::Contract::V2 {
+            set_v2_password(start, &password, &fence)?;
+        }
         let mut cmd = Command::new(start.program);
         cmd.args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
             .current_dir(start.cwd);

@@ -15,6 +15,7 @@ pub mod agents;
 pub mod api;
 pub mod backend;
 pub mod config_files;
+pub mod contract;
 pub mod decode;
 pub mod error;
 pub mod filter;
@@ -29,6 +30,7 @@ pub mod state;
 pub mod store;
 pub mod usage;
 
+pub use contract::Contract;
 pub use error::ClientError;
 pub use model::*;
 pub use source::{Liveness, ScanContext, SessionSource};

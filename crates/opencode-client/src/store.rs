@@ -73,6 +73,9 @@ pub struct StoreSource {
     session_cols: String,
     has_agent_col: bool,
     migration: Option<String>,
+    /// opencode 2's `session_message` table is there: its sessions keep their messages in it
+    /// (`type` and the message's JSON in `data`), not in `message` and `part`.
+    v2_messages: bool,
     conn: Mutex<Option<Connection>>,
 }
 
@@ -108,11 +111,17 @@ impl StoreSource {
         }
         let conn = open_conn(&path)?;
         let (session_cols, has_agent_col, migration) = check_schema(&conn, &path)?;
+        let v2_messages = table_columns(&conn, "session_message").is_ok_and(|c| {
+            ["session_id", "type", "seq", "data"]
+                .iter()
+                .all(|k| c.contains(*k))
+        });
         Ok(StoreSource {
             path,
             session_cols,
             has_agent_col,
             migration,
+            v2_messages,
             conn: Mutex::new(Some(conn)),
         })
     }
@@ -275,11 +284,24 @@ impl StoreSource {
         {
             m.parts = self.parts_of(conn, &m.id)?;
         }
-        let last_is_user = row.last_msg_id.is_some() && row.last_msg_id != row.last_asst_id;
+        let mut last_is_user = row.last_msg_id.is_some() && row.last_msg_id != row.last_asst_id;
+        let mut v2_updated = 0;
+        if row.last_msg_id.is_none() && self.v2_messages {
+            // An opencode 2 session: its newest conversation message says its state.
+            let (newest, _) = self.v2_messages_of(conn, &row.id, Some(1))?;
+            if let Some(m) = newest.into_iter().next() {
+                v2_updated = m.completed_ms.unwrap_or(m.created_ms);
+                last_is_user = m.role == crate::model::Role::User;
+                if !last_is_user {
+                    last_asst = Some(m);
+                }
+            }
+        }
         let mut activity = row
             .updated_ms
             .max(row.last_msg_updated.unwrap_or(0))
-            .max(row.last_asst_updated.unwrap_or(0));
+            .max(row.last_asst_updated.unwrap_or(0))
+            .max(v2_updated);
         let (mut state, mut error) =
             derive_state(last_asst.as_ref(), last_is_user, activity, &row.id, ctx);
         if state == crate::model::SessionState::Stale
@@ -324,6 +346,47 @@ impl StoreSource {
             error,
             version: row.version,
         })
+    }
+
+    /// An opencode 2 session's conversation messages (`session_message`), oldest first: all of
+    /// them, or the newest `last`; and how many there are. Empty when the store has no such
+    /// table.
+    fn v2_messages_of(
+        &self,
+        conn: &Connection,
+        id: &str,
+        last: Option<usize>,
+    ) -> Result<(Vec<Message>, usize), ClientError> {
+        if !self.v2_messages {
+            return Ok((Vec::new(), 0));
+        }
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, type, data FROM session_message WHERE session_id = ?1 \
+                 ORDER BY seq DESC, id DESC",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows: Vec<(String, String, String)> = stmt
+            .query_map([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut messages: Vec<Message> = rows
+            .into_iter()
+            .filter_map(|(mid, ty, data)| {
+                let mut v: serde_json::Value = serde_json::from_str(&data).ok()?;
+                let obj = v.as_object_mut()?;
+                obj.insert("id".into(), mid.into());
+                obj.insert("type".into(), ty.into());
+                crate::api::is_conversation_message(&v).then(|| crate::api::message_from_v2(&v))
+            })
+            .collect();
+        let total = messages.len();
+        if let Some(n) = last {
+            messages.truncate(n);
+        }
+        messages.reverse();
+        Ok((messages, total))
     }
 
     fn parts_of(&self, conn: &Connection, message_id: &str) -> Result<Vec<Part>, ClientError> {
@@ -516,6 +579,16 @@ impl SessionSource for StoreSource {
                 .and_then(|mut s| s.query_row([id], |r| r.get(0)))
                 .map_err(|e| self.err(e))?;
             let total = total.max(0) as usize;
+            if total == 0 && self.v2_messages {
+                // An opencode 2 session keeps its messages in `session_message`.
+                let (messages, total_messages) = self.v2_messages_of(&tx, id, last)?;
+                tx.finish().map_err(|e| self.err(e))?;
+                return Ok(SessionTranscript {
+                    session,
+                    messages,
+                    total_messages,
+                });
+            }
             let want = last.unwrap_or(total).min(total);
             let mut rows: Vec<(String, String)> = {
                 let mut stmt = tx

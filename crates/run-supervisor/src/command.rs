@@ -27,6 +27,8 @@ pub struct Capabilities {
     pub variant: bool,
     /// `run --title` exists.
     pub title: bool,
+    /// The contract the binary speaks (`--help` lists an `api` command: opencode 2).
+    pub contract: opencode_client::Contract,
 }
 
 impl Capabilities {
@@ -43,6 +45,7 @@ impl Capabilities {
             auto: has("--auto"),
             variant: has("--variant"),
             title: has("--title"),
+            contract: opencode_client::Contract::V1,
         }
     }
 }
@@ -177,6 +180,28 @@ pub async fn detect(
     let version = out(&["--version"]).await?;
     let help = out(&["run", "--help"]).await?;
     if !help.contains("--format") {
+        // opencode 2 has no `run` (its `run --help` is the top-level help): its tasks go to a
+        // server of it (the serve engine). The preview's `--version` says `vlocal`; its help
+        // names the line.
+        let top = out(&["--help"]).await.unwrap_or_default();
+        if opencode_client::Contract::from_help(&top) == opencode_client::Contract::V2 {
+            let named = top
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("OpenCode 2") || l.starts_with("opencode 2"))
+                .map(|l| l.trim_end_matches(" command line interface").to_owned());
+            let version = version.lines().next().unwrap_or("").trim().to_owned();
+            return Ok(Capabilities {
+                // Every status and result that names the version says the contract too.
+                version: match named {
+                    Some(n) if !version.is_empty() => format!("{n} ({version}), v2 contract"),
+                    Some(n) => format!("{n}, v2 contract"),
+                    None => format!("{version}, v2 contract"),
+                },
+                contract: opencode_client::Contract::V2,
+                ..Capabilities::default()
+            });
+        }
         return Err(format!(
             "{} does not look like opencode: `run --help` lists no --format option",
             bin.display()

@@ -11,6 +11,7 @@ mod live_audit;
 mod live_fence;
 mod live_long_output;
 mod live_opencode;
+mod live_opencode2;
 mod live_serve;
 mod live_usage;
 mod live_worlds;

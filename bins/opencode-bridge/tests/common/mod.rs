@@ -65,6 +65,7 @@ impl World {
 fn runs_a_fake(extra_env: &[(&str, String)]) -> bool {
     let real = [
         std::env::var(bridge_testkit::sandbox::OPENCODE_ENV).unwrap_or_default(),
+        std::env::var(bridge_testkit::sandbox::OPENCODE2_ENV).unwrap_or_default(),
         std::env::var(bridge_testkit::sandbox::CLAUDE_ENV).unwrap_or_default(),
     ];
     extra_env
@@ -76,14 +77,17 @@ fn runs_a_fake(extra_env: &[(&str, String)]) -> bool {
 }
 
 /// Whether `extra_env` names an opencode binary that is not the real one of
-/// `OPENCODE_BRIDGE_TEST_OPENCODE`: ours stand for `opencode run` processes (trees, hangs,
+/// `OPENCODE_BRIDGE_TEST_OPENCODE` (or the preview of `OPENCODE_BRIDGE_TEST_OPENCODE2`): ours stand for `opencode run` processes (trees, hangs,
 /// floods) and cannot serve, so such a bridge runs the `run` engine unless the test says
 /// otherwise. The serve engine is tested against the real `opencode serve`.
 fn fake_opencode_named(extra_env: &[(&str, String)]) -> bool {
-    let real = std::env::var(bridge_testkit::sandbox::OPENCODE_ENV).unwrap_or_default();
+    let real = [
+        std::env::var(bridge_testkit::sandbox::OPENCODE_ENV).unwrap_or_default(),
+        std::env::var(bridge_testkit::sandbox::OPENCODE2_ENV).unwrap_or_default(),
+    ];
     extra_env
         .iter()
-        .any(|(k, v)| *k == "OPENCODE_BIN" && *v != real)
+        .any(|(k, v)| *k == "OPENCODE_BIN" && !real.contains(v))
 }
 
 /// A running server and its stdout lines.

@@ -371,6 +371,30 @@ async fn run_task_inner(
         let down = matches!(place, Some(crate::runner::serve::Place::Local))
             .then(|| shared.serve_pool.down_recently())
             .flatten();
+        // opencode 2 has no `run`: its tasks run only on a server of it.
+        let v2 = caps.contract == opencode_client::Contract::V2;
+        if v2 && (place.is_none() || down.is_some()) {
+            let why = down.clone().unwrap_or_else(|| {
+                format!(
+                    "{}=run asks for a process per task",
+                    bridge_env::ENGINE.name
+                )
+            });
+            return (
+                TaskState::Failed,
+                Some(Failure::with_advice(
+                    FailureKind::Spawn,
+                    format!(
+                        "{} speaks opencode 2, which has no `run` command, and {why}",
+                        bin.display()
+                    ),
+                    &format!(
+                        "Unset {} (the serve engine runs opencode 2's tasks), or point OPENCODE_BIN at opencode 1.",
+                        bridge_env::ENGINE.name
+                    ),
+                )),
+            );
+        }
         let end = match (&place, &down) {
             (_, Some(why)) => AttemptEnd::NoLocalServer(why.clone()),
             (Some(place), None) => {
@@ -379,6 +403,16 @@ async fn run_task_inner(
             (None, None) => run_attempt(&ctx, attempt, &mut stop_rx).await,
         };
         match end {
+            AttemptEnd::NoLocalServer(why) if v2 => {
+                return (
+                    TaskState::Failed,
+                    Some(Failure::with_advice(
+                        FailureKind::Server,
+                        format!("{why}; opencode 2 has no `run` to fall back to"),
+                        "Run opencode_doctor, which starts the binary as the bridge does.",
+                    )),
+                );
+            }
             AttemptEnd::NoLocalServer(why) => {
                 // What a machine without a working server falls back to: a process.
                 shared.with(id, |r| {

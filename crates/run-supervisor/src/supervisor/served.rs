@@ -24,6 +24,9 @@ use crate::runner::serve::events::{Action, Follow, turn_done_in};
 use crate::runner::serve::pool::Lease;
 use crate::runner::serve::{Place, map_dir, session};
 
+mod v2;
+use v2::run_v2_turn;
+
 /// How long a local server may take to listen.
 const SERVER_STARTUP: Duration = Duration::from_secs(60);
 
@@ -51,6 +54,8 @@ struct Server {
     who: String,
     /// A local server's lease (dropped when the attempt ends).
     lease: Option<Lease>,
+    /// The contract it speaks (opencode 1's routes, or opencode 2's `/api`).
+    contract: opencode_client::Contract,
 }
 
 impl Server {
@@ -96,6 +101,9 @@ pub(super) async fn run_served_attempt(
         r.rec.server = server.lease.as_ref().map(|l| l.ident().into());
         persist(shared, r, Save::Record);
     });
+    if server.contract == opencode_client::Contract::V2 {
+        return run_v2_turn(ctx, place, server, stop_rx).await;
+    }
     let http = server.http.clone();
     let dir = server.dir.clone();
     let blocking = |f: Box<dyn FnOnce() -> Result<String, String> + Send>| async move {
@@ -446,6 +454,7 @@ async fn server_for(
             dir: ctx.cwd.to_path_buf(),
             confinement: lease.confinement().to_owned(),
             who: format!("the local opencode serve (pid {})", lease.pid()),
+            contract: ctx.caps.contract,
             lease: Some(lease),
         });
     }
@@ -466,12 +475,22 @@ async fn server_for(
                     root.display()
                 )
             })?;
+            // What the server speaks, asked of it (a remote server is not the local binary).
+            let contract = {
+                let h = http.clone();
+                tokio::task::spawn_blocking(move || opencode_client::Contract::of_server(&h))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|(c, _)| c)
+                    .map_err(|e| format!("{who}: {e}"))?
+            };
             Ok(Server {
                 http,
                 dir,
                 confinement: format!("not confined by this bridge (runs on {who})"),
                 who,
                 lease: None,
+                contract,
             })
         }
         Place::Local => {
@@ -489,6 +508,10 @@ async fn server_for(
             let runner = ctx.shared.with(ctx.id, |r| r.runner).unwrap_or_default();
             // The server lives in the task's world, like a run of it: one server per world.
             into_world(ctx, runner, &mut launch)?;
+            let contract = ctx.caps.contract;
+            if contract == opencode_client::Contract::V2 {
+                v2_config_dir(ctx, &mut launch)?;
+            }
             let world = world_for(ctx, runner, &launch, Path::new("/"));
             let project = world.project.clone();
             let mut set: Vec<(String, String)> = launch
@@ -534,6 +557,7 @@ async fn server_for(
                     api_timeout,
                     max_reply_bytes: 32 * 1024 * 1024,
                     log,
+                    contract,
                 };
                 ServeProcess::start(&start, |tmp| {
                     let mut world = world;
@@ -563,9 +587,58 @@ async fn server_for(
                 confinement: lease.confinement().to_owned(),
                 who: format!("the local opencode serve (pid {})", lease.pid()),
                 lease: Some(lease),
+                contract: ctx.caps.contract,
             })
         }
     }
+}
+
+/// Gives an opencode 2 server the run's configuration overlay (the bridge's rules), which it
+/// reads only from files: `OPENCODE_CONFIG_DIR` set to the world's directory for it
+/// ([`bridge_fence::World::opencode2_config`]), holding links to the user's own configuration
+/// directory and the overlay.
+fn v2_config_dir(ctx: &AttemptCtx<'_>, launch: &mut crate::command::Launch) -> Result<(), String> {
+    const DIR: &str = bridge_env::OPENCODE_CONFIG_DIR.name;
+    let lookup = |k: &str| {
+        let found = launch.env_set.iter().rev().find(|(n, _)| n == k);
+        found
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(k).ok())
+            .filter(|v| !v.trim().is_empty())
+    };
+    let user = bridge_fence::UserDirs::from_lookup(lookup).opencode_config;
+    let mut overlay = opencode_client::contract::v2_inline_config(
+        &lookup(bridge_env::OPENCODE_CONFIG_CONTENT.name).unwrap_or_else(|| "{}".into()),
+    );
+    if ctx.spec.read_only {
+        // What v1's session rules do (`session::read_only_rules`, appended last): opencode 2
+        // appends an agent's rules of a later file to those of earlier ones, so the policy's
+        // default-deny, as this file's rules for the agent, comes after the user's.
+        let mut v: serde_json::Value = serde_json::from_str(&overlay).map_err(|e| {
+            format!(
+                "the run's {} is not JSON: {e}",
+                bridge_env::OPENCODE_CONFIG_CONTENT.name
+            )
+        })?;
+        if !v.is_object() {
+            v = serde_json::json!({});
+        }
+        if !v.get("agent").is_some_and(serde_json::Value::is_object) {
+            v["agent"] = serde_json::json!({});
+        }
+        let entry = &mut v["agent"][ctx.spec.agent.as_str()];
+        if !entry.is_object() {
+            *entry = serde_json::json!({});
+        }
+        entry["permission"] = bridge_policy::roster::read_only_permissions();
+        overlay = v.to_string();
+    }
+    let dir = super::child::world_of(ctx).opencode2_config(user.as_deref(), &overlay)?;
+    launch.env_set.retain(|(k, _)| k != DIR);
+    launch
+        .env_set
+        .push((DIR.to_owned(), dir.to_string_lossy().into_owned()));
+    Ok(())
 }
 
 /// Aborts the session's turn and waits (at most [`STOP_WAIT`]) until it has ended, so a stopped

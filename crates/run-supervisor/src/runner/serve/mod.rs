@@ -14,6 +14,7 @@
 pub(crate) mod events;
 pub(crate) mod pool;
 pub(crate) mod session;
+pub(crate) mod v2;
 
 use std::path::{Path, PathBuf};
 

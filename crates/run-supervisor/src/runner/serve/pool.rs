@@ -251,8 +251,12 @@ fn turn_in<'a>(
     dirs: impl IntoIterator<Item = &'a PathBuf>,
 ) -> Result<bool, String> {
     for dir in dirs {
-        if session::any_busy(http, dir)? {
-            return Ok(true);
+        match session::any_busy(http, dir) {
+            Ok(true) => return Ok(true),
+            Ok(false) => {}
+            // An opencode 2 server has no `/session/status`; its running sessions are listed
+            // once for all directories.
+            Err(e) => return super::v2::any_busy(http).map_err(|_| e),
         }
     }
     Ok(false)
@@ -702,7 +706,8 @@ impl Pool {
         let http = n
             .client(self.timeout)
             .ok_or_else(|| "its note has no address".to_owned())?;
-        http.get_json("/global/health")
+        // opencode 1 answers `/global/health`, opencode 2 `/api/health`.
+        opencode_client::Contract::of_server(&http)
             .map_err(|e| format!("it does not answer: {e}"))?;
         let me = self.notes.as_ref().map(|(_, me)| *me);
         if let Some(me) = me {
