@@ -958,7 +958,10 @@ fn live_interactive_claude_code_delegation_runs_as_a_task_and_leaves_no_process(
         .to_string(),
     )
     .unwrap();
-    let env = live_bridge_env(&sb, &oc);
+    let mut env = live_bridge_env(&sb, &oc);
+    // A warm server whose bridge Claude Code ended before the bridge's exit finished is left
+    // to its watcher, which stops it once idle this long: nothing of the session outlives that.
+    env.push(("OPENCODE_BRIDGE_SERVE_IDLE_MS".into(), "5000".into()));
     let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     world.register(&env);
     // Every process of the session inherits this HOME: Claude Code passes it to the bridge,
@@ -1063,8 +1066,9 @@ fn live_interactive_claude_code_delegation_runs_as_a_task_and_leaves_no_process(
         "Claude Code did not exit cleanly on /exit: {status:?}\n{}",
         dump(&tty, &fake)
     );
-    // Claude Code ends the bridge with SIGINT; give it time to finish.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // Claude Code ends the bridge with SIGINT; give it time to finish (and a server it left, its
+    // watcher time to stop it).
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
     let mut left = processes_with_env(&marker);
     while !left.is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(250));
