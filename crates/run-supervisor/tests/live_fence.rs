@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::live::{bash, call, fenced_supervisor, run_to_end as run, sent, write};
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
 use run_supervisor::{Engine, Sandbox, Supervisor, SupervisorConfig, TaskSpec, TaskState};
 
@@ -16,52 +17,7 @@ fn supervisor(
     sandbox: Sandbox,
     engine: Engine,
 ) -> Supervisor {
-    Supervisor::new(SupervisorConfig {
-        engine,
-        opencode_bin: Some(oc.to_path_buf()),
-        root: root.to_path_buf(),
-        env: sb.env(),
-        max_parallel: 1,
-        kill_grace: Duration::from_secs(3),
-        quiet_after: Duration::from_secs(600),
-        sandbox,
-        ..SupervisorConfig::default()
-    })
-}
-
-fn call(tool: &str, args: serde_json::Value) -> String {
-    format!("CALL {tool} {args}\n")
-}
-
-fn write(path: &Path, content: &str) -> String {
-    call(
-        "write",
-        serde_json::json!({"filePath": path, "content": content}),
-    )
-}
-
-/// Everything the fake model was sent (tool results included).
-fn sent(llm: &FakeLlm) -> String {
-    llm.requests()
-        .iter()
-        .map(|r| r.body.clone())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn bash(command: &str) -> String {
-    call(
-        "bash",
-        serde_json::json!({"command": command, "description": "attack"}),
-    )
-}
-
-async fn run(sup: &Supervisor, spec: TaskSpec) -> run_supervisor::TaskOutput {
-    let id = sup.start(spec).unwrap();
-    tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
-        .await
-        .unwrap_or_else(|_| panic!("task {id} did not finish: {:?}", sup.status(id)));
-    sup.result(id, None, None).unwrap()
+    fenced_supervisor(oc, sb, root, sandbox, engine, None)
 }
 
 /// A world with a project inside the root, a sibling repository and a secret outside it, and a

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bridge_policy::roster::{AgentInfo, AgentSource, config_overlay};
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
+use common::live::{call, fake_spec, serve_supervisor};
 use common::*;
 use run_supervisor::{
     CancelOutcome, Engine, FailureKind, OnExit, Supervisor, SupervisorConfig, TaskSpec, TaskState,
@@ -21,27 +22,11 @@ use serde_json::json;
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn supervisor(oc: &Path, sb: &OpencodeSandbox) -> Supervisor {
-    Supervisor::new(SupervisorConfig {
-        opencode_bin: Some(oc.to_path_buf()),
-        root: sb.root().to_path_buf(),
-        env: sb.env(),
-        max_parallel: 4,
-        kill_grace: Duration::from_secs(3),
-        retry_delay: Duration::from_millis(100),
-        quiet_after: Duration::from_secs(600),
-        engine: Engine::Serve,
-        ..SupervisorConfig::default()
-    })
+    serve_supervisor(oc, sb, None)
 }
 
 fn spec(cwd: &Path, model: &str, prompt: &str) -> TaskSpec {
-    let mut s = TaskSpec::new(prompt, cwd, "worker", format!("SERVE/worker: {model}"));
-    s.model = Some(format!("fk/{model}"));
-    s
-}
-
-fn call(tool: &str, args: serde_json::Value) -> String {
-    format!("CALL {tool} {args}\n")
+    fake_spec(cwd, "worker", "SERVE", model, prompt)
 }
 
 async fn done(sup: &Supervisor, id: u64) -> run_supervisor::TaskSnapshot {

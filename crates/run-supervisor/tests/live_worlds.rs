@@ -5,20 +5,10 @@
 //! fence off the same writes land, so the refusals are the worlds' and the fence's.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+use crate::common::live::{bash, fenced_supervisor, run_to_end, write};
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use run_supervisor::{Engine, Sandbox, Supervisor, SupervisorConfig, TaskSpec, TaskState};
-
-fn bash(command: &str) -> String {
-    let args = serde_json::json!({"command": command, "description": "attack"});
-    format!("CALL bash {args}\n")
-}
-
-fn write(path: &Path, content: &str) -> String {
-    let args = serde_json::json!({"filePath": path, "content": content});
-    format!("CALL write {args}\n")
-}
+use run_supervisor::{Engine, Sandbox, Supervisor, TaskSpec, TaskState};
 
 struct Worlds {
     sb: OpencodeSandbox,
@@ -57,18 +47,14 @@ fn setup(llm: &FakeLlm) -> Worlds {
 }
 
 fn supervisor(w: &Worlds, oc: &Path, sandbox: Sandbox, engine: Engine) -> Supervisor {
-    Supervisor::new(SupervisorConfig {
-        engine,
-        opencode_bin: Some(oc.to_path_buf()),
-        root: w.root.clone(),
-        env: w.sb.env(),
-        state_dir: Some(w.state.path().to_path_buf()),
-        max_parallel: 1,
-        kill_grace: Duration::from_secs(3),
-        quiet_after: Duration::from_secs(600),
+    fenced_supervisor(
+        oc,
+        &w.sb,
+        &w.root,
         sandbox,
-        ..SupervisorConfig::default()
-    })
+        engine,
+        Some(w.state.path().to_path_buf()),
+    )
 }
 
 async fn run(sup: &Supervisor, prompt: &str, cwd: &Path) -> run_supervisor::TaskOutput {
@@ -76,11 +62,7 @@ async fn run(sup: &Supervisor, prompt: &str, cwd: &Path) -> run_supervisor::Task
     spec.model = Some("fk/script".into());
     // The widest permissions opencode has: only the worlds and the fence stand in the way.
     spec.auto_approve = true;
-    let id = sup.start(spec).unwrap();
-    tokio::time::timeout(Duration::from_secs(240), sup.wait(id))
-        .await
-        .unwrap_or_else(|_| panic!("task {id} did not finish: {:?}", sup.status(id)));
-    sup.result(id, None, None).unwrap()
+    run_to_end(sup, spec).await
 }
 
 /// Project B's task leaves its prompt in its world's store; project A's task then tries to read

@@ -1,6 +1,8 @@
 //! Helpers shared by the supervisor's integration tests.
 #![allow(dead_code)]
 
+pub mod live;
+
 use std::path::Path;
 use std::time::Duration;
 
