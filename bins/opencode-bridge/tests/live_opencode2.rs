@@ -143,6 +143,20 @@ fn live_opencode2_a_delegated_task_answers_and_its_session_reads_back() {
         output.contains(bridge_testkit::fake_llm::OK_TEXT),
         "{output}"
     );
+    // Search reads the messages of an opencode 2 session too (they are in `session_message`,
+    // not in `part`): the prompt's words find the session, other words do not.
+    let (found, is_error) = server.call_text(
+        9,
+        "opencode_sessions",
+        serde_json::json!({"search": "HELLO, then"}),
+    );
+    assert!(!is_error && found.contains(&sid), "{found}");
+    let (none, is_error) = server.call_text(
+        10,
+        "opencode_sessions",
+        serde_json::json!({"search": "zebra-kumquat"}),
+    );
+    assert!(!is_error && !none.contains(&sid), "{none}");
 
     // The bridge's default agent (`worker`, defined by the bridge with no rules of its own)
     // edits on opencode 2 as on 1: its model's `write` (taking `path`) lands in the project.

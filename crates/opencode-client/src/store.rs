@@ -403,8 +403,24 @@ impl StoreSource {
         Ok(parts)
     }
 
-    /// Whether any text part of the session contains `needle` (case-insensitive).
+    /// Whether any text part of the session contains `needle` (case-insensitive): its `part`
+    /// rows, or an opencode 2 session's `session_message` rows.
     fn text_contains(
+        &self,
+        conn: &Connection,
+        session_id: &str,
+        needle: &str,
+    ) -> Result<bool, ClientError> {
+        if self.part_text_contains(conn, session_id, needle)? {
+            return Ok(true);
+        }
+        let (messages, _) = self.v2_messages_of(conn, session_id, None)?;
+        Ok(messages.iter().flat_map(|m| &m.parts).any(
+            |p| matches!(p, Part::Text { text, .. } if filter::contains_ignore_case(text, needle)),
+        ))
+    }
+
+    fn part_text_contains(
         &self,
         conn: &Connection,
         session_id: &str,
