@@ -1276,8 +1276,8 @@ impl App {
             let ctx = cfg.scan_context(liveness);
             if let Some(server) = remote {
                 let http = run_supervisor::server_client(&server, timeout)?;
-                let source = opencode_client::server::ServerSource::new(http);
-                return f(&source, &ctx);
+                let source = opencode_client::backend::server_sessions(http);
+                return f(source.as_ref(), &ctx);
             }
             let (source, _why) =
                 choose_backend_with(&cfg, &open_store).map_err(|e| e.to_string())?;

@@ -207,3 +207,103 @@ fn live_opencode2_a_delegated_task_answers_and_its_session_reads_back() {
     server.close_stdin();
     server.wait_exit(std::time::Duration::from_secs(30));
 }
+
+/// A remote server that speaks opencode 2 (a preview `serve` on loopback with its own dirs and
+/// password, standing for another machine): doctor names its contract and counts its agents
+/// (from `/api/agent`), and a task placed on it runs there, in its tree.
+#[test]
+fn live_opencode2_a_remote_server_of_it_is_checked_and_runs_a_task() {
+    let oc = require_opencode2!();
+    let llm = FakeLlm::start().unwrap();
+    let local = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let host = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    std::fs::create_dir_all(host.root().join("work/app")).unwrap();
+    // The preview reads its password from its state directory, set by `service password`
+    // (it ignores OPENCODE_SERVER_PASSWORD).
+    let set = host
+        .command(&oc, ["service", "password", "pw-v2"])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{set:?}");
+    let remote = bridge_testkit::SandboxServe::start(&host, &oc, "pw-v2").unwrap();
+    let world = common::World::new();
+    let app = world.root().join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    let config = world.path("bridge.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[server]]\nname = \"two\"\nurl = \"{}\"\npassword_env = \"TWO_PW\"\nroot = \"{}\"\n",
+            remote.url,
+            host.root().join("work").display()
+        ),
+    )
+    .unwrap();
+    let mut env = common::sandbox_env_for_bridge(&local);
+    env.push((
+        "OPENCODE_BRIDGE_CONFIG",
+        config.to_string_lossy().into_owned(),
+    ));
+    env.push(("OPENCODE_BRIDGE_MODEL", "fk/toolwrite".into()));
+    env.push(("TWO_PW", "pw-v2".into()));
+
+    let out = common::run_cli(&world, &env, &["doctor"]);
+    let doctor = String::from_utf8_lossy(&out.stdout);
+    let line = doctor
+        .lines()
+        .find(|l| l.contains("server") && l.contains(" two http"))
+        .unwrap_or_else(|| panic!("no line for the server: {doctor}"));
+    assert!(line.starts_with("ok"), "{doctor}");
+    assert!(line.contains("opencode 2"), "{doctor}");
+    let agents: usize = line
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" agents")?.parse().ok())
+        .unwrap_or_else(|| panic!("no agent count: {line}"));
+    assert!(
+        agents >= 3,
+        "the preview's built-in agents are listed: {line}"
+    );
+
+    let mut bridge = common::Server::start(&world, &env);
+    bridge.initialize();
+    let (t, err) = bridge.call_text(
+        2,
+        "opencode_start",
+        serde_json::json!({"tier": "easy", "prompt": "Write the greeting file", "cwd": app,
+            "agent": "build", "server": "two"}),
+    );
+    assert!(!err, "{t}");
+    let id = t
+        .strip_prefix("started task ")
+        .and_then(|r| r.split(':').next())
+        .unwrap_or_else(|| panic!("{t}"))
+        .to_owned();
+    let mut next = 100;
+    let status = common::until_ended(&mut bridge, &id, &mut next);
+    assert!(status.contains("succeeded"), "{status}");
+    assert!(status.contains("engine: server two"), "{status}");
+    assert_eq!(
+        std::fs::read_to_string(host.root().join("work/app/hello.txt"))
+            .unwrap_or_else(|e| panic!("{e}: {status}")),
+        "hi from fake\n"
+    );
+    assert!(!app.join("hello.txt").exists());
+    // Its sessions are read through it.
+    let sid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("session: "))
+        .unwrap_or_else(|| panic!("no session: {status}"))
+        .trim()
+        .to_owned();
+    let (list, err) =
+        bridge.call_text(3, "opencode_sessions", serde_json::json!({"server": "two"}));
+    assert!(!err && list.contains(&sid), "{list}");
+    let (out, err) = bridge.call_text(
+        4,
+        "opencode_session_output",
+        serde_json::json!({"id": sid, "server": "two"}),
+    );
+    assert!(!err && out.contains("Write the greeting file"), "{out}");
+    bridge.close_stdin();
+    bridge.wait_exit(std::time::Duration::from_secs(30));
+}

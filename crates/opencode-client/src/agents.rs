@@ -64,10 +64,14 @@ pub fn ask_agents(
     )
 }
 
-/// `GET /agent`: every agent opencode resolved, with its ruleset. An opencode 2 server has no
-/// such route: its `GET /api/agent?location[directory]=D` is read instead, in 1.x's shape.
-fn agent_list(http: &crate::http::HttpClient, directory: &Path) -> Result<Value, ClientError> {
-    let v1 = http.get_json("/agent");
+/// `GET /agent?directory=D`: every agent opencode resolved for `directory`, with its ruleset.
+/// An opencode 2 server has no such route: its `GET /api/agent?location[directory]=D` is read
+/// instead, in 1.x's shape. Blocking (a v2 location loads lazily: up to 30 s).
+pub fn agent_list(http: &crate::http::HttpClient, directory: &Path) -> Result<Value, ClientError> {
+    let v1 = http.get_json(&format!(
+        "/agent?directory={}",
+        crate::http::encode_component(&directory.to_string_lossy())
+    ));
     if let Ok(r) = &v1
         && r.body.is_array()
     {

@@ -210,10 +210,48 @@ fn command_error(path: &str, stdout: &[u8], stderr: &[u8], code: Option<i32>) ->
     }
 }
 
+/// How the `api` backend reaches the v2 service: through `opencode api` (the per-user service),
+/// or straight over HTTP (a server of the config file that speaks opencode 2).
+#[derive(Debug)]
+enum Caller {
+    Command(ApiCommand),
+    Http(crate::http::HttpClient),
+}
+
+impl Caller {
+    fn call_json(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        match self {
+            Caller::Command(c) => c.call_json(method, path, body),
+            Caller::Http(h) => {
+                let empty = json!({});
+                let reply = match method {
+                    "GET" => h.get_json(path),
+                    "PATCH" => h.patch_json(path, body.unwrap_or(&empty)),
+                    _ => h.post_json(path, body.unwrap_or(&empty)),
+                }?;
+                Ok(reply.body)
+            }
+        }
+    }
+
+    /// Who answers, for errors.
+    fn label(&self) -> String {
+        match self {
+            Caller::Command(_) => SERVICE_LABEL.into(),
+            Caller::Http(h) => h.base().to_owned(),
+        }
+    }
+}
+
 /// The `api` backend.
 #[derive(Debug)]
 pub struct ApiSource {
-    cmd: ApiCommand,
+    cmd: Caller,
     active: Mutex<Option<HashSet<String>>>,
     /// Sessions and messages asked for per page.
     page_sizes: (usize, usize),
@@ -223,7 +261,16 @@ impl ApiSource {
     /// A backend running `cmd` for every call.
     pub fn new(cmd: ApiCommand) -> ApiSource {
         ApiSource {
-            cmd,
+            cmd: Caller::Command(cmd),
+            active: Mutex::new(None),
+            page_sizes: (SESSION_PAGE, MESSAGE_PAGE),
+        }
+    }
+
+    /// A backend asking the opencode 2 server behind `http` straight (its `/api` routes).
+    pub fn over_http(http: crate::http::HttpClient) -> ApiSource {
+        ApiSource {
+            cmd: Caller::Http(http),
             active: Mutex::new(None),
             page_sizes: (SESSION_PAGE, MESSAGE_PAGE),
         }
@@ -236,9 +283,9 @@ impl ApiSource {
         self
     }
 
-    fn malformed(detail: &str) -> ClientError {
+    fn malformed(&self, detail: &str) -> ClientError {
         ClientError::MalformedReply {
-            url: SERVICE_LABEL.into(),
+            url: self.cmd.label(),
             detail: detail.to_string(),
         }
     }
@@ -266,7 +313,7 @@ impl ApiSource {
         );
         let v = self.cmd.call_json("GET", &path, None)?;
         let items = v.get("data").and_then(Value::as_array).ok_or_else(|| {
-            Self::malformed("GET /api/session/{id}/message did not return {data: [...]}")
+            self.malformed("GET /api/session/{id}/message did not return {data: [...]}")
         })?;
         let next = v
             .pointer("/cursor/next")
@@ -296,7 +343,9 @@ impl ApiSource {
 impl Drop for ApiSource {
     /// Nothing `opencode api` started outlives the backend that called it.
     fn drop(&mut self) {
-        self.cmd.stop_started();
+        if let Caller::Command(c) = &self.cmd {
+            c.stop_started();
+        }
     }
 }
 
@@ -318,7 +367,7 @@ impl Remote for ApiSource {
         )?;
         v.get("data")
             .and_then(session_from_v2)
-            .ok_or_else(|| Self::malformed("GET /api/session/{id} did not return {data: session}"))
+            .ok_or_else(|| self.malformed("GET /api/session/{id} did not return {data: session}"))
     }
 
     fn page(
@@ -338,7 +387,7 @@ impl Remote for ApiSource {
         let items = v
             .get("data")
             .and_then(Value::as_array)
-            .ok_or_else(|| Self::malformed("GET /api/session did not return {data: [...]}"))?;
+            .ok_or_else(|| self.malformed("GET /api/session did not return {data: [...]}"))?;
         let next = v
             .pointer("/cursor/next")
             .and_then(Value::as_str)
@@ -352,7 +401,7 @@ impl Remote for ApiSource {
         }
         let v = self.cmd.call_json("GET", "/api/session/active", None)?;
         let map = v.get("data").and_then(Value::as_object).ok_or_else(|| {
-            Self::malformed("GET /api/session/active did not return {data: {...}}")
+            self.malformed("GET /api/session/active did not return {data: {...}}")
         })?;
         let busy: HashSet<String> = map
             .iter()
@@ -431,11 +480,12 @@ impl SessionSource for ApiSource {
         let before = self.fetch_session(id)?;
         let body = json!({ "title": title });
         let v2_path = format!("/api/session/{}", encode_component(id));
-        let v2_ok = match self.cmd.call_raw("PATCH", &v2_path, Some(&body)) {
-            Ok(out) => serde_json::from_slice::<Value>(&out)
-                .is_ok_and(|v| v.pointer("/data/id").and_then(Value::as_str) == Some(id)),
-            // No such route on this service (404/405); anything else is a real failure.
-            Err(ClientError::NotFound { .. })
+        let v2_ok = match self.cmd.call_json("PATCH", &v2_path, Some(&body)) {
+            Ok(v) => v.pointer("/data/id").and_then(Value::as_str) == Some(id),
+            // No such route on this service (404/405), or an answer that is not JSON; anything
+            // else is a real failure.
+            Err(ClientError::MalformedReply { .. })
+            | Err(ClientError::NotFound { .. })
             | Err(ClientError::ServiceError {
                 status: 404 | 405, ..
             }) => false,

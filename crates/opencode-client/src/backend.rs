@@ -336,6 +336,17 @@ pub fn choose_backend_with(
     })
 }
 
+/// The sessions of a server the bridge reaches over HTTP (a server of the config file), read
+/// as the contract it speaks asks: opencode 1's `/session` routes, or opencode 2's `/api`
+/// routes ([`ApiSource::over_http`]). Blocking: it asks the server which it speaks.
+pub fn server_sessions(http: HttpClient) -> Box<dyn SessionSource> {
+    match crate::contract::Contract::of_server(&http) {
+        Ok((crate::contract::Contract::V2, _)) => Box::new(ApiSource::over_http(http)),
+        // opencode 1, or no answer: the v1 backend's own calls say what is wrong.
+        _ => Box::new(ServerSource::new(http)),
+    }
+}
+
 /// [`choose_backend_with`] with the SQLite store backend ([`crate::store::StoreSource`]).
 pub fn choose_backend(cfg: &ClientConfig) -> Result<(Box<dyn SessionSource>, String), ClientError> {
     choose_backend_with(cfg, &|path: &Path| {

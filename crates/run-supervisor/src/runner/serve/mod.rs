@@ -133,7 +133,8 @@ pub(crate) fn call_error(
 }
 
 /// The agents a server resolves for the task directory `cwd` (under `local_root`, mapped to
-/// the server's root): its `GET /agent`, the roster of tasks placed there. Blocking.
+/// the server's root): its `GET /agent` (`GET /api/agent` on opencode 2), the roster of tasks
+/// placed there. Blocking.
 pub fn server_agents(
     server: &bridge_config::Server,
     local_root: &Path,
@@ -148,37 +149,36 @@ pub fn server_agents(
             local_root.display()
         )
     })?;
-    let path = format!(
-        "/agent?directory={}",
-        opencode_client::http::encode_component(&dir.to_string_lossy())
-    );
-    let reply = http.get_json(&path).map_err(|e| call_error(server, e))?;
-    if !reply.body.is_array() {
-        return Err(format!(
-            "server {} ({}): GET /agent did not answer a list",
-            server.name, server.url
-        ));
-    }
-    Ok(reply.body)
+    opencode_client::agents::agent_list(&http, &dir).map_err(|e| call_error(server, e))
 }
 
 /// Checks a server: reachable, the password accepted, its version and agents. Blocking.
 pub fn check_server(server: &bridge_config::Server, timeout: std::time::Duration) -> ServerCheck {
     let outcome = (|| {
         let http = client_for(server, timeout)?;
-        let health = http
-            .get_json("/global/health")
+        // opencode 1 answers `/global/health` with its version; opencode 2 only `/api/health`.
+        let speaks = match http.get_json("/global/health") {
+            Ok(health) => {
+                let version = health
+                    .body
+                    .get("version")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("unknown")
+                    .to_owned();
+                format!("opencode {version}")
+            }
+            Err(e) => match opencode_client::Contract::of_server(&http) {
+                Ok((opencode_client::Contract::V2, _)) => {
+                    "opencode 2 (v2 contract, version not reported)".to_owned()
+                }
+                _ => return Err(call_error(server, e)),
+            },
+        };
+        let agents = opencode_client::agents::agent_list(&http, &server.root)
             .map_err(|e| call_error(server, e))?;
-        let version = health
-            .body
-            .get("version")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("unknown")
-            .to_owned();
-        let agents = http.get_json("/agent").map_err(|e| call_error(server, e))?;
-        let n = agents.body.as_array().map_or(0, Vec::len);
+        let n = agents.as_array().map_or(0, Vec::len);
         Ok(format!(
-            "opencode {version}, {n} agents, root {}",
+            "{speaks}, {n} agents, root {}",
             server.root.display()
         ))
     })();
