@@ -986,9 +986,12 @@ fn live_serve_in_the_cancel_mode_an_eof_stop_cancels_the_turn_and_leaves_no_proc
 }
 
 /// Issue 32: a turn adopted after its bridge was killed is cancelled by the adopting bridge: the
-/// turn ends (the session is free for a follow-up), the task is recorded cancelled.
+/// turn ends (the session is free for a follow-up), the task is recorded cancelled. The cancel
+/// comes right after the bridge starts, so it can find the task not adopted yet, or adopted with
+/// its attempt not begun: either way the turn on the server is aborted (before the fix, the task
+/// was recorded cancelled, or said already ended, while its turn ran on and the follow-up queued
+/// behind it).
 #[test]
-#[ignore = "issue 32, open: under load the follow-up after cancelling an adopted turn can wait behind the turn; run with --run-ignored"]
 fn live_serve_a_cancel_after_adoption_ends_the_turn() {
     let oc = require_opencode!();
     let live = Live::new(oc);

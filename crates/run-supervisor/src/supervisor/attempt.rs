@@ -349,8 +349,15 @@ async fn run_task_inner(
         spec.prompt
             .push_str(&crate::verify::schema_instruction(schema));
     }
+    // A task adopted from a bridge that is gone has its turn running on its server already: a
+    // stop (other than the bridge's own shutdown, which leaves it running) that comes before
+    // its attempt began still goes through the attempt, which sees the stop at once and aborts
+    // the turn, so the session is not left busy behind a task recorded stopped.
+    let adopted_turn = shared.with(id, |r| r.resume).unwrap_or(false);
     loop {
-        if let Some(reason) = *stop_rx.borrow() {
+        if let Some(reason) = *stop_rx.borrow()
+            && !(attempt == 0 && adopted_turn && reason != StopReason::Shutdown)
+        {
             return stopped(shared, id, reason);
         }
         attempt += 1;

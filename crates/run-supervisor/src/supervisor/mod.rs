@@ -1025,19 +1025,35 @@ impl Supervisor {
     /// Cancels a running or retrying task and waits until its processes are gone (at most
     /// the kill grace plus a moment). A finished task is reported as such.
     pub async fn cancel(&self, id: TaskId) -> CancelOutcome {
-        let done = {
+        let signal = || {
             let inner = self.shared.lock();
             match inner.tasks.get(&id) {
-                None => None,
-                Some(r) if r.state.is_finished() => {
-                    return CancelOutcome::AlreadyFinished(r.state);
-                }
+                None => Ok(None),
+                Some(r) if r.state.is_finished() => Err(CancelOutcome::AlreadyFinished(r.state)),
                 Some(r) => {
                     r.stop.send_replace(Some(StopReason::Cancel));
-                    Some(r.done.subscribe())
+                    Ok(Some(r.done.subscribe()))
                 }
             }
         };
+        let mut done = match signal() {
+            Ok(d) => d,
+            Err(outcome) => return outcome,
+        };
+        // A task left on a server by a bridge that is gone, not adopted yet (the bridge adopts
+        // such tasks as it starts, and a cancel can come first): adopted now, then cancelled
+        // like any of this bridge's tasks, so its turn is aborted.
+        if done.is_none()
+            && self
+                .stored(id)
+                .is_some_and(|t| judge(&t) == Owner::Resumable)
+        {
+            self.follow_left_tasks().await;
+            done = match signal() {
+                Ok(d) => d,
+                Err(outcome) => return outcome,
+            };
+        }
         let Some(done) = done else {
             return self.cancel_stored(id).await;
         };
