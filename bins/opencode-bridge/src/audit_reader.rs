@@ -63,6 +63,7 @@ impl SessionReader for ClientSessionReader {
                     tool: c.tool,
                     status: c.status.as_str().to_owned(),
                     error: None,
+                    ..Default::default()
                 })
                 .collect(),
         })

@@ -246,7 +246,7 @@ impl From<&TaskSnapshot> for TaskView {
 pub enum ChangeSourceView {
     /// git status and diff before and after the task.
     Git,
-    /// The run's completed file-writing tool calls (no line counts).
+    /// The run's completed file-writing tool calls (lines where their inputs tell).
     ToolCalls,
 }
 

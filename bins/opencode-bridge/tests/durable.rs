@@ -1144,3 +1144,47 @@ fn live_serve_once_idle_no_server_or_process_of_ours_is_left_behind() {
         .collect();
     assert!(files.is_empty(), "{files:?}");
 }
+
+/// Issue 34: a served turn adopted after its bridge was killed still gets the caller's checks
+/// when it ends: the adopting bridge runs the verify command (which fails here, no retry), and
+/// the task fails with kind `verify` and the command's output.
+#[test]
+fn live_serve_an_adopted_turn_runs_its_verify_command_when_it_ends() {
+    let oc = require_opencode!();
+    let live = Live::new(oc);
+    let _cleanup = StopLeftServers(&live);
+    live.llm.set_slow_secs(20);
+    let mut first = live.leaving(&[]);
+    let (t, _) = first.call_text(
+        1,
+        "opencode_start",
+        json!({"tier": "easy", "prompt": "Tell a long story", "model": "fk/slow",
+               "verify": "echo MARK-ADOPTED-VERIFY; exit 3", "verify_retries": 0}),
+    );
+    assert!(t.contains("engine: serve"), "{t}");
+    let mut n = 1;
+    wait_for("the model asked", Duration::from_secs(120), || {
+        live.llm
+            .requests()
+            .iter()
+            .any(|r| {
+                r.path.ends_with("/chat/completions")
+                    && r.model().is_some_and(|m| m.starts_with("slow"))
+            })
+            .then_some(())
+    });
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(first);
+    let mut second = live.leaving(&[]);
+    n += 1;
+    let (status, _) = second.call_text(n, "opencode_status", json!({"id": "1"}));
+    assert!(status.starts_with("task 1  running"), "{status}");
+    let status = common::until_ended(&mut second, "1", &mut n);
+    assert!(status.starts_with("task 1  failed"), "{status}");
+    assert!(status.contains("failure: verify"), "{status}");
+    n += 1;
+    let (result, _) = second.call_text(n, "opencode_result", json!({"id": "1"}));
+    assert!(result.contains("verify: failed (exit 3)"), "{result}");
+    assert!(result.contains("MARK-ADOPTED-VERIFY"), "{result}");
+}

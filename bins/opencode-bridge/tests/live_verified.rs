@@ -462,3 +462,56 @@ fn live_cli_start_verifies_checks_the_schema_and_honours_the_request_id() {
     );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
 }
+
+/// Outside git the changed files come from the agent's tool calls, with the lines their inputs
+/// tell: a `write` adds its content's lines (what it replaced is unknown), an `edit` removes its
+/// old text's and adds its new text's. The real opencode runs the calls the script model makes.
+#[test]
+fn live_outside_git_the_changed_files_carry_the_tool_calls_line_counts() {
+    let oc = require_opencode!();
+    let llm = FakeLlm::start().unwrap();
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let world = World::new();
+    let proj = sb.project_dir().canonicalize().unwrap();
+    assert!(!proj.join(".git").exists());
+    std::fs::write(proj.join("old.txt"), "one\ntwo\n").unwrap();
+    let mut server = bridge(&world, &sb, &oc);
+    let mut next = 0;
+    let call = |tool: &str, input: serde_json::Value| format!("CALL {tool} {input}");
+    let prompt = [
+        "Write the files".to_owned(),
+        call(
+            "write",
+            json!({"filePath": proj.join("new.txt"), "content": "a\nb\nc\n"}),
+        ),
+        call("read", json!({"filePath": proj.join("old.txt")})),
+        call(
+            "edit",
+            json!({"filePath": proj.join("old.txt"), "oldString": "two", "newString": "2\nthree"}),
+        ),
+        "SAY written".to_owned(),
+    ]
+    .join("\n");
+    let id = start(
+        &mut server,
+        &mut next,
+        json!({"tier": "easy", "prompt": prompt, "model": "fk/script"}),
+    );
+    let result = results(&mut server, &mut next, &[&id]).remove(0);
+    assert_eq!(
+        std::fs::read_to_string(proj.join("old.txt")).unwrap(),
+        "one\n2\nthree\n",
+        "{result}"
+    );
+    assert!(
+        result.contains(
+            "changed files (2, from the agent's write/edit calls, lines as their inputs tell):"
+        ),
+        "{result}"
+    );
+    assert!(
+        result.contains("  new.txt +3 -unknown (written)"),
+        "{result}"
+    );
+    assert!(result.contains("  old.txt +2 -1 (written)"), "{result}");
+}

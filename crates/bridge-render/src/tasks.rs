@@ -359,7 +359,7 @@ pub fn changed_files(c: &ChangedFiles) -> String {
     let how = match c.source {
         run_supervisor::ChangeSource::Git => "from git",
         run_supervisor::ChangeSource::ToolCalls => {
-            "from the agent's write/edit calls, no line counts"
+            "from the agent's write/edit calls, lines as their inputs tell"
         }
     };
     if c.files.is_empty() {
@@ -368,10 +368,12 @@ pub fn changed_files(c: &ChangedFiles) -> String {
     let mut out = format!("changed files ({}, {how}):\n", c.files.len());
     const SHOWN: usize = 100;
     for f in c.files.iter().take(SHOWN) {
+        let n = |v: Option<u64>| v.map_or_else(|| "unknown".to_owned(), |v| v.to_string());
         let stat = match (f.added, f.removed) {
             (Some(a), Some(d)) => format!(" +{a} -{d}"),
             _ if c.source == run_supervisor::ChangeSource::Git => " (binary)".into(),
-            _ => String::new(),
+            (None, None) => " (lines unknown)".into(),
+            (a, d) => format!(" +{} -{}", n(a), n(d)),
         };
         out.push_str(&format!("  {}{stat} ({})\n", f.path, f.status));
     }

@@ -318,12 +318,14 @@ fn task_texts() {
                 status: "completed".into(),
                 title: Some("https://example.org/api".into()),
                 error: None,
+                ..Default::default()
             },
             ToolCall {
                 tool: "read".into(),
                 status: "error".into(),
                 title: Some("/etc/hosts".into()),
                 error: Some("The user rejected permission to use this specific tool call.".into()),
+                ..Default::default()
             },
         ],
         stderr_tail: "! permission requested: external_directory (/etc/*); auto-rejecting".into(),
@@ -446,6 +448,7 @@ fn durable_task_texts() {
         .into(),
         title: None,
         error: error.map(Into::into),
+        ..Default::default()
     };
     let mut fenced = output.clone();
     fenced.changed_files = None;

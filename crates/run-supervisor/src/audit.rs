@@ -337,6 +337,7 @@ mod tests {
             status: status.into(),
             title: Some(title.into()),
             error: None,
+            ..Default::default()
         }
     }
 

@@ -289,25 +289,34 @@ pub fn relative_to(title: &str, cwd: &Path) -> String {
     }
 }
 
-/// The files named by the run's completed file-writing tool calls (outside git).
+/// The files named by the run's completed file-writing tool calls (outside git), each with
+/// the lines its calls added and removed where every call's input told them
+/// ([`crate::runner::opencode::events::line_counts`]; one call that does not tell makes the
+/// count unknown, never 0).
 pub fn from_tool_calls(calls: &[ToolCall], cwd: &Path) -> ChangedFiles {
-    let mut paths: Vec<String> = calls
+    let mut by_path: std::collections::BTreeMap<String, (Option<u64>, Option<u64>)> =
+        std::collections::BTreeMap::new();
+    for c in calls
         .iter()
         .filter(|c| c.status == "completed" && WRITING_TOOLS.contains(&c.tool.as_str()))
-        .filter_map(|c| c.title.clone())
-        .filter(|t| !t.trim().is_empty())
-        .map(|t| relative_to(&t, cwd))
-        .collect();
-    paths.sort();
-    paths.dedup();
+    {
+        let Some(t) = c.title.as_deref().filter(|t| !t.trim().is_empty()) else {
+            continue;
+        };
+        let sum = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(x, y)| x.saturating_add(y));
+        let e = by_path
+            .entry(relative_to(t, cwd))
+            .or_insert((Some(0), Some(0)));
+        *e = (sum(e.0, c.added), sum(e.1, c.removed));
+    }
     ChangedFiles {
         source: ChangeSource::ToolCalls,
-        files: paths
+        files: by_path
             .into_iter()
-            .map(|path| FileChange {
+            .map(|(path, (added, removed))| FileChange {
                 path,
-                added: None,
-                removed: None,
+                added,
+                removed,
                 status: "written".into(),
             })
             .collect(),
@@ -335,6 +344,7 @@ mod tests {
             status: "completed".into(),
             title: Some("tmp/sb/proj/hello.txt".into()),
             error: None,
+            ..Default::default()
         }];
         assert_eq!(from_tool_calls(&calls, cwd).files[0].path, "hello.txt");
     }
@@ -406,6 +416,7 @@ mod tests {
             status: status.into(),
             title: Some(title.into()),
             error: None,
+            ..Default::default()
         };
         let cwd = Path::new("/p/proj");
         let c = from_tool_calls(
@@ -421,6 +432,47 @@ mod tests {
         let paths: Vec<&str> = c.files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["hello.txt", "src/x.rs"]);
         assert_eq!(c.source, ChangeSource::ToolCalls);
+        // No call told its lines: unknown, never 0.
+        assert!(
+            c.files
+                .iter()
+                .all(|f| f.added.is_none() && f.removed.is_none())
+        );
+    }
+
+    #[test]
+    fn tool_call_line_counts_add_up_per_file_and_one_unknown_makes_the_count_unknown() {
+        let call = |tool: &str, title: &str, added: Option<u64>, removed: Option<u64>| ToolCall {
+            tool: tool.into(),
+            status: "completed".into(),
+            title: Some(title.into()),
+            added,
+            removed,
+            ..Default::default()
+        };
+        let c = from_tool_calls(
+            &[
+                call("edit", "/p/a.txt", Some(2), Some(1)),
+                call("edit", "/p/a.txt", Some(3), Some(4)),
+                call("write", "/p/b.txt", Some(5), None),
+                call("edit", "/p/c.txt", Some(1), Some(1)),
+                call("edit", "/p/c.txt", None, None),
+            ],
+            Path::new("/p"),
+        );
+        let got: Vec<(&str, Option<u64>, Option<u64>)> = c
+            .files
+            .iter()
+            .map(|f| (f.path.as_str(), f.added, f.removed))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a.txt", Some(5), Some(5)),
+                ("b.txt", Some(5), None),
+                ("c.txt", None, None)
+            ]
+        );
     }
 
     #[test]

@@ -1368,6 +1368,7 @@ mod tests {
             status: "completed".into(),
             title: Some(title.into()),
             error: None,
+            ..Default::default()
         };
         let top = Path::new("/p/repo");
         let a = files_written(

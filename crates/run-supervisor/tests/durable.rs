@@ -501,7 +501,11 @@ async fn outside_git_the_write_tool_calls_name_the_files() {
     assert_eq!(changed.source, ChangeSource::ToolCalls);
     assert_eq!(changed.files.len(), 1);
     assert_eq!(changed.files[0].path, "notes.md");
-    assert_eq!(changed.files[0].added, None);
+    // A write's content is its lines added; what it replaced is not in its input.
+    assert_eq!(
+        (changed.files[0].added, changed.files[0].removed),
+        (Some(1), None)
+    );
 }
 
 /// The Stop hook's view (`registry::unsettled`): a task is recorded with the Claude Code session

@@ -50,6 +50,7 @@ impl SessionReader for StoreReader {
                     status: c.status.as_str().to_owned(),
                     title: None,
                     error: None,
+                    ..Default::default()
                 })
                 .collect(),
         })

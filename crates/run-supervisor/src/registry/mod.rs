@@ -376,6 +376,10 @@ pub(crate) struct StoredToolCall {
     pub status: String,
     pub title: Option<String>,
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed: Option<u64>,
 }
 
 impl From<&ToolCall> for StoredToolCall {
@@ -385,6 +389,8 @@ impl From<&ToolCall> for StoredToolCall {
             status: c.status.clone(),
             title: c.title.clone(),
             error: c.error.clone(),
+            added: c.added,
+            removed: c.removed,
         }
     }
 }
@@ -396,6 +402,8 @@ impl From<&StoredToolCall> for ToolCall {
             status: c.status.clone(),
             title: c.title.clone(),
             error: c.error.clone(),
+            added: c.added,
+            removed: c.removed,
         }
     }
 }

@@ -398,6 +398,7 @@ impl ClaudeStream {
                         .trim_end_matches("</tool_use_error>");
                     t.chars().take(600).collect()
                 }),
+                ..Default::default()
             });
         }
     }

@@ -31,7 +31,7 @@ pub struct TokenUsage {
 }
 
 /// One tool call, as printed by opencode once it completed or failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ToolCall {
     /// Tool name (`bash`, `write`, `read`, `task`, ...).
     pub tool: String,
@@ -41,6 +41,79 @@ pub struct ToolCall {
     pub title: Option<String>,
     /// The error text for a failed call.
     pub error: Option<String>,
+    /// Lines a file-writing call added and removed, read from its input (see
+    /// [`line_counts`]); `None` where the input does not tell.
+    pub added: Option<u64>,
+    /// See `added`.
+    pub removed: Option<u64>,
+}
+
+/// Lines in a text as an editor counts them: `a\nb` and `a\nb\n` are two, the empty text none.
+fn text_lines(s: &str) -> u64 {
+    if s.is_empty() {
+        0
+    } else {
+        s.lines().count() as u64
+    }
+}
+
+/// The lines a file-writing tool call adds and removes, from its input as opencode prints it:
+/// `write` `{filePath, content}` adds the content's lines (what it replaced is not in the input:
+/// removed unknown); `edit` `{oldString, newString, replaceAll}` removes the old text's lines
+/// and adds the new's (unknown with `replaceAll`, which may match many times); `multiedit`
+/// `{edits: [...]}` sums its edits; `patch`/`apply_patch` `{patchText}` counts its hunks' `+`
+/// and `-` lines. Anything else, or an input of another shape: `(None, None)`, never a made-up 0.
+pub fn line_counts(tool: &str, input: &Value) -> (Option<u64>, Option<u64>) {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(text_lines);
+    let edit = |v: &Value| -> (Option<u64>, Option<u64>) {
+        if v.get("replaceAll").and_then(Value::as_bool) == Some(true) {
+            return (None, None);
+        }
+        match (text(v, "newString"), text(v, "oldString")) {
+            (Some(a), Some(r)) => (Some(a), Some(r)),
+            _ => (None, None),
+        }
+    };
+    match tool {
+        "write" => (text(input, "content"), None),
+        "edit" => edit(input),
+        "multiedit" => {
+            let Some(edits) = input.get("edits").and_then(Value::as_array) else {
+                return (None, None);
+            };
+            edits
+                .iter()
+                .map(edit)
+                .fold((Some(0), Some(0)), |(a, r), (ea, er)| {
+                    (
+                        a.zip(ea).map(|(x, y)| x.saturating_add(y)),
+                        r.zip(er).map(|(x, y)| x.saturating_add(y)),
+                    )
+                })
+        }
+        "patch" | "apply_patch" => {
+            let Some(patch) = input
+                .get("patchText")
+                .or_else(|| input.get("patch"))
+                .and_then(Value::as_str)
+            else {
+                return (None, None);
+            };
+            let (mut a, mut r) = (0u64, 0u64);
+            for l in patch.lines() {
+                if l.starts_with("+++") || l.starts_with("---") || l.starts_with("***") {
+                    continue;
+                }
+                if l.starts_with('+') {
+                    a = a.saturating_add(1);
+                } else if l.starts_with('-') {
+                    r = r.saturating_add(1);
+                }
+            }
+            (Some(a), Some(r))
+        }
+        _ => (None, None),
+    }
 }
 
 impl ToolCall {
@@ -253,6 +326,9 @@ struct WireState<'a> {
     title: Option<Str<'a>>,
     #[serde(default, borrow)]
     error: Option<Str<'a>>,
+    /// Read for the line counts of file-writing calls.
+    #[serde(default)]
+    input: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -329,11 +405,18 @@ impl<'a> WireLine<'a> {
             },
             "tool_use" => {
                 let state = obj(part.state);
+                let tool = cow(part.tool).map_or_else(|| "?".to_owned(), Cow::into_owned);
+                let (added, removed) = state
+                    .input
+                    .as_ref()
+                    .map_or((None, None), |i| line_counts(&tool, i));
                 Event::ToolUse(ToolCall {
-                    tool: cow(part.tool).map_or_else(|| "?".to_owned(), Cow::into_owned),
+                    tool,
                     status: cow(state.status).map_or_else(|| "?".to_owned(), Cow::into_owned),
                     title: cow(state.title).map(Cow::into_owned),
                     error: cow(state.error).map(Cow::into_owned),
+                    added,
+                    removed,
                 })
             }
             "step_finish" => {
@@ -411,12 +494,21 @@ fn parse_generic(trimmed: &str) -> Option<ParsedLine<'static>> {
         "reasoning" => Event::Reasoning {
             text: string_at(part, &["text"]).unwrap_or_default(),
         },
-        "tool_use" => Event::ToolUse(ToolCall {
-            tool: str_at(part, &["tool"]).unwrap_or("?").to_owned(),
-            status: str_at(part, &["state", "status"]).unwrap_or("?").to_owned(),
-            title: str_at(part, &["state", "title"]).map(str::to_owned),
-            error: str_at(part, &["state", "error"]).map(str::to_owned),
-        }),
+        "tool_use" => {
+            let tool = str_at(part, &["tool"]).unwrap_or("?").to_owned();
+            let (added, removed) = part
+                .get("state")
+                .and_then(|s| s.get("input"))
+                .map_or((None, None), |i| line_counts(&tool, i));
+            Event::ToolUse(ToolCall {
+                tool,
+                status: str_at(part, &["state", "status"]).unwrap_or("?").to_owned(),
+                title: str_at(part, &["state", "title"]).map(str::to_owned),
+                error: str_at(part, &["state", "error"]).map(str::to_owned),
+                added,
+                removed,
+            })
+        }
         "step_finish" => Event::StepFinish {
             message_id,
             reason: string_at(part, &["reason"]),
@@ -986,6 +1078,92 @@ impl RunSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_writing_inputs_give_line_counts_and_other_inputs_none() {
+        use serde_json::json;
+        assert_eq!(
+            line_counts(
+                "write",
+                &json!({"filePath": "/p/a", "content": "a\nb\nc\n"})
+            ),
+            (Some(3), None)
+        );
+        assert_eq!(
+            line_counts("write", &json!({"filePath": "/p/a", "content": ""})),
+            (Some(0), None)
+        );
+        assert_eq!(
+            line_counts(
+                "edit",
+                &json!({"filePath": "/p/a", "oldString": "x", "newString": "y\nz"})
+            ),
+            (Some(2), Some(1))
+        );
+        assert_eq!(
+            line_counts(
+                "edit",
+                &json!({"oldString": "x", "newString": "y", "replaceAll": true})
+            ),
+            (None, None)
+        );
+        assert_eq!(
+            line_counts(
+                "multiedit",
+                &json!({"edits": [{"oldString": "a", "newString": "b\nc"},
+                                  {"oldString": "d\ne\nf", "newString": ""}]})
+            ),
+            (Some(2), Some(4))
+        );
+        assert_eq!(
+            line_counts(
+                "multiedit",
+                &json!({"edits": [{"oldString": "a", "newString": "b"}, {"oldString": 3}]})
+            ),
+            (None, None)
+        );
+        let patch =
+            "*** Begin Patch\n*** Update File: a.txt\n@@\n-old\n+new\n+more\n ctx\n*** End Patch";
+        assert_eq!(
+            line_counts("apply_patch", &json!({"patchText": patch})),
+            (Some(2), Some(1))
+        );
+        let diff = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n";
+        assert_eq!(
+            line_counts("patch", &json!({"patchText": diff})),
+            (Some(1), Some(1))
+        );
+        assert_eq!(
+            line_counts("edit", &json!({"filePath": "/p/a"})),
+            (None, None)
+        );
+        assert_eq!(line_counts("bash", &json!({"command": "ls"})), (None, None));
+        assert_eq!(line_counts("write", &json!("not an object")), (None, None));
+    }
+
+    /// Both readings of a `tool_use` line (the typed fast path, and the generic one a field of
+    /// an odd shape sends it to) read the same counts from `state.input`.
+    #[test]
+    fn a_tool_use_line_carries_its_line_counts_on_both_paths() {
+        let line = r#"{"type":"tool_use","sessionID":"ses_x","part":{"type":"tool","tool":"edit","callID":"c1","state":{"status":"completed","title":"tmp/p/a.txt","input":{"filePath":"/tmp/p/a.txt","oldString":"one","newString":"two\nthree"},"output":""}}}"#;
+        let calls: Vec<ToolCall> = [
+            line.to_owned(),
+            line.replace(r#""callID""#, r#""cost":"odd","callID""#),
+        ]
+        .iter()
+        .filter_map(|l| match parse_line(l)?.event {
+            Event::ToolUse(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        for c in calls {
+            assert_eq!(
+                (c.tool.as_str(), c.added, c.removed),
+                ("edit", Some(2), Some(1))
+            );
+        }
+    }
 
     const OK: &str = r#"{"type":"step_start","timestamp":1795987894648,"sessionID":"ses_dd6c79b73ffeIE4YH7L0iDzO0Q","part":{"id":"prt_229387128001ee7XDgttLwT9qO","messageID":"msg_229386e810015j1NoE4gjBjvD6","sessionID":"ses_dd6c79b73ffeIE4YH7L0iDzO0Q","type":"step-start"}}
 {"type":"text","timestamp":1795987894648,"sessionID":"ses_dd6c79b73ffeIE4YH7L0iDzO0Q","part":{"id":"prt_22938712d0013t39dQOusCuf5Q","messageID":"msg_229386e810015j1NoE4gjBjvD6","sessionID":"ses_dd6c79b73ffeIE4YH7L0iDzO0Q","type":"text","text":"Hello from the fake. DONE","time":{"start":1795987894573,"end":1795987894581}}}
