@@ -281,6 +281,29 @@ fn usage_into_a_closed_pipe_does_not_panic() {
     );
     assert!(!text.contains("\nby day:\n"));
     assert!(text.len() < 60_000, "{} bytes", text.len());
+    // So is its JSON, by day too: the newest 62 days, 53 weeks and 24 months, and
+    // how many rows each list left out.
+    for by in [None, Some("day")] {
+        let mut args = vec!["usage", "--json", "--since", "1970-01-01"];
+        if let Some(by) = by {
+            args.extend(["--by", by]);
+        }
+        let out = run_cli(&world, &[], &args);
+        assert!(out.status.success());
+        assert!(
+            out.stdout.len() < 60_000,
+            "{by:?}: {} bytes",
+            out.stdout.len()
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["totals"]["tasks"], 3000, "{by:?}");
+        let days = v["by_day"].as_array().unwrap();
+        assert_eq!(days.len(), 62, "{by:?}");
+        assert_eq!(days[61]["key"], run_supervisor::utc::day(2999 * day));
+        assert_eq!(v["cut"]["by_day"], 3000 - 62, "{by:?}");
+        assert_eq!(v["by_week"].as_array().map(Vec::len), Some(53), "{by:?}");
+        assert!(v["cut"]["by_week"].as_u64().unwrap() > 300, "{by:?}");
+    }
 }
 
 /// The attributes of the `<body>` tag of a page Chromium dumped (what the page's own script
