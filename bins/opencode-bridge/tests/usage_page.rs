@@ -432,3 +432,33 @@ fn the_chart_reads_at_a_week_two_months_and_a_year() {
         }
     }
 }
+
+/// `opencode-bridge statusline`: today's spend and saving from the ledger's end, the running
+/// tasks; a state directory it cannot read gives a neutral line, exit 0 all the same.
+#[test]
+fn the_status_line_says_today_and_never_fails() {
+    let world = World::new();
+    let state = world.path("xdg/state/opencode-bridge");
+    let now = run_supervisor::registry::now_ms();
+    ledger::append(&state, &rows(now)).unwrap();
+    let out = run_cli(&world, &[], &["statusline"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Only today's row: cost $0.10, its Claude-equivalent $0.90 as written.
+    assert_eq!(
+        text,
+        "opencode: today $0.1000 spent, $0.8000 saved · 0 running\n"
+    );
+    let bad = world.path("bad");
+    std::fs::create_dir_all(bad.join("usage/ledger-v1.jsonl")).unwrap();
+    let out = run_cli(
+        &world,
+        &[(
+            "OPENCODE_BRIDGE_STATE_DIR",
+            bad.to_string_lossy().into_owned(),
+        )],
+        &["statusline"],
+    );
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "opencode: -\n");
+}
