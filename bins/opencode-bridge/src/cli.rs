@@ -154,6 +154,11 @@ pub enum Command {
         #[command(subcommand)]
         hook: Hook,
     },
+    /// One short line for Claude Code's statusLine: today's delegated spend and saving, and the
+    /// running tasks. Always exits 0 (a neutral line when nothing can be read). To use it, put
+    /// in ~/.claude/settings.json:
+    /// "statusLine": {"type": "command", "command": "opencode-bridge statusline"}
+    Statusline,
     /// The watcher of one warm `opencode serve` the bridge started (started with it; not for
     /// people): stops the server once it has had no turn for OPENCODE_BRIDGE_SERVE_IDLE_MIN,
     /// whether or not a bridge runs, and exits when the server is gone.
@@ -176,7 +181,10 @@ pub enum Hook {
 /// Runs a subcommand; returns the process exit code.
 pub async fn run(app: &App, command: Command) -> i32 {
     let (tool, args) = match command {
-        Command::Serve | Command::Hook { .. } | Command::ServeWatch { .. } => {
+        Command::Serve
+        | Command::Hook { .. }
+        | Command::ServeWatch { .. }
+        | Command::Statusline => {
             unreachable!("handled by main")
         }
         Command::CheckSecrets { file } => return crate::check_secrets::run(file.as_deref()),

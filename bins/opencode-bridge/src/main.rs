@@ -29,6 +29,7 @@ mod mcp_resources;
 mod mcp_tasks;
 mod roster;
 mod server;
+mod statusline;
 mod stdio_guard;
 mod structured;
 mod tools;
@@ -82,6 +83,8 @@ fn main() -> anyhow::Result<()> {
         Some(cli::Command::ServeWatch { note }) => {
             std::process::exit(run_supervisor::serve_watch(&note))
         }
+        // The status line reads the ledger's end and the registry's files, nothing else.
+        Some(cli::Command::Statusline) => std::process::exit(statusline::run()),
         // A hook reads the registry and nothing else: no App (which would open and sweep it).
         Some(cli::Command::Hook {
             hook: cli::Hook::Stop,

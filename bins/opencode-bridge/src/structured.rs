@@ -818,7 +818,17 @@ pub struct UsageView {
     pub spent_today_usd: f64,
     /// Ledger lines that could not be read.
     pub unreadable_lines: usize,
+    /// Rows left out to keep the answer bounded, per list (`by_day`: the oldest days past the
+    /// newest [`USAGE_MAX_DAYS`]; `by_week`: past the newest 53; `by_month`: past the newest
+    /// 24; the others: the least costly past [`USAGE_MAX_GROUPS`]). The totals cover them all.
+    /// Absent lists were not cut.
+    pub cut: std::collections::BTreeMap<String, usize>,
 }
+
+/// Days `by_day` of `opencode_usage`'s structured result holds at most (the newest).
+pub const USAGE_MAX_DAYS: usize = 62;
+/// Rows each list but the time lists holds at most.
+pub const USAGE_MAX_GROUPS: usize = 20;
 
 impl UsageView {
     pub fn new(
@@ -827,8 +837,24 @@ impl UsageView {
         budgets: &[run_supervisor::usage::budget::Standing],
         today: f64,
     ) -> UsageView {
-        let groups = |g: &[run_supervisor::usage::ledger::Group]| {
-            g.iter()
+        let mut cut = std::collections::BTreeMap::new();
+        let mut groups = |name: &str, g: &[run_supervisor::usage::ledger::Group]| {
+            // Time lists keep their newest rows, the others their costliest (first).
+            let max = match name {
+                "by_day" => USAGE_MAX_DAYS,
+                "by_week" => 53,
+                "by_month" => 24,
+                _ => USAGE_MAX_GROUPS,
+            };
+            let keep = if name == "by_day" || name == "by_week" || name == "by_month" {
+                &g[g.len().saturating_sub(max)..]
+            } else {
+                &g[..g.len().min(max)]
+            };
+            if keep.len() < g.len() {
+                cut.insert(name.to_owned(), g.len() - keep.len());
+            }
+            keep.iter()
                 .map(|g| UsageGroupView {
                     key: g.key.clone(),
                     totals: (&g.totals).into(),
@@ -841,14 +867,14 @@ impl UsageView {
                 .map(|ms| fmt_utc(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))),
             compare_model: compare_model.to_owned(),
             totals: (&s.totals).into(),
-            by_day: groups(&s.by_day),
-            by_agent: groups(&s.by_agent),
-            by_model: groups(&s.by_model),
-            by_lane: groups(&s.by_lane),
-            by_engine: groups(&s.by_engine),
-            by_week: groups(&s.by_week),
-            by_month: groups(&s.by_month),
-            by_project: groups(&s.by_project),
+            by_day: groups("by_day", &s.by_day),
+            by_agent: groups("by_agent", &s.by_agent),
+            by_model: groups("by_model", &s.by_model),
+            by_lane: groups("by_lane", &s.by_lane),
+            by_engine: groups("by_engine", &s.by_engine),
+            by_week: groups("by_week", &s.by_week),
+            by_month: groups("by_month", &s.by_month),
+            by_project: groups("by_project", &s.by_project),
             until: s
                 .until_ms
                 .map(|ms| fmt_utc(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))),
@@ -856,6 +882,7 @@ impl UsageView {
             budgets: budgets.iter().map(Into::into).collect(),
             spent_today_usd: today,
             unreadable_lines: s.unreadable_lines,
+            cut,
         }
     }
 }

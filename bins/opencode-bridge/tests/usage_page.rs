@@ -281,4 +281,184 @@ fn usage_into_a_closed_pipe_does_not_panic() {
     );
     assert!(!text.contains("\nby day:\n"));
     assert!(text.len() < 60_000, "{} bytes", text.len());
+    // So is its JSON, by day too: the newest 62 days, 53 weeks and 24 months, and
+    // how many rows each list left out.
+    for by in [None, Some("day")] {
+        let mut args = vec!["usage", "--json", "--since", "1970-01-01"];
+        if let Some(by) = by {
+            args.extend(["--by", by]);
+        }
+        let out = run_cli(&world, &[], &args);
+        assert!(out.status.success());
+        assert!(
+            out.stdout.len() < 60_000,
+            "{by:?}: {} bytes",
+            out.stdout.len()
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["totals"]["tasks"], 3000, "{by:?}");
+        let days = v["by_day"].as_array().unwrap();
+        assert_eq!(days.len(), 62, "{by:?}");
+        assert_eq!(days[61]["key"], run_supervisor::utc::day(2999 * day));
+        assert_eq!(v["cut"]["by_day"], 3000 - 62, "{by:?}");
+        assert_eq!(v["by_week"].as_array().map(Vec::len), Some(53), "{by:?}");
+        assert!(v["cut"]["by_week"].as_u64().unwrap() > 300, "{by:?}");
+    }
+}
+
+/// The attributes of the `<body>` tag of a page Chromium dumped (what the page's own script
+/// measured: `data-label-overlaps`, `data-overflow`, `data-viewport`, `data-date-labels`).
+fn body_attr(dom: &str, name: &str) -> Option<u64> {
+    let body = &dom[dom.find("<body")?..];
+    let body = &body[..body.find('>')?];
+    let at = body.find(&format!("{name}=\""))? + name.len() + 2;
+    body[at..].split('"').next()?.parse().ok()
+}
+
+/// The chart reads from a week to a year: at 7, 60 and 365 days of usage (every fifth day
+/// costing more than its Claude-equivalent), in a narrow and a wide window, headless Chromium
+/// lays the page out and the page's own script finds no two labels overlapping and nothing
+/// wider than the window; the dollar axis, its zero line and a negative saving are drawn, by
+/// day up to 60 days and by week past them.
+#[test]
+fn the_chart_reads_at_a_week_two_months_and_a_year() {
+    let world = World::new();
+    let state = world.path("xdg/state/opencode-bridge");
+    let now = run_supervisor::registry::now_ms();
+    let day = 86_400_000;
+    let all: Vec<Row> = (0..365u64)
+        .map(|i| {
+            let mut r = rows(now).remove(2);
+            r.task = i + 1;
+            r.at_ms = now - i * day;
+            // $0.75 at the compare model's price below: every fifth day costs more.
+            r.usage.cost = if i % 5 == 0 { 1.5 } else { 0.2 };
+            r
+        })
+        .collect();
+    ledger::append(&state, &all).unwrap();
+    let env = [(
+        "OPENCODE_BRIDGE_COMPARE_MODEL",
+        "anthropic/claude-opus-4-1".to_owned(),
+    )];
+    let chromium = chromium();
+    for (days, unit, bars) in [(7u64, "day", 7usize), (60, "day", 60), (365, "week", 53)] {
+        let page = world.path(&format!("usage-{days}.html"));
+        let page_arg = page.to_string_lossy().into_owned();
+        let out = run_cli(
+            &world,
+            &env,
+            &[
+                "usage",
+                "--since-days",
+                &days.to_string(),
+                "--html",
+                &page_arg,
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let html = std::fs::read_to_string(&page).unwrap();
+        assert!(
+            html.contains(&format!(">USD per {unit}</text>")),
+            "{days} days"
+        );
+        assert!(html.contains("class=\"zero\""), "{days} days");
+        assert!(html.contains("viewBox=\"0 0 800 340\""), "{days} days");
+        let cost_bars = html.matches("class=\"bar cost\"").count();
+        // A year is 52 or 53 weeks from Monday to Monday, the first and last partial.
+        assert!(
+            cost_bars == bars || (unit == "week" && (52..=54).contains(&cost_bars)),
+            "{days} days: {cost_bars} bars"
+        );
+        if unit == "day" {
+            // A day that cost more than its Claude-equivalent is a bar below the zero line.
+            assert!(
+                html.contains("class=\"bar saved negative\" data-key=\"")
+                    && html.contains("data-usd=\"-0.750000\""),
+                "{days} days: no negative bar"
+            );
+        }
+        // An amount on or near the bars, and tick labels in dollars.
+        assert!(html.contains("class=\"amount\""), "{days} days");
+        assert!(
+            html.contains(">$0</text>") || html.contains(">$0.00</text>"),
+            "{days} days"
+        );
+        let Some(chromium) = &chromium else {
+            eprintln!("note: chromium not found; the chart's layout is not checked");
+            continue;
+        };
+        for width in [400u64, 1400] {
+            let out = Command::new(chromium)
+                .args([
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--hide-scrollbars",
+                    &format!("--window-size={width},900"),
+                    "--dump-dom",
+                ])
+                .arg(format!("file://{}", page.display()))
+                .env("HOME", world.path("home"))
+                .output()
+                .unwrap();
+            let dom = String::from_utf8_lossy(&out.stdout);
+            let at = |name: &str| {
+                body_attr(&dom, name).unwrap_or_else(|| {
+                    panic!(
+                        "{days} days at {width} px: no {name} on <body> (the page's script did not run): {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    )
+                })
+            };
+            // Chromium's headless window is at least 500 px wide.
+            let viewport = at("data-viewport");
+            if width == 400 {
+                assert!(viewport <= 520, "{days} days: a {viewport} px window");
+            } else {
+                assert!(viewport >= 1300, "{days} days: a {viewport} px window");
+            }
+            assert_eq!(at("data-label-overlaps"), 0, "{days} days at {width} px");
+            assert_eq!(at("data-overflow"), 0, "{days} days at {width} px");
+            let labels = at("data-date-labels");
+            assert!(
+                (2..=14).contains(&labels) || (days == 7 && labels == 7),
+                "{days} days at {width} px: {labels} date labels"
+            );
+        }
+    }
+}
+
+/// `opencode-bridge statusline`: today's spend and saving from the ledger's end, the running
+/// tasks; a state directory it cannot read gives a neutral line, exit 0 all the same.
+#[test]
+fn the_status_line_says_today_and_never_fails() {
+    let world = World::new();
+    let state = world.path("xdg/state/opencode-bridge");
+    let now = run_supervisor::registry::now_ms();
+    ledger::append(&state, &rows(now)).unwrap();
+    let out = run_cli(&world, &[], &["statusline"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Only today's row: cost $0.10, its Claude-equivalent $0.90 as written.
+    assert_eq!(
+        text,
+        "opencode: today $0.1000 spent, $0.8000 saved · 0 running\n"
+    );
+    let bad = world.path("bad");
+    std::fs::create_dir_all(bad.join("usage/ledger-v1.jsonl")).unwrap();
+    let out = run_cli(
+        &world,
+        &[(
+            "OPENCODE_BRIDGE_STATE_DIR",
+            bad.to_string_lossy().into_owned(),
+        )],
+        &["statusline"],
+    );
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "opencode: -\n");
 }

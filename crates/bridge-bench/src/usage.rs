@@ -1,7 +1,8 @@
 //! `--only usage`: `opencode_usage` over a ledger of 10,000 rows (a year of a busy bridge:
 //! about 27 finished attempts a day, 6 agents, 5 models, 8 lanes), as a `tools/call` on a warm
 //! server (read the ledger, sum it by day, agent, model, lane and engine, render the table and
-//! the structured result) and in-process (read + summarize alone). Figures only.
+//! the structured result) and in-process (read + summarize alone); and `opencode-bridge
+//! statusline` over the same ledger, a process per call as Claude Code runs it. Figures only.
 
 use std::path::Path;
 use std::time::Instant;
@@ -93,6 +94,23 @@ pub fn usage(bin: &Path, reps: usize) -> Result<Vec<BenchRow>, String> {
         }
     }
 
+    // `opencode-bridge statusline` over the same ledger: a whole process, as Claude Code runs it.
+    let mut status = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        let out = std::process::Command::new(bin)
+            .arg("statusline")
+            .env("OPENCODE_BRIDGE_STATE_DIR", state.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("statusline: {e}"))?;
+        status.push(t.elapsed().as_secs_f64() * 1000.0);
+        let line = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !line.starts_with("opencode: today $") {
+            return Err(format!("statusline answered {line:?}"));
+        }
+    }
+
     let mut b = Bridge::start(
         bin,
         &[(
@@ -100,7 +118,7 @@ pub fn usage(bin: &Path, reps: usize) -> Result<Vec<BenchRow>, String> {
             state.path().display().to_string(),
         )],
     )?;
-    let (calls, text) = time_calls(&mut b, reps, "opencode_usage", &json!({}))?;
+    let (calls, text) = time_calls(&mut b, reps, "opencode_usage", &json!({"since_days": 400}))?;
     drop(b);
     if !text.contains(&format!("({ROWS} attempts)")) {
         return Err(format!(
@@ -121,6 +139,12 @@ pub fn usage(bin: &Path, reps: usize) -> Result<Vec<BenchRow>, String> {
             "opencode_usage, 10,000 ledger rows (tools/call)",
             20.0,
             median(&calls),
+            "ms",
+        ),
+        BenchRow::le(
+            "statusline, 10,000 ledger rows (the whole process)",
+            20.0,
+            median(&status),
             "ms",
         ),
         BenchRow::info(

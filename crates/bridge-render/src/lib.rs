@@ -3,6 +3,7 @@
 //! argument so the output is reproducible.
 
 pub mod args;
+pub mod chart;
 pub mod hook;
 pub mod human;
 pub mod isolation;

@@ -382,82 +382,13 @@ pub fn usage_csv(s: &Summary, by: Option<&str>) -> String {
     out
 }
 
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// A self-contained HTML page: totals and an SVG bar chart of cost and savings per day (no
-/// script, no external resource), then the tables.
+/// A self-contained HTML page: totals, a chart of cost and savings per day (per week past 60
+/// days, [`crate::chart`]), then the text report.
 pub fn usage_html(s: &Summary, since: &str, compare_model: &str) -> String {
-    let days = &s.by_day;
-    let (w, h, pad) = (760.0_f64, 260.0_f64, 40.0_f64);
-    let max = days
-        .iter()
-        .map(|d| d.totals.cost_usd.max(d.totals.saved_usd))
-        .fold(0.0, f64::max);
-    let slot = if days.is_empty() {
-        0.0
-    } else {
-        (w - 2.0 * pad) / days.len() as f64
-    };
-    let bw = (slot / 2.0 - 2.0).max(1.0);
-    let mut bars = String::new();
-    for (i, d) in days.iter().enumerate() {
-        let x = pad + i as f64 * slot;
-        for (j, (v, class, color)) in [
-            (d.totals.cost_usd, "bar cost", "#d9534f"),
-            (d.totals.saved_usd.max(0.0), "bar saved", "#2e8b57"),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let bh = if max > 0.0 {
-                (v / max) * (h - 2.0 * pad)
-            } else {
-                0.0
-            };
-            let bh = if v > 0.0 { bh.max(2.0) } else { 0.0 };
-            bars.push_str(&format!(
-                "<rect class=\"{class}\" data-day=\"{}\" data-usd=\"{v:.6}\" x=\"{:.1}\" y=\"{:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{color}\"><title>{} {}: {}</title></rect>\n",
-                html_escape(&d.key),
-                x + j as f64 * (bw + 2.0),
-                h - pad - bh,
-                html_escape(&d.key),
-                if j == 0 { "cost" } else { "saved" },
-                usd(v)
-            ));
-        }
-        bars.push_str(&format!(
-            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\">{}</text>\n",
-            x,
-            h - pad + 14.0,
-            html_escape(d.key.get(5..).unwrap_or(&d.key))
-        ));
-    }
-    let report = html_escape(&usage_report(s, since, compare_model));
-    format!(
-        r##"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>opencode-bridge usage</title>
-<style>body{{font-family:sans-serif;margin:2em;background:#fff;color:#222}}pre{{font-size:12px}}.legend span{{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}}</style>
-</head><body>
-<h1>opencode-bridge usage {since_h}</h1>
-<p>Cost {cost}, Claude-equivalent ({model}) {eq}, saved {saved}. Savings are an estimate: the same tokens at Claude's list price (tokenizers differ).</p>
-<p class="legend"><span style="background:#d9534f"></span>cost per day<span style="background:#2e8b57"></span>saved per day</p>
-<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}">
-<line x1="{pad}" y1="{base}" x2="{right}" y2="{base}" stroke="#888"/>
-{bars}</svg>
-<pre>{report}</pre>
-</body></html>
-"##,
-        since_h = html_escape(since),
-        cost = usd(s.totals.cost_usd),
-        model = html_escape(compare_model),
-        eq = usd(s.totals.claude_equivalent_usd),
-        saved = usd(s.totals.saved_usd),
-        base = h - pad,
-        right = w - pad,
+    crate::chart::page(
+        s,
+        since,
+        compare_model,
+        &usage_report(s, since, compare_model),
     )
 }

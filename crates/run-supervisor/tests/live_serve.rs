@@ -513,7 +513,18 @@ async fn live_serve_a_turn_left_at_shutdown_is_followed_to_its_answer_by_the_nex
     let second = Supervisor::new(config());
     let s = second.status(slow).unwrap();
     assert_eq!(s.state, TaskState::Running, "{s:?}");
+    // The first supervisor's reservation went with it; the adopting one reserves again, so
+    // the running task counts against the budgets of every bridge on the state directory.
+    let reservations = || run_supervisor::usage::reserve::read(state.path()).unwrap();
+    assert!(reservations().is_empty(), "{:?}", reservations());
     assert_eq!(second.follow_left_tasks().await, vec![slow]);
+    let held = reservations();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].project, proj, "{held:?}");
+    assert!(
+        held[0].amount_usd >= run_supervisor::usage::reserve::DEFAULT_FLOOR_USD,
+        "{held:?}"
+    );
     // The process table shows the server, held once the task follows its turn there.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -539,6 +550,12 @@ async fn live_serve_a_turn_left_at_shutdown_is_followed_to_its_answer_by_the_nex
     assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
     let out = second.result(slow, None, None).unwrap();
     assert!(out.final_text.contains("DONE"), "{}", out.final_text);
+    // Released once its spend is on the ledger.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !reservations().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{:?}", reservations());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // No turn for the idle time: the server stops, and its files go.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while server.is_alive() || !noted_servers(state.path()).is_empty() {

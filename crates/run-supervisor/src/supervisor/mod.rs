@@ -566,9 +566,14 @@ impl Supervisor {
                 spec.output_schema = c.output_schema.clone();
             }
             let (stop_tx, stop_rx) = watch::channel(None);
+            // It runs already, so it is never refused; but it holds a reservation again, so
+            // that spend plus reservations stays honest for every bridge on the state directory.
+            let reservation = self.reserve_adopted(&t.cwd);
             {
                 let mut inner = self.shared.lock();
                 if inner.tasks.contains_key(&id) || inner.shutting_down {
+                    drop(inner);
+                    self.release(reservation.0);
                     continue;
                 }
                 t.owner = self.shared.me.into();
@@ -582,6 +587,7 @@ impl Supervisor {
                 );
                 r.resume = true;
                 r.state = TaskState::Running;
+                r.reserved = reservation;
                 inner.tasks.insert(id, r);
                 if let Some(r) = inner.tasks.get(&id) {
                     persist(&self.shared, r, Save::Record);
@@ -815,6 +821,45 @@ impl Supervisor {
                 "the budgets' reservations file {} could not be written ({e}): check that the state directory is writable",
                 reserve::path(&dir).display()
             ))),
+        }
+    }
+
+    /// The reservation of a task adopted from a bridge that is gone (whose reservation went
+    /// with it): the default amount from the ledger ([`reserve::default_amount`]), made without
+    /// a budget check (the task runs already). Its key is `None` without a state directory or
+    /// when the file cannot be written (the table still counts the amount).
+    fn reserve_adopted(&self, cwd: &Path) -> (Option<u64>, f64) {
+        let now = crate::registry::now_ms();
+        let Some(dir) = self.state_dir().map(Path::to_path_buf) else {
+            return (None, reserve::DEFAULT_FLOOR_USD);
+        };
+        let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let me = self.shared.me;
+        let made = reserve::update(&dir, |list| {
+            let text = crate::usage::ledger::read_text(&dir).unwrap_or_default();
+            let (rows, _) = crate::usage::ledger::parse_text(&text);
+            let rows: Vec<_> = rows
+                .iter()
+                .map(crate::usage::ledger::TextRow::view)
+                .collect();
+            let amount = reserve::default_amount(&rows, now);
+            list.push(reserve::Reservation {
+                pid: me.pid,
+                start_time: me.start_time,
+                key,
+                project: cwd.to_path_buf(),
+                amount_usd: amount,
+                used_usd: 0.0,
+                at_ms: now,
+            });
+            amount
+        });
+        match made {
+            Ok(amount) => (Some(key), amount),
+            Err(e) => {
+                tracing::warn!("an adopted task's budget reservation could not be written ({e})");
+                (None, reserve::DEFAULT_FLOOR_USD)
+            }
         }
     }
 
