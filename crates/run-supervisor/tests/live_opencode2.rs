@@ -271,5 +271,20 @@ async fn live_opencode2_cancel_and_time_limit_end_the_turn() {
     let after = sup.start(after).unwrap();
     let s = finish(&sup, after, LIMIT).await;
     assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+
+    // Progress while a turn runs: the agent's finished shell call shows while its next step
+    // waits on the provider (a 429 with a minute's retry-after), before the turn ends.
+    let waiting = sup
+        .start(spec(&proj, "tool429wait", "Run it, then answer."))
+        .unwrap();
+    let s = wait_until(&sup, waiting, LIMIT, |s| {
+        s.tool_calls >= 1 || s.state.is_finished()
+    })
+    .await;
+    assert_eq!(s.state, TaskState::Running, "{s:?}");
+    assert!(matches!(
+        sup.cancel(waiting).await,
+        CancelOutcome::Cancelled
+    ));
     sup.shutdown().await;
 }

@@ -37,6 +37,9 @@ pub(crate) struct Follow {
     /// The turn ended: the session went idle after being seen busy.
     ended: bool,
     errors: usize,
+    /// What [`Follow::replay`] emitted already (part ids, and `<message id>/error`): a turn
+    /// replayed again while it runs gives each part once.
+    replayed: HashSet<String>,
     /// Permission asks are approved once (`run --auto`) rather than rejected.
     approve: bool,
 }
@@ -51,6 +54,7 @@ impl Follow {
             busy: false,
             ended: false,
             errors: 0,
+            replayed: HashSet::new(),
             approve,
         }
     }
@@ -66,7 +70,8 @@ impl Follow {
 
     /// The `run` lines of what the session's assistant messages created at or after
     /// `since_ms` hold (`GET /session/{id}/message`), for a turn whose events went by
-    /// unseen; their errors count as the stream's would.
+    /// unseen; their errors count as the stream's would. A part (or a message's error) with an
+    /// id that an earlier replay emitted is not emitted again.
     pub(crate) fn replay(&mut self, messages: &Value, since_ms: u64) -> Vec<String> {
         let mut lines = Vec::new();
         for m in messages.as_array().into_iter().flatten() {
@@ -84,16 +89,29 @@ impl Follow {
                 .into_iter()
                 .flatten()
             {
-                if let Some(ty) = run_type(part) {
+                if let Some(ty) = run_type(part)
+                    && self.first_replay(part.get("id").and_then(Value::as_str))
+                {
                     lines.push(self.line(ty, "part", part));
                 }
             }
             if let Some(error) = info.get("error").filter(|e| !e.is_null()) {
-                self.errors += 1;
-                lines.push(self.line("error", "error", error));
+                let key = info
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(|m| format!("{m}/error"));
+                if self.first_replay(key.as_deref()) {
+                    self.errors += 1;
+                    lines.push(self.line("error", "error", error));
+                }
             }
         }
         lines
+    }
+
+    /// Whether a replay emits what `id` names: always without an id, else the first time.
+    fn first_replay(&mut self, id: Option<&str>) -> bool {
+        id.is_none_or(|id| self.replayed.insert(id.to_owned()))
     }
 
     /// Whether the turn has begun on the server: its loop is running, so an abort reaches it.

@@ -292,7 +292,12 @@ pub(crate) fn turn_done_in(messages: &[Value], since_ms: u64) -> bool {
 /// and one `step-finish` per message with its tokens and cost; an error as v1 names it (a
 /// provider's HTTP status, which v2 gives only in the text, becomes `APIError`'s
 /// `statusCode`; an interrupted turn `MessageAbortedError`).
-pub(crate) fn as_v1_messages(messages: &[Value], since_ms: u64) -> Value {
+///
+/// With `live` (the turn still runs), a message not completed yet gives only its finished tool
+/// calls: its text may still grow and its tokens are not final. Every part carries an `id`
+/// (the message's and its place), so a [`super::events::Follow`] replaying the same turn again
+/// emits each part once.
+pub(crate) fn as_v1_messages(messages: &[Value], since_ms: u64, live: bool) -> Value {
     let mut out = Vec::new();
     for m in messages.iter().rev() {
         let created = m.pointer("/time/created").and_then(Value::as_u64);
@@ -301,29 +306,39 @@ pub(crate) fn as_v1_messages(messages: &[Value], since_ms: u64) -> Value {
         {
             continue;
         }
+        let mid = m.get("id").and_then(Value::as_str).unwrap_or("");
         let completed = m.pointer("/time/completed").cloned().unwrap_or(Value::Null);
+        let partial = live && completed.is_null();
         let end = if completed.is_null() {
             json!(created)
         } else {
             completed.clone()
         };
         let mut parts = Vec::new();
-        for c in m
+        for (i, c) in m
             .get("content")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            .enumerate()
         {
             match c.get("type").and_then(Value::as_str) {
-                Some("text") => {
+                Some("text") if !partial => {
                     let text = c.get("text").and_then(Value::as_str).unwrap_or("");
                     if !text.is_empty() {
-                        parts.push(json!({"type": "text", "text": text,
-                            "time": {"start": created, "end": end}}));
+                        parts.push(json!({"id": format!("{mid}/{i}"), "type": "text",
+                            "text": text, "time": {"start": created, "end": end}}));
                     }
                 }
                 Some("tool") => {
                     let state = c.get("state").unwrap_or(&Value::Null);
+                    let finished = matches!(
+                        state.get("status").and_then(Value::as_str),
+                        Some("completed" | "error")
+                    );
+                    if partial && !finished {
+                        continue;
+                    }
                     let output: String = state
                         .get("content")
                         .and_then(Value::as_array)
@@ -353,6 +368,7 @@ pub(crate) fn as_v1_messages(messages: &[Value], since_ms: u64) -> Value {
                         );
                     }
                     parts.push(json!({
+                        "id": format!("{mid}/{i}"),
                         "type": "tool",
                         "tool": c.get("name").cloned().unwrap_or(Value::Null),
                         "callID": c.get("id").cloned().unwrap_or(Value::Null),
@@ -362,13 +378,20 @@ pub(crate) fn as_v1_messages(messages: &[Value], since_ms: u64) -> Value {
                 _ => {}
             }
         }
+        if partial {
+            out.push(json!({"info": {"id": mid, "role": "assistant",
+                "time": {"created": created, "completed": null}}, "parts": parts}));
+            continue;
+        }
         parts.push(json!({
+            "id": format!("{mid}/finish"),
             "type": "step-finish",
             "reason": m.get("finish").cloned().unwrap_or(Value::Null),
             "cost": m.get("cost").cloned().unwrap_or(json!(0)),
             "tokens": m.get("tokens").cloned().unwrap_or(json!({})),
         }));
         let mut info = json!({
+            "id": mid,
             "role": "assistant",
             "time": {"created": created, "completed": completed},
             "agent": m.get("agent").cloned().unwrap_or(Value::Null),
@@ -439,7 +462,7 @@ mod tests {
 
     #[test]
     fn a_turn_reads_as_run_lines_oldest_first() {
-        let v1 = as_v1_messages(&turn(), 1000);
+        let v1 = as_v1_messages(&turn(), 1000, false);
         let mut f = super::super::events::Follow::new("ses_1", false);
         let lines = f.replay(&v1, 1000);
         let types: Vec<String> = lines
@@ -468,6 +491,49 @@ mod tests {
     }
 
     #[test]
+    fn a_running_turn_replays_each_finished_part_once() {
+        // msg_b still runs: its finished call shows, its unfinished one and its text do not.
+        let mut running = turn();
+        running[0] = serde_json::from_str(r#"{"id":"msg_b","time":{"created":2000},"type":"assistant",
+            "content":[{"type":"tool","id":"call2","name":"read","state":{"status":"completed","input":{},"content":[]}},
+                       {"type":"tool","id":"call3","name":"bash","state":{"status":"running","input":{}}},
+                       {"type":"text","id":"t","text":"half"}]}"#).unwrap();
+        let kinds = |lines: &[String]| -> Vec<String> {
+            lines
+                .iter()
+                .map(|l| {
+                    let v: Value = serde_json::from_str(l).unwrap();
+                    format!(
+                        "{}:{}",
+                        v["type"].as_str().unwrap(),
+                        v["part"]["tool"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        };
+        let mut f = super::super::events::Follow::new("ses_1", false);
+        let first = f.replay(&as_v1_messages(&running, 1000, true), 1000);
+        assert_eq!(
+            kinds(&first),
+            ["tool_use:write", "step_finish:", "tool_use:read"]
+        );
+        // Polled again unchanged: nothing new.
+        assert!(
+            f.replay(&as_v1_messages(&running, 1000, true), 1000)
+                .is_empty()
+        );
+        // The turn ended: only what was not emitted yet.
+        let mut ended = running.clone();
+        ended[0]["time"]["completed"] = json!(2300);
+        ended[0]["content"][1]["state"]["status"] = json!("completed");
+        ended[0]["content"][2]["text"] = json!("all done");
+        ended[0]["finish"] = json!("stop");
+        let last = f.replay(&as_v1_messages(&ended, 1000, false), 1000);
+        assert_eq!(kinds(&last), ["tool_use:bash", "text:", "step_finish:"]);
+        assert!(last[1].contains("all done"));
+    }
+
+    #[test]
     fn errors_read_as_v1_names_them() {
         let e = v1_error(&json!({"type":"unknown",
             "message":"Provider request failed with HTTP 401: {\"error\":\"bad key\"}"}));
@@ -483,6 +549,7 @@ mod tests {
                 "finish":"error","error":{"type":"unknown","message":"HTTP 4"}}),
             ],
             0,
+            false,
         );
         assert_eq!(v1[0]["info"]["error"]["name"], "UnknownError");
     }

@@ -1,8 +1,9 @@
 //! One attempt of a task on an opencode 2 server (`crate::runner::serve::v2`): the agent's
 //! rules read back for a read-only task, the location's models waited for, the session, the
-//! prompt, the turn followed by polling until it ends, is stopped or runs out of time, and then
-//! read whole from the session's messages into `run`'s lines. Nothing here is a process of
-//! ours: a stop is the session's interrupt.
+//! prompt, the turn followed by polling until it ends, is stopped or runs out of time. Its
+//! messages are read into `run`'s lines every few polls while it runs (each finished part
+//! once: progress, tool calls and the cost cap see it as it goes) and whole at its end.
+//! Nothing here is a process of ours: a stop is the session's interrupt.
 
 use std::time::{Duration, Instant};
 
@@ -143,6 +144,23 @@ pub(super) async fn run_v2_turn(
             v2::messages(&h, &s).map(|m| v2::turn_done_in(&m, since))
         })
     };
+    // The turn's output as `run` lines, folded as it comes: v2 gives no event line for it, so
+    // its messages are read every few polls while it runs (each finished part once), and
+    // whole at its end.
+    let mut follow = Follow::new(&sid, false);
+    let text = shared.with(id, |r| r.summary.text_buffer());
+    let mut lines = LineSplitter::new(MAX_LINE);
+    let mut fold = |follow: &mut Follow, messages: &[serde_json::Value], live: bool| {
+        let replayed = follow.replay(&v2::as_v1_messages(messages, since, live), since);
+        if let Some(text) = &text {
+            for line in replayed {
+                let mut bytes = line.into_bytes();
+                bytes.push(b'\n');
+                fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
+            }
+        }
+    };
+    let mut polls: u32 = 0;
     let end: Option<AttemptEnd> = loop {
         tokio::select! {
             _ = stop_rx.changed() => {
@@ -174,6 +192,15 @@ pub(super) async fn run_v2_turn(
                     let (h, sess) = (http.clone(), sid.clone());
                     let answer = if approve { "once" } else { "reject" };
                     let _ = tokio::task::spawn_blocking(move || v2::reply(&h, &sess, &request, answer)).await;
+                }
+                polls += 1;
+                if polls.is_multiple_of(4) {
+                    let (h, s) = (http.clone(), sid.clone());
+                    if let Ok(Ok(messages)) =
+                        tokio::task::spawn_blocking(move || v2::messages(&h, &s)).await
+                    {
+                        fold(&mut follow, &messages, true);
+                    }
                 }
                 match busy().await {
                     Ok(Ok(true)) => started = true,
@@ -216,25 +243,14 @@ pub(super) async fn run_v2_turn(
     // The turn as the server kept it: every assistant message since the prompt.
     let (h, s) = (http.clone(), sid.clone());
     let read = tokio::task::spawn_blocking(move || v2::messages(&h, &s)).await;
-    let mut follow = Follow::new(&sid, false);
-    let text = shared.with(id, |r| r.summary.text_buffer());
-    let mut lines = LineSplitter::new(MAX_LINE);
     match read {
-        Ok(Ok(messages)) => {
-            let replayed = follow.replay(&v2::as_v1_messages(&messages, since), since);
-            if let Some(text) = &text {
-                for line in replayed {
-                    let mut bytes = line.into_bytes();
-                    bytes.push(b'\n');
-                    fold_stdout(shared, id, (runner, text), &mut lines, &bytes);
-                }
-            }
-        }
+        Ok(Ok(messages)) => fold(&mut follow, &messages, false),
         Ok(Err(e)) if end.is_none() => {
             return AttemptEnd::ServerFailed(format!("{who}: {e}"));
         }
         _ => {}
     }
+    drop(fold);
     finish_stdout(shared, id, &mut lines);
     tokio::task::spawn_blocking(move || drop(server));
     end.unwrap_or(AttemptEnd::Exited(ExitInfo {
