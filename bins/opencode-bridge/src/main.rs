@@ -29,6 +29,7 @@ mod mcp_resources;
 mod mcp_tasks;
 mod roster;
 mod server;
+mod session_uri;
 mod statusline;
 mod stdio_guard;
 mod structured;

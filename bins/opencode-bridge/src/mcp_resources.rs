@@ -4,6 +4,7 @@
 //! Sessions come from opencode's store (read-only) or server, like `opencode_sessions`.
 
 use crate::app::App;
+use crate::session_uri::{PREFIX, SERVER_PREFIX, uri};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     ContentBlock, ErrorCode, ListResourceTemplatesResult, ListResourcesResult, Resource,
@@ -14,8 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The scheme and path every session URI starts with.
-pub const PREFIX: &str = "opencode://session/";
 /// The template clients fill in.
 pub const TEMPLATE: &str = "opencode://session/{id}";
 /// Sessions `resources/list` shows, newest first (subagent sessions left out).
@@ -23,26 +22,11 @@ pub const LISTED: usize = 50;
 /// Transcripts are plain text.
 pub const MIME: &str = "text/plain";
 
-/// How a session on a server of the config file is named.
-pub const SERVER_PREFIX: &str = "opencode://server/";
 /// The template of a session on a server of the config file.
 pub const SERVER_TEMPLATE: &str = "opencode://server/{server}/session/{id}";
 
-/// The URI of a session.
-pub fn uri(session_id: &str) -> String {
-    format!("{PREFIX}{session_id}")
-}
-
-/// The URI of the session a task ran in: on this machine, or on the server of the config file
-/// its engine names (`serve:<name>`).
-pub fn task_uri(session_id: &str, engine: &str) -> String {
-    match engine.strip_prefix("serve:") {
-        Some(server) => format!("{SERVER_PREFIX}{server}/session/{session_id}"),
-        None => uri(session_id),
-    }
-}
-
-/// A `resource_link` content item to the session at `uri` ([`uri`], [`task_uri`]).
+/// A `resource_link` content item to the session at `uri` ([`uri`],
+/// [`crate::session_uri::task_uri`]).
 pub fn link(uri: &str) -> ContentBlock {
     let id = uri.rsplit('/').next().unwrap_or(uri);
     ContentBlock::resource_link(
@@ -218,6 +202,7 @@ fn session_id(uri: &str) -> Result<(Option<&str>, &str), McpError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session_uri::task_uri;
 
     #[test]
     fn session_uris_are_parsed_strictly() {

@@ -74,7 +74,7 @@ pub fn get(app: &App, task_id: &str) -> Result<GetTaskResult, McpError> {
             // The text first, then the session it ran in (as opencode_result links it).
             let mut content = vec![ContentBlock::text(text)];
             if let Some(session) = snap.session_id.as_ref().or(snap.continues.as_ref()) {
-                let uri = crate::mcp_resources::task_uri(session, &snap.engine);
+                let uri = crate::session_uri::task_uri(session, &snap.engine);
                 content.push(crate::mcp_resources::link(&uri));
             }
             let result = if failed {

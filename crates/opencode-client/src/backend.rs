@@ -363,25 +363,11 @@ pub fn has_api_command(program: &Path) -> bool {
         return *hit;
     }
     let found = run_capture(program, &["--help"], Duration::from_secs(10))
-        .is_some_and(|help| help_lists_api(&help));
+        .is_some_and(|help| crate::contract::help_lists_api(&help));
     seen.lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(program.to_path_buf(), found);
     found
-}
-
-/// Whether a `--help` text lists an `api` command (`opencode api …` or an `api` entry).
-pub fn help_lists_api(help: &str) -> bool {
-    help.lines().any(|l| {
-        let mut words = l.split_whitespace();
-        match words.next() {
-            Some("api") => true,
-            Some(w) if w.ends_with("opencode") || w.ends_with("opencode2") => {
-                words.next() == Some("api")
-            }
-            _ => false,
-        }
-    })
 }
 
 /// Sets an opencode 2 server's password before it starts: `<program> service password <value>`
@@ -1267,15 +1253,5 @@ mod tests {
         assert!(is_config_error(
             "Configuration is invalid at /c/opencode.json: bad file reference"
         ));
-    }
-
-    #[test]
-    fn help_with_an_api_command_is_recognised() {
-        let v2 = "Commands:\n  opencode api <request..>  call the service\n  opencode run\n";
-        assert!(help_lists_api(v2));
-        assert!(help_lists_api("COMMANDS\n  api     Send a request\n"));
-        let v1 = "Commands:\n  opencode acp\n  opencode run [message..]\n  opencode serve\n";
-        assert!(!help_lists_api(v1));
-        assert!(!help_lists_api("the api is great"));
     }
 }

@@ -38,7 +38,7 @@ impl Contract {
     /// The contract a top-level `--help` text describes: an `api` command is opencode 2's
     /// (1.18.33 has none).
     pub fn from_help(help: &str) -> Contract {
-        if crate::backend::help_lists_api(help) {
+        if help_lists_api(help) {
             Contract::V2
         } else {
             Contract::V1
@@ -116,6 +116,20 @@ pub fn v2_inline_config(content: &str) -> String {
     v.to_string()
 }
 
+/// Whether a `--help` text lists an `api` command (`opencode api …` or an `api` entry).
+pub fn help_lists_api(help: &str) -> bool {
+    help.lines().any(|l| {
+        let mut words = l.split_whitespace();
+        match words.next() {
+            Some("api") => true,
+            Some(w) if w.ends_with("opencode") || w.ends_with("opencode2") => {
+                words.next() == Some("api")
+            }
+            _ => false,
+        }
+    })
+}
+
 impl std::fmt::Display for Contract {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -149,5 +163,15 @@ mod tests {
             serde_json::json!({"*": "deny"})
         );
         assert_eq!(v2_inline_config("not json"), "not json");
+    }
+
+    #[test]
+    fn help_with_an_api_command_is_recognised() {
+        let v2 = "Commands:\n  opencode api <request..>  call the service\n  opencode run\n";
+        assert!(help_lists_api(v2));
+        assert!(help_lists_api("COMMANDS\n  api     Send a request\n"));
+        let v1 = "Commands:\n  opencode acp\n  opencode run [message..]\n  opencode serve\n";
+        assert!(!help_lists_api(v1));
+        assert!(!help_lists_api("the api is great"));
     }
 }
