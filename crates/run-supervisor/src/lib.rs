@@ -41,9 +41,10 @@ pub mod footprint;
 pub mod git;
 pub mod proctable;
 pub mod protect;
-pub mod quota;
 pub mod registry;
 mod runner;
+/// Quota windows (from `bridge-ledger`).
+pub use bridge_ledger::quota;
 /// Claude Code as a runner (`claude -p`): its launch, stream, classification and checks.
 pub use runner::claude::code as claude;
 /// opencode's `run --format json` events and the summary every runner's output is folded into.
@@ -51,8 +52,10 @@ pub use runner::opencode::events;
 mod spec;
 mod supervisor;
 mod task;
-pub mod usage;
-pub mod utc;
+/// What tasks use and cost, the ledger, budgets and reservations (from `bridge-ledger`).
+pub use bridge_ledger::usage;
+/// UTC instants (from `bridge-ledger`).
+pub use bridge_ledger::utc;
 pub mod verify;
 pub mod worktree;
 

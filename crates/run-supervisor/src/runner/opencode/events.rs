@@ -15,20 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::capture::HeadTail;
 
-/// Token counts summed over every `step_finish` of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TokenUsage {
-    /// Input tokens (opencode excludes cache reads from this number).
-    pub input: u64,
-    /// Output tokens.
-    pub output: u64,
-    /// Reasoning tokens.
-    pub reasoning: u64,
-    /// Tokens read from the provider's cache.
-    pub cache_read: u64,
-    /// Tokens written to the provider's cache.
-    pub cache_write: u64,
-}
+pub use bridge_ledger::TokenUsage;
 
 /// One tool call, as printed by opencode once it completed or failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
