@@ -209,6 +209,21 @@ impl Failure {
     }
 }
 
+impl From<crate::audit::Finding> for Failure {
+    /// An audit's finding as the task's failure: kind `agent` or `model`, by whom it blames.
+    fn from(f: crate::audit::Finding) -> Self {
+        let kind = match f.blame {
+            crate::audit::Blame::Agent => FailureKind::Agent,
+            crate::audit::Blame::Model => FailureKind::Model,
+        };
+        Failure {
+            kind,
+            message: f.message,
+            advice: f.advice,
+        }
+    }
+}
+
 /// How the process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExitInfo {

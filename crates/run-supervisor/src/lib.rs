@@ -32,17 +32,14 @@
 #![deny(unsafe_code)]
 
 pub mod argv;
-pub mod audit;
 pub mod capture;
-pub mod changes;
 pub mod classify;
 pub mod command;
-pub mod footprint;
-pub mod git;
 pub mod proctable;
-pub mod protect;
 pub mod registry;
 mod runner;
+/// Isolation and integrity (from `bridge-isolation`).
+pub use bridge_isolation::{audit, changes, footprint, git, protect, worktree};
 /// Quota windows (from `bridge-ledger`).
 pub use bridge_ledger::quota;
 /// Claude Code as a runner (`claude -p`): its launch, stream, classification and checks.
@@ -57,7 +54,6 @@ pub use bridge_ledger::usage;
 /// UTC instants (from `bridge-ledger`).
 pub use bridge_ledger::utc;
 pub mod verify;
-pub mod worktree;
 
 use std::path::PathBuf;
 

@@ -17,29 +17,7 @@ use crate::capture::HeadTail;
 
 pub use bridge_ledger::TokenUsage;
 
-/// One tool call, as printed by opencode once it completed or failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolCall {
-    /// Tool name (`bash`, `write`, `read`, `task`, ...).
-    pub tool: String,
-    /// `completed` or `error` (opencode prints no other state).
-    pub status: String,
-    /// The title opencode gave the call (a command, a file path, ...).
-    pub title: Option<String>,
-    /// The error text for a failed call.
-    pub error: Option<String>,
-}
-
-impl ToolCall {
-    /// True when the call failed because a permission was rejected (auto-reject in `run`).
-    pub fn permission_rejected(&self) -> bool {
-        self.status == "error"
-            && self
-                .error
-                .as_deref()
-                .is_some_and(|e| e.contains("rejected permission"))
-    }
-}
+pub use bridge_isolation::ToolCall;
 
 /// An `error` event: opencode's NamedError `{name, data}` flattened.
 #[derive(Debug, Clone, PartialEq)]
