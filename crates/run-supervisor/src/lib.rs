@@ -35,7 +35,8 @@ pub mod argv;
 pub mod capture;
 pub mod classify;
 pub mod command;
-pub mod proctable;
+/// The opencode process table, read from `/proc` (from `opencode-client`).
+pub use opencode_client::proctable;
 pub mod registry;
 mod runner;
 /// Isolation and integrity (from `bridge-isolation`).
