@@ -1,5 +1,5 @@
 //! UTC instants as epoch milliseconds ([`now_ms`], [`to_ms`], [`from_ms`]) and as RFC 3339
-//! text, to the second: [`format`] writes `YYYY-MM-DDTHH:MM:SSZ` and
+//! text, to the second: [`format()`] writes `YYYY-MM-DDTHH:MM:SSZ` and
 //! [`parse`], its inverse, reads that shape back (with optional fractional seconds and `Z` or
 //! `+00:00`; other offsets are refused).
 //!

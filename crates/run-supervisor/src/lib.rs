@@ -22,6 +22,10 @@
 //! - [`worktree`]: `isolation: "worktree"`, an editing task in a detached git worktree of its
 //!   own, its change applied to the caller's checkout (or discarded) when asked.
 //! - [`utc`]: UTC instants as RFC 3339 text and back.
+//!
+//! `changes`, `footprint`, `git`, `protect`, `audit` and `worktree` are `bridge-isolation`'s,
+//! `usage`, `quota` and `utc` are `bridge-ledger`'s and `proctable` is `opencode-client`'s,
+//! re-exported here under their old paths.
 //! - [`argv`]: the one builder of a run's command line, for both runners: every value is one
 //!   `--name=value` element, so no caller string is ever read as an option.
 //!
