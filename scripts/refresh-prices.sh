@@ -1,11 +1,11 @@
 #!/bin/sh
-# Refreshes crates/run-supervisor/data/prices.json, the price snapshot the bridge uses when
+# Refreshes crates/bridge-ledger/data/prices.json, the price snapshot the bridge uses when
 # opencode's own models cache (~/.cache/opencode/models.json) is missing: every model of
 # models.dev that has a price, reduced to its `cost` (USD per million tokens) and release date
 # (the newest Sonnet is the default compare model), stamped with
 # today's date and the source. Needs curl and jq. Review the diff before committing.
 set -eu
-out="$(dirname "$0")/../crates/run-supervisor/data/prices.json"
+out="$(dirname "$0")/../crates/bridge-ledger/data/prices.json"
 src="https://models.dev/api.json"
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT

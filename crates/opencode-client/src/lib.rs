@@ -22,6 +22,7 @@ pub mod filter;
 pub mod http;
 pub mod model;
 pub mod paths;
+pub mod proctable;
 mod remote;
 pub mod server;
 pub mod source;

@@ -7,6 +7,7 @@
 use serde_json::Value;
 
 use crate::events::ErrorEvent;
+use crate::quota::QUOTA_WORDS;
 
 /// How an `opencode run` attempt is judged (the opencode runner's, re-exported for callers of
 /// this crate such as the fuzz harness).
@@ -208,6 +209,21 @@ impl Failure {
     }
 }
 
+impl From<crate::audit::Finding> for Failure {
+    /// An audit's finding as the task's failure: kind `agent` or `model`, by whom it blames.
+    fn from(f: crate::audit::Finding) -> Self {
+        let kind = match f.blame {
+            crate::audit::Blame::Agent => FailureKind::Agent,
+            crate::audit::Blame::Model => FailureKind::Model,
+        };
+        Failure {
+            kind,
+            message: f.message,
+            advice: f.advice,
+        }
+    }
+}
+
 /// How the process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExitInfo {
@@ -308,15 +324,6 @@ const OVERFLOW_WORDS: &[&str] = &[
     "too many tokens",
     "request entity too large",
 ];
-const QUOTA_WORDS: &[&str] = &[
-    "insufficient_quota",
-    "exceeded your current quota",
-    "quota exceeded",
-    "billing",
-    "credit balance",
-    "out of credits",
-    "payment required",
-];
 /// The failure of a task whose opencode would wait on a provider's limit longer than the bridge
 /// sits through ([`crate::quota::LONGEST_WAIT`]) or than the task's time left (`past_left`):
 /// kind `quota` when the provider's message speaks of quota or credit, else `rate_limit`; the
@@ -371,11 +378,6 @@ fn wait_words(secs: u64) -> String {
         3_600..=86_399 => format!("{} h {} min", secs / 3_600, secs % 3_600 / 60),
         _ => format!("{} days {} h", secs / 86_400, secs % 86_400 / 3_600),
     }
-}
-
-/// Whether a provider's message speaks of quota or credit (not of a rate).
-pub(crate) fn speaks_of_quota(message: &str) -> bool {
-    contains_any(&message.to_lowercase(), QUOTA_WORDS)
 }
 
 const RATE_WORDS: &[&str] = &["rate limit", "rate_limit", "too many requests", "429"];

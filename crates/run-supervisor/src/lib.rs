@@ -22,6 +22,10 @@
 //! - [`worktree`]: `isolation: "worktree"`, an editing task in a detached git worktree of its
 //!   own, its change applied to the caller's checkout (or discarded) when asked.
 //! - [`utc`]: UTC instants as RFC 3339 text and back.
+//!
+//! `changes`, `footprint`, `git`, `protect`, `audit` and `worktree` are `bridge-isolation`'s,
+//! `usage`, `quota` and `utc` are `bridge-ledger`'s and `proctable` is `opencode-client`'s,
+//! re-exported here under their old paths.
 //! - [`argv`]: the one builder of a run's command line, for both runners: every value is one
 //!   `--name=value` element, so no caller string is ever read as an option.
 //!
@@ -32,18 +36,17 @@
 #![deny(unsafe_code)]
 
 pub mod argv;
-pub mod audit;
 pub mod capture;
-pub mod changes;
 pub mod classify;
 pub mod command;
-pub mod footprint;
-pub mod git;
-pub mod proctable;
-pub mod protect;
-pub mod quota;
+/// The opencode process table, read from `/proc` (from `opencode-client`).
+pub use opencode_client::proctable;
 pub mod registry;
 mod runner;
+/// Isolation and integrity (from `bridge-isolation`).
+pub use bridge_isolation::{audit, changes, footprint, git, protect, worktree};
+/// Quota windows (from `bridge-ledger`).
+pub use bridge_ledger::quota;
 /// Claude Code as a runner (`claude -p`): its launch, stream, classification and checks.
 pub use runner::claude::code as claude;
 /// opencode's `run --format json` events and the summary every runner's output is folded into.
@@ -51,10 +54,11 @@ pub use runner::opencode::events;
 mod spec;
 mod supervisor;
 mod task;
-pub mod usage;
-pub mod utc;
+/// What tasks use and cost, the ledger, budgets and reservations (from `bridge-ledger`).
+pub use bridge_ledger::usage;
+/// UTC instants (from `bridge-ledger`).
+pub use bridge_ledger::utc;
 pub mod verify;
-pub mod worktree;
 
 use std::path::PathBuf;
 

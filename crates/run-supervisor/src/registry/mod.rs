@@ -22,7 +22,7 @@
 
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -37,22 +37,7 @@ mod writer;
 pub use client::{Unsettled, unsettled};
 pub(crate) use writer::{WRITER_THREAD, Writer};
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    to_ms(SystemTime::now())
-}
-
-pub(crate) fn to_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// An epoch-ms time (read from a file: any u64) as an instant. Cannot overflow: u64::MAX ms is
-/// about 1.8e16 s, far below the i64 seconds a `SystemTime` holds.
-pub(crate) fn from_ms(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
-}
+pub use bridge_ledger::utc::{from_ms, now_ms, to_ms};
 
 /// A process by pid and start time, as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -154,7 +154,7 @@ pub(super) async fn run_task(
         .and(shared.config.state_dir.clone());
     let (sp, dir) = (spec.clone(), state_dir.clone());
     let made =
-        tokio::task::spawn_blocking(move || crate::worktree::before_run(&sp, dir.as_deref(), id))
+        tokio::task::spawn_blocking(move || super::isolated::before_run(&sp, dir.as_deref(), id))
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
     if let Err(e) = made {
@@ -278,7 +278,7 @@ pub(super) async fn run_task(
         shared.with(id, |r| r.changes = changes);
     }
     // An isolated task: its patch, before it is shown finished.
-    let collect = move || crate::worktree::after_run(state_dir.as_deref(), id);
+    let collect = move || super::isolated::after_run(state_dir.as_deref(), id);
     let _ = tokio::task::spawn_blocking(collect).await;
     let (state, failure) =
         audited::settle(&shared, id, &expected, state, failure, tree, disk).await;

@@ -66,7 +66,8 @@ pub(super) async fn settle(
         let found = expected
             .read_only
             .then(|| audit::read_only_tree(&expected.agent, tree.as_ref(), disk.as_ref()))
-            .flatten();
+            .flatten()
+            .map(Failure::from);
         if found.is_some() && tree.as_ref().is_some_and(|t| !t.files.is_empty()) {
             shared.with(id, |r| r.changes = tree);
         }
@@ -100,7 +101,7 @@ pub(super) async fn settle(
         disk.as_ref(),
     );
     let mut note = found.note;
-    let (state, failure) = match (state, found.failure) {
+    let (state, failure) = match (state, found.failure.map(Failure::from)) {
         (TaskState::Succeeded, Some(f)) => (TaskState::Failed, Some(f)),
         (state, Some(f)) => {
             note.push_str(&format!("; also: {}", f.message));

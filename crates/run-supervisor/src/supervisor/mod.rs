@@ -35,6 +35,7 @@ use bridge_proc::{self as procs, ProcId};
 mod attempt;
 mod audited;
 mod child;
+mod isolated;
 mod output;
 mod record;
 mod served;
@@ -308,7 +309,7 @@ impl Supervisor {
                     .unwrap_or(why),
             ));
         }
-        let isolated = crate::worktree::start_check(&spec, &cwd, self.state_dir())?;
+        let isolated = isolated::start_check(&spec, &cwd, self.state_dir())?;
         if spec.verify_retries > crate::verify::MAX_VERIFY_RETRIES {
             return Err(StartError::InvalidSpec(format!(
                 "verify_retries is {}, more than {}: give 0 to {}",

@@ -15,38 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::capture::HeadTail;
 
-/// Token counts summed over every `step_finish` of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TokenUsage {
-    /// Input tokens (opencode excludes cache reads from this number).
-    pub input: u64,
-    /// Output tokens.
-    pub output: u64,
-    /// Reasoning tokens.
-    pub reasoning: u64,
-    /// Tokens read from the provider's cache.
-    pub cache_read: u64,
-    /// Tokens written to the provider's cache.
-    pub cache_write: u64,
-}
+pub use bridge_ledger::TokenUsage;
 
-/// One tool call, as printed by opencode once it completed or failed.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ToolCall {
-    /// Tool name (`bash`, `write`, `read`, `task`, ...).
-    pub tool: String,
-    /// `completed` or `error` (opencode prints no other state).
-    pub status: String,
-    /// The title opencode gave the call (a command, a file path, ...).
-    pub title: Option<String>,
-    /// The error text for a failed call.
-    pub error: Option<String>,
-    /// Lines a file-writing call added and removed, read from its input (see
-    /// [`line_counts`]); `None` where the input does not tell.
-    pub added: Option<u64>,
-    /// See `added`.
-    pub removed: Option<u64>,
-}
+pub use bridge_isolation::ToolCall;
 
 /// Lines in a text as an editor counts them: `a\nb` and `a\nb\n` are two, the empty text none.
 fn text_lines(s: &str) -> u64 {
@@ -113,17 +84,6 @@ pub fn line_counts(tool: &str, input: &Value) -> (Option<u64>, Option<u64>) {
             (Some(a), Some(r))
         }
         _ => (None, None),
-    }
-}
-
-impl ToolCall {
-    /// True when the call failed because a permission was rejected (auto-reject in `run`).
-    pub fn permission_rejected(&self) -> bool {
-        self.status == "error"
-            && self
-                .error
-                .as_deref()
-                .is_some_and(|e| e.contains("rejected permission"))
     }
 }
 

@@ -250,7 +250,6 @@ pub(super) async fn run_v2_turn(
         }
         _ => {}
     }
-    drop(fold);
     finish_stdout(shared, id, &mut lines);
     tokio::task::spawn_blocking(move || drop(server));
     end.unwrap_or(AttemptEnd::Exited(ExitInfo {

@@ -159,8 +159,26 @@ impl ProviderWait {
     /// Whether the provider's message speaks of quota or credit rather than a rate (the same
     /// words the failure classifier uses).
     pub fn is_quota(&self) -> bool {
-        crate::classify::speaks_of_quota(&self.message)
+        speaks_of_quota(&self.message)
     }
+}
+
+/// Words of a provider's message that speak of quota or credit (not of a rate); the failure
+/// classifier reads the same list.
+pub const QUOTA_WORDS: &[&str] = &[
+    "insufficient_quota",
+    "exceeded your current quota",
+    "quota exceeded",
+    "billing",
+    "credit balance",
+    "out of credits",
+    "payment required",
+];
+
+/// Whether a provider's message speaks of quota or credit (not of a rate).
+pub fn speaks_of_quota(message: &str) -> bool {
+    let lower = message.to_lowercase();
+    QUOTA_WORDS.iter().any(|w| lower.contains(w))
 }
 
 /// `t + d`, or `t` plus [`HORIZON`] when that cannot be represented (never panics for any `t`

@@ -3,7 +3,7 @@
 //! ledger of every finished task ([`ledger`]) and the budgets checked against it ([`budget`]).
 //!
 //! A [`Usage`] is filled the same way whatever ran the task: from `opencode run`'s
-//! `step_finish` events or `claude -p`'s result (the [`crate::RunSummary`] totals), or from a
+//! `step_finish` events or `claude -p`'s result (the run summary's totals), or from a
 //! session's assistant messages as opencode stored them ([`Usage::from_messages`]: the store,
 //! or `opencode serve`'s messages for a task run as a server session).
 //!
@@ -28,7 +28,20 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::events::TokenUsage;
+/// Token counts summed over every `step_finish` of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TokenUsage {
+    /// Input tokens (opencode excludes cache reads from this number).
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Reasoning tokens.
+    pub reasoning: u64,
+    /// Tokens read from the provider's cache.
+    pub cache_read: u64,
+    /// Tokens written to the provider's cache.
+    pub cache_write: u64,
+}
 
 /// The model a task's usage is compared with when `OPENCODE_BRIDGE_COMPARE_MODEL` is not set:
 /// `sonnet`, the newest Sonnet in the prices ([`Prices::resolve`]).
@@ -262,7 +275,7 @@ impl Prices {
         {
             let date = std::fs::metadata(&p)
                 .and_then(|m| m.modified())
-                .map(|t| crate::utc::day(crate::registry::to_ms(t)))
+                .map(|t| crate::utc::day(crate::utc::to_ms(t)))
                 .unwrap_or_else(|_| "an unknown day".into());
             prices.source.cache = Some((p, date, cached.by_model.len()));
             prices.by_model.extend(cached.by_model);

@@ -333,7 +333,7 @@ fn entry(r: &Raw, clock: Option<&BootClock>) -> OpencodeProcess {
 /// The entry of a run the bridge started with `program`, whatever the binary is named (the
 /// scan only recognises processes named opencode): its arguments are what follows `program`
 /// on the command line (after an interpreter for a script), else everything after `argv[0]`.
-pub(crate) fn own_run_entry(pid: i32, program: &Path) -> Option<OpencodeProcess> {
+pub fn own_run_entry(pid: i32, program: &Path) -> Option<OpencodeProcess> {
     let info =
         bridge_proc::ProcInfo::of(pid).filter(|i| !i.cmdline.is_empty() && !i.is_zombie())?;
     let name = program.file_name().and_then(|n| n.to_str());

@@ -34,9 +34,8 @@
 
 use std::time::SystemTime;
 
+use crate::ToolCall;
 use crate::changes::ChangedFiles;
-use crate::classify::{Failure, FailureKind};
-use crate::events::ToolCall;
 use crate::footprint::Touched;
 
 /// opencode's internal agents that write assistant messages of their own into a session.
@@ -117,11 +116,55 @@ pub struct Asked<'a> {
     pub denied: Denied,
 }
 
+/// Whom a finding blames: the kind of failure the task gets from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The agent: it was not the one asked, or did what its permissions deny.
+    Agent,
+    /// The model: another one answered.
+    Model,
+}
+
+/// A finding that fails the task: whom it blames, what was found (one line, at most 600
+/// characters, the form of a failure's message) and what to do about it. The supervisor turns
+/// it into the task's failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Whom it blames.
+    pub blame: Blame,
+    /// What was found.
+    pub message: String,
+    /// What to do about it.
+    pub advice: String,
+}
+
+impl Finding {
+    fn new(blame: Blame, message: impl Into<String>, advice: &str) -> Self {
+        Finding {
+            blame,
+            message: one_line(&message.into(), 600),
+            advice: advice.to_owned(),
+        }
+    }
+}
+
+/// `s` with its whitespace runs as single spaces, cut to `max` characters (then ending in `…`).
+fn one_line(s: &str, max: usize) -> String {
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if joined.chars().count() <= max {
+        joined
+    } else {
+        let mut out: String = joined.chars().take(max).collect();
+        out.push('…');
+        out
+    }
+}
+
 /// What the audit found.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Audit {
     /// The failure the task gets (the first of: agent, model, read-only tree, tool calls).
-    pub failure: Option<Failure>,
+    pub failure: Option<Finding>,
     /// One line for the result: what was checked, or `not audited: …`, plus any further
     /// finding beyond the failure.
     pub note: String,
@@ -152,7 +195,7 @@ pub fn read_only_tree(
     agent: &str,
     tree: Option<&ChangedFiles>,
     disk: Option<&Touched>,
-) -> Option<Failure> {
+) -> Option<Finding> {
     let mut files: Vec<String> = tree
         .map(|c| c.files.iter().map(|f| f.path.clone()).collect())
         .unwrap_or_default();
@@ -165,8 +208,8 @@ pub fn read_only_tree(
         return None;
     }
     files.sort();
-    Some(Failure::with_advice(
-        FailureKind::Agent,
+    Some(Finding::new(
+        Blame::Agent,
         format!(
             "policy violation: the working tree changed while read-only agent `{agent}` ran: {}",
             list(&files, 10)
@@ -187,7 +230,7 @@ pub fn audit(
     tree: Option<&ChangedFiles>,
     disk: Option<&Touched>,
 ) -> Audit {
-    let mut failures: Vec<Failure> = Vec::new();
+    let mut failures: Vec<Finding> = Vec::new();
     let mut note = Vec::new();
     let mut calls = run_calls;
     match used {
@@ -217,8 +260,8 @@ pub fn audit(
                     .cloned()
                     .collect();
                 if !others.is_empty() {
-                    failures.push(Failure::with_advice(
-                        FailureKind::Agent,
+                    failures.push(Finding::new(
+                        Blame::Agent,
                         format!(
                             "opencode ran agent {} instead of the asked `{}` (the session's record says so): the policy decided for `{}` was not the one enforced",
                             others.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", "),
@@ -236,8 +279,8 @@ pub fn audit(
                         .cloned()
                         .collect();
                     if !others.is_empty() {
-                        failures.push(Failure::with_advice(
-                            FailureKind::Model,
+                        failures.push(Finding::new(
+                            Blame::Model,
                             format!(
                                 "opencode used model {} instead of the asked `{want}` (the session's record says so)",
                                 others.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
@@ -288,8 +331,8 @@ pub fn audit(
         })
         .collect();
     if !forbidden.is_empty() {
-        failures.push(Failure::with_advice(
-            FailureKind::Agent,
+        failures.push(Finding::new(
+            Blame::Agent,
             format!(
                 "policy violation: agent `{}` made tool calls its permissions deny: {}",
                 asked.agent,
@@ -411,7 +454,7 @@ mod tests {
             None,
         );
         let f = a.failure.unwrap();
-        assert_eq!(f.kind, FailureKind::Agent);
+        assert_eq!(f.blame, Blame::Agent);
         assert!(
             f.message
                 .contains("`build` instead of the asked `explorer`"),
@@ -440,7 +483,7 @@ mod tests {
             None,
         );
         let f = a.failure.unwrap();
-        assert_eq!(f.kind, FailureKind::Model);
+        assert_eq!(f.blame, Blame::Model);
         assert!(
             f.message
                 .contains("`fk/other` instead of the asked `fk/ok`")
@@ -489,7 +532,7 @@ mod tests {
             None,
         );
         let f = a.failure.unwrap();
-        assert_eq!(f.kind, FailureKind::Agent);
+        assert_eq!(f.blame, Blame::Agent);
         assert_eq!(
             f.message,
             "policy violation: agent `explorer` made tool calls its permissions deny: bash `echo hi > c` (bash denied), write `d.rs` (edit denied)"
@@ -536,7 +579,7 @@ mod tests {
             None,
         );
         let f = a.failure.unwrap();
-        assert_eq!(f.kind, FailureKind::Agent);
+        assert_eq!(f.blame, Blame::Agent);
         assert!(
             f.message
                 .ends_with("changed while read-only agent `explorer` ran: src/lib.rs"),
@@ -582,7 +625,7 @@ mod tests {
             Some(&disk),
         );
         let f = a.failure.unwrap();
-        assert_eq!(f.kind, FailureKind::Agent);
+        assert_eq!(f.blame, Blame::Agent);
         assert_eq!(
             f.message,
             "policy violation: the working tree changed while read-only agent `explorer` ran: .git/config, .git/hooks/pre-commit, src/lib.rs, target/out.log"

@@ -1,4 +1,5 @@
-//! UTC instants as RFC 3339 text, to the second: [`format`] writes `YYYY-MM-DDTHH:MM:SSZ` and
+//! UTC instants as epoch milliseconds ([`now_ms`], [`to_ms`], [`from_ms`]) and as RFC 3339
+//! text, to the second: [`format()`] writes `YYYY-MM-DDTHH:MM:SSZ` and
 //! [`parse`], its inverse, reads that shape back (with optional fractional seconds and `Z` or
 //! `+00:00`; other offsets are refused).
 //!
@@ -7,6 +8,24 @@
 //! inverse; a test checks the round trip.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    to_ms(SystemTime::now())
+}
+
+/// An instant as milliseconds since the Unix epoch (0 before it).
+pub fn to_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// An epoch-ms time (read from a file: any u64) as an instant. Cannot overflow: u64::MAX ms is
+/// about 1.8e16 s, far below the i64 seconds a `SystemTime` holds.
+pub fn from_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
 
 /// Formats an instant as `YYYY-MM-DDTHH:MM:SSZ` (UTC; instants before 1970 show the epoch,
 /// sub-second parts are dropped).

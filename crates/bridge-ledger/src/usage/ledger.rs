@@ -16,8 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{CostBasis, Price, Usage};
-use crate::events::TokenUsage;
+use super::{CostBasis, Price, TokenUsage, Usage};
 
 /// The format version of the rows this bridge writes.
 pub const LEDGER_VERSION: u32 = 1;
@@ -583,7 +582,7 @@ pub(crate) mod tests {
     fn a_window_has_an_end_a_project_and_weeks_and_months() {
         let day = 86_400_000;
         // 2026-11-29 (a Sunday), 2026-11-30 (Monday), 2026-12-02.
-        let sun = crate::registry::to_ms(crate::utc::parse("2026-11-29T10:00:00Z").unwrap());
+        let sun = crate::utc::to_ms(crate::utc::parse("2026-11-29T10:00:00Z").unwrap());
         let mut other = row(3, 1, sun + 3 * day, 4.0);
         other.project = "/q".into();
         let rows = [row(1, 1, sun, 1.0), row(2, 1, sun + day, 2.0), other];

@@ -297,7 +297,7 @@ mod tests {
     fn the_day_window_rolls_over_at_utc_midnight_and_the_month_at_the_first() {
         // 2026-01-31 23:00 UTC.
         let jan31 = crate::utc::parse("2026-01-31T23:00:00Z").unwrap();
-        let now = crate::registry::to_ms(jan31);
+        let now = crate::utc::to_ms(jan31);
         let rows = [row(1, 1, now - 3_600_000, 3.0), row(2, 1, now, 2.0)];
         let b = Budgets {
             day_usd: Some(5.0),
