@@ -296,10 +296,10 @@ pub fn relative_to(title: &str, cwd: &Path) -> String {
 pub fn from_tool_calls(calls: &[ToolCall], cwd: &Path) -> ChangedFiles {
     let mut by_path: std::collections::BTreeMap<String, (Option<u64>, Option<u64>)> =
         std::collections::BTreeMap::new();
-    for c in calls
-        .iter()
-        .filter(|c| c.status == "completed" && WRITING_TOOLS.contains(&c.tool.as_str()))
-    {
+    for c in calls.iter().filter(|c| {
+        // Claude Code names them `Write`, `Edit`, `MultiEdit`.
+        c.status == "completed" && WRITING_TOOLS.contains(&c.tool.to_ascii_lowercase().as_str())
+    }) {
         let Some(t) = c.title.as_deref().filter(|t| !t.trim().is_empty()) else {
             continue;
         };

@@ -252,7 +252,7 @@ pub struct ClaudeResult {
 /// event, and a usage-limit window Claude Code announced.
 #[derive(Debug, Clone, Default)]
 pub struct ClaudeStream {
-    pending: HashMap<String, (String, Option<String>)>,
+    pending: HashMap<String, (String, Option<String>, LineCounts)>,
     /// The `result` event, once seen.
     pub result: Option<ClaudeResult>,
     /// `rate_limit_event` with status `rejected`: when the window resets (its `resetsAt`,
@@ -260,6 +260,45 @@ pub struct ClaudeStream {
     pub limit_reset: Option<crate::quota::Reset>,
     /// True when a `rate_limit_event` said `rejected`.
     pub limit_rejected: bool,
+}
+
+/// Lines a call added and removed, where its input tells.
+type LineCounts = (Option<u64>, Option<u64>);
+
+/// The lines a Claude Code file-writing call adds and removes, from its input: `Write`
+/// `{file_path, content}`, `Edit` `{old_string, new_string, replace_all}`, `MultiEdit`
+/// `{edits: [...]}`, counted as opencode's `write`, `edit` and `multiedit` are
+/// ([`crate::events::line_counts`]). Anything else: unknown.
+fn line_counts_of(tool: &str, input: &Value) -> LineCounts {
+    let edit = |e: &Value| {
+        serde_json::json!({
+            "oldString": e.get("old_string"),
+            "newString": e.get("new_string"),
+            "replaceAll": e.get("replace_all"),
+        })
+    };
+    let (name, as_opencode) = match tool {
+        "Write" => (
+            "write",
+            serde_json::json!({"content": input.get("content")}),
+        ),
+        "Edit" => ("edit", edit(input)),
+        "MultiEdit" => {
+            let edits: Vec<Value> = input
+                .get("edits")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(edit)
+                .collect();
+            if edits.is_empty() {
+                return (None, None);
+            }
+            ("multiedit", serde_json::json!({"edits": edits}))
+        }
+        _ => return (None, None),
+    };
+    crate::events::line_counts(name, &as_opencode)
 }
 
 fn title_of(input: &Value) -> Option<String> {
@@ -360,8 +399,9 @@ impl ClaudeStream {
                         .and_then(Value::as_str)
                         .unwrap_or("?")
                         .to_owned();
-                    let title = title_of(b.get("input").unwrap_or(&Value::Null));
-                    self.pending.insert(tid, (name, title));
+                    let input = b.get("input").unwrap_or(&Value::Null);
+                    let counts = line_counts_of(&name, input);
+                    self.pending.insert(tid, (name, title_of(input), counts));
                 }
                 _ => {}
             }
@@ -381,10 +421,10 @@ impl ClaudeStream {
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
         {
             let id = b.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
-            let (tool, title) = self
+            let (tool, title, (added, removed)) = self
                 .pending
                 .remove(id)
-                .unwrap_or_else(|| ("?".to_owned(), None));
+                .unwrap_or_else(|| ("?".to_owned(), None, (None, None)));
             let is_error = b.get("is_error").and_then(Value::as_bool) == Some(true);
             let text = content_text(b.get("content").unwrap_or(&Value::Null));
             summary.push_tool_result(ToolCall {
@@ -398,7 +438,8 @@ impl ClaudeStream {
                         .trim_end_matches("</tool_use_error>");
                     t.chars().take(600).collect()
                 }),
-                ..Default::default()
+                added: added.filter(|_| !is_error),
+                removed: removed.filter(|_| !is_error),
             });
         }
     }
@@ -635,6 +676,57 @@ mod tests {
 
     fn strs(a: &[OsString]) -> Vec<String> {
         a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn claude_code_file_writes_give_line_counts_and_name_their_files() {
+        let j = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        assert_eq!(
+            line_counts_of(
+                "Write",
+                &j(r#"{"file_path":"/p/a.txt","content":"a\nb\nc\n"}"#)
+            ),
+            (Some(3), None)
+        );
+        assert_eq!(
+            line_counts_of(
+                "Edit",
+                &j(r#"{"file_path":"/p/a.txt","old_string":"x","new_string":"y\nz"}"#)
+            ),
+            (Some(2), Some(1))
+        );
+        assert_eq!(
+            line_counts_of(
+                "Edit",
+                &j(r#"{"old_string":"x","new_string":"y","replace_all":true}"#)
+            ),
+            (None, None)
+        );
+        assert_eq!(
+            line_counts_of(
+                "MultiEdit",
+                &j(
+                    r#"{"edits":[{"old_string":"a","new_string":"b\nc"},{"old_string":"d\ne","new_string":""}]}"#
+                )
+            ),
+            (Some(2), Some(3))
+        );
+        assert_eq!(
+            line_counts_of("Bash", &j(r#"{"command":"ls"}"#)),
+            (None, None)
+        );
+        // Outside git, the files Claude Code wrote are named, with their counts.
+        let call = ToolCall {
+            tool: "Write".into(),
+            status: "completed".into(),
+            title: Some("/p/a.txt".into()),
+            added: Some(3),
+            ..Default::default()
+        };
+        let files = bridge_isolation::changes::from_tool_calls(&[call], std::path::Path::new("/p"));
+        assert_eq!(files.files.len(), 1, "{files:?}");
+        assert_eq!(files.files[0].path, "a.txt");
+        assert_eq!(files.files[0].added, Some(3));
     }
 
     #[test]
