@@ -12,7 +12,9 @@ use std::time::Duration;
 use bridge_policy::roster::{AgentInfo, AgentSource, config_overlay};
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode};
-use common::live::{call, fake_spec, serve_supervisor};
+use common::live::{
+    StopNotedServers, call, fake_spec, noted_servers, owner_gone, serve_supervisor,
+};
 use common::*;
 use run_supervisor::{
     CancelOutcome, Engine, FailureKind, OnExit, Supervisor, SupervisorConfig, TaskSpec, TaskState,
@@ -310,22 +312,6 @@ async fn live_serve_a_configuration_changed_between_tasks_holds_for_the_next_one
     sup.shutdown().await;
 }
 
-/// The notes of the warm servers running (`<state>/serve/<pid>.json`): their pids.
-fn noted_servers(state: &Path) -> Vec<i32> {
-    let mut pids: Vec<i32> = std::fs::read_dir(state.join("serve"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.strip_suffix(".json")?.parse().ok()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    pids.sort();
-    pids
-}
-
 /// At most `OPENCODE_BRIDGE_SERVE_MAX` warm servers: a task in another project stops the server
 /// idle longest first; a server with a task running is kept even past the limit.
 #[tokio::test]
@@ -437,41 +423,6 @@ async fn live_serve_a_cancel_mode_shutdown_stops_a_running_task_and_its_server()
     assert_eq!(noted_servers(state.path()), Vec::<i32>::new());
 }
 
-/// The test's own cleanup, should it fail half-way: the servers noted in a state directory are
-/// stopped (a server left running is the behaviour under test, so nothing else stops it).
-struct StopNotedServers(std::path::PathBuf);
-
-impl Drop for StopNotedServers {
-    fn drop(&mut self) {
-        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
-            let note: Option<serde_json::Value> = std::fs::read(e.path())
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            if let Some(n) = note
-                && let (Some(pid), Some(start)) = (n["pid"].as_i64(), n["start_time"].as_u64())
-            {
-                let server = run_supervisor::ProcId {
-                    pid: pid as i32,
-                    start_time: start,
-                };
-                bridge_proc::stop_left_group(server, Duration::from_secs(3));
-            }
-        }
-    }
-}
-
-/// Points a task's record at a bridge that is gone (in-process, both supervisors are the same
-/// process, so the first one's end is played by its record).
-fn owner_gone(state: &Path, id: u64) {
-    let path = state.join(format!("tasks/{id}/task.json"));
-    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead = run_supervisor::ProcId::of(child.id() as i32).unwrap();
-    child.wait().unwrap();
-    t["owner"] = json!({"pid": dead.pid, "start_time": dead.start_time});
-    std::fs::write(&path, serde_json::to_vec(&t).unwrap()).unwrap();
-}
-
 /// Issue 32, on the library: a shutdown (the default, leave) leaves a served turn running on its
 /// warm server, which stays; the next supervisor on the state directory shows the task running,
 /// adopts the server and follows the turn to its answer; the server then stops once it has had
@@ -496,7 +447,9 @@ async fn live_serve_a_turn_left_at_shutdown_is_followed_to_its_answer_by_the_nex
         ..SupervisorConfig::default()
     };
     let first = Supervisor::new(config());
-    let slow = first.start(spec(&proj, "slow", "Take your time.")).unwrap();
+    let mut capped = spec(&proj, "slow", "Take your time.");
+    capped.max_cost_usd = Some(7.5);
+    let slow = first.start(capped).unwrap();
     wait_until(&first, slow, LIMIT, |s| s.last_event_age.is_some()).await;
     let servers = noted_servers(state.path());
     assert_eq!(servers.len(), 1, "{servers:?}");
@@ -521,10 +474,8 @@ async fn live_serve_a_turn_left_at_shutdown_is_followed_to_its_answer_by_the_nex
     let held = reservations();
     assert_eq!(held.len(), 1, "{held:?}");
     assert_eq!(held[0].project, proj, "{held:?}");
-    assert!(
-        held[0].amount_usd >= run_supervisor::usage::reserve::DEFAULT_FLOOR_USD,
-        "{held:?}"
-    );
+    // Its cap came with it: it reserves the cap, as the first bridge did.
+    assert_eq!(held[0].amount_usd, 7.5, "{held:?}");
     // The process table shows the server, held once the task follows its turn there.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {

@@ -231,6 +231,10 @@ pub(crate) struct TaskRecord {
     /// absent without any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checks: Option<StoredChecks>,
+    /// The caller's `max_cost_usd`, so a bridge that adopts the task holds it to the same cap
+    /// (and reserves it); absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
     pub updated_ms: u64,
 }
 
@@ -272,6 +276,7 @@ impl TaskRecord {
             verify: None,
             schema_valid: None,
             checks: None,
+            max_cost_usd: None,
             updated_ms: now_ms(),
         }
     }
@@ -675,6 +680,7 @@ pub(crate) mod tests {
             verify: None,
             schema_valid: None,
             checks: None,
+            max_cost_usd: None,
             updated_ms: now_ms(),
         }
     }

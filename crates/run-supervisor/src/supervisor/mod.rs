@@ -482,6 +482,7 @@ impl Supervisor {
                     output_schema: spec.output_schema.clone(),
                 }
             });
+            rec.max_cost_usd = spec.max_cost_usd;
             let durable_session = self.shared.writer.is_none();
             let r = Record::new(
                 rec,
@@ -566,10 +567,12 @@ impl Supervisor {
                 spec.verify_retries = c.verify_retries;
                 spec.output_schema = c.output_schema.clone();
             }
+            // And its cost cap holds as it did there.
+            spec.max_cost_usd = t.max_cost_usd;
             let (stop_tx, stop_rx) = watch::channel(None);
             // It runs already, so it is never refused; but it holds a reservation again, so
             // that spend plus reservations stays honest for every bridge on the state directory.
-            let reservation = self.reserve_adopted(&t.cwd);
+            let reservation = self.reserve_adopted(&t.cwd, t.max_cost_usd);
             {
                 let mut inner = self.shared.lock();
                 if inner.tasks.contains_key(&id) || inner.shutting_down {
@@ -826,10 +829,11 @@ impl Supervisor {
     }
 
     /// The reservation of a task adopted from a bridge that is gone (whose reservation went
-    /// with it): the default amount from the ledger ([`reserve::default_amount`]), made without
+    /// with it): its `max_cost_usd` when it had one, else the default amount from the ledger
+    /// ([`reserve::default_amount`]), made without
     /// a budget check (the task runs already). Its key is `None` without a state directory or
     /// when the file cannot be written (the table still counts the amount).
-    fn reserve_adopted(&self, cwd: &Path) -> (Option<u64>, f64) {
+    fn reserve_adopted(&self, cwd: &Path, cap: Option<f64>) -> (Option<u64>, f64) {
         let now = crate::registry::now_ms();
         let Some(dir) = self.state_dir().map(Path::to_path_buf) else {
             return (None, reserve::DEFAULT_FLOOR_USD);
@@ -843,7 +847,7 @@ impl Supervisor {
                 .iter()
                 .map(crate::usage::ledger::TextRow::view)
                 .collect();
-            let amount = reserve::default_amount(&rows, now);
+            let amount = cap.unwrap_or_else(|| reserve::default_amount(&rows, now));
             list.push(reserve::Reservation {
                 pid: me.pid,
                 start_time: me.start_time,
