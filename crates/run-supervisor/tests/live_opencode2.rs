@@ -14,9 +14,12 @@ use std::time::Duration;
 use bridge_policy::roster::{AgentInfo, AgentSource, config_overlay};
 use bridge_testkit::fake_llm::OK_TEXT;
 use bridge_testkit::{FakeLlm, OpencodeSandbox, require_opencode2};
-use common::live::{call, fake_spec, serve_supervisor};
+use common::live::{
+    StopNotedServers, call, fake_spec, noted_servers, owner_gone, serve_supervisor,
+    serve_supervisor_config,
+};
 use common::*;
-use run_supervisor::{CancelOutcome, Supervisor, TaskSpec, TaskState};
+use run_supervisor::{CancelOutcome, Supervisor, SupervisorConfig, TaskSpec, TaskState};
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(240);
@@ -287,4 +290,65 @@ async fn live_opencode2_cancel_and_time_limit_end_the_turn() {
         CancelOutcome::Cancelled
     ));
     sup.shutdown().await;
+}
+
+/// Issue 35 with issue 32: a turn on the preview left running at a shutdown (the default,
+/// leave) is adopted by the next supervisor on the state directory and followed to its answer;
+/// its server stops once idle.
+#[tokio::test]
+async fn live_opencode2_a_turn_left_at_shutdown_is_followed_to_its_answer() {
+    let oc = require_opencode2!();
+    let llm = FakeLlm::start().unwrap();
+    llm.set_slow_secs(10);
+    let sb = OpencodeSandbox::new(&llm.base_url()).unwrap();
+    let proj = sb.project_dir().to_path_buf();
+    let state = tempfile::tempdir().unwrap();
+    let _cleanup = StopNotedServers(state.path().join("serve"));
+    let config = || SupervisorConfig {
+        serve_idle: Duration::from_secs(3),
+        ..serve_supervisor_config(&oc, &sb, Some(state.path().to_path_buf()))
+    };
+    let first = Supervisor::new(config());
+    let slow = first.start(spec(&proj, "slow", "Take your time.")).unwrap();
+    wait_until(&first, slow, LIMIT, |s| {
+        s.session_id.is_some() || s.state.is_finished()
+    })
+    .await;
+    // The turn is streaming on the server when the supervisor stops.
+    for _ in 0..400 {
+        if !llm.chat_requests("slow").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let asked = llm.chat_requests("slow").len();
+    assert!(asked > 0, "the turn did not begin");
+    let servers = noted_servers(state.path());
+    assert_eq!(servers.len(), 1, "{servers:?}");
+    let server = run_supervisor::ProcId::of(servers[0]).unwrap();
+    first.shutdown().await;
+    drop(first);
+    assert!(
+        server.is_alive(),
+        "the server was stopped with a turn on it"
+    );
+    owner_gone(state.path(), slow);
+
+    let second = Supervisor::new(config());
+    assert_eq!(second.follow_left_tasks().await, vec![slow]);
+    let s = finish(&second, slow, LIMIT).await;
+    assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+    let out = second.result(slow, None, None).unwrap();
+    assert!(out.final_text.contains("DONE"), "{}", out.final_text);
+    // The adopting supervisor followed the turn; it did not send it again.
+    assert_eq!(llm.chat_requests("slow").len(), asked);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while server.is_alive() || !noted_servers(state.path()).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle server was not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    second.shutdown().await;
 }

@@ -72,7 +72,16 @@ pub fn fenced_supervisor(
 
 /// Up to four tasks at once on the warm local server of `oc`, quick retries.
 pub fn serve_supervisor(oc: &Path, sb: &OpencodeSandbox, state_dir: Option<PathBuf>) -> Supervisor {
-    Supervisor::new(SupervisorConfig {
+    Supervisor::new(serve_supervisor_config(oc, sb, state_dir))
+}
+
+/// The configuration of [`serve_supervisor`].
+pub fn serve_supervisor_config(
+    oc: &Path,
+    sb: &OpencodeSandbox,
+    state_dir: Option<PathBuf>,
+) -> SupervisorConfig {
+    SupervisorConfig {
         opencode_bin: Some(oc.to_path_buf()),
         root: sb.root().to_path_buf(),
         env: sb.env(),
@@ -83,7 +92,7 @@ pub fn serve_supervisor(oc: &Path, sb: &OpencodeSandbox, state_dir: Option<PathB
         quiet_after: Duration::from_secs(600),
         engine: Engine::Serve,
         ..SupervisorConfig::default()
-    })
+    }
 }
 
 /// A task of `agent` on the fake provider's `model`, labelled `{tag}/{agent}: {model}`.
@@ -91,4 +100,55 @@ pub fn fake_spec(cwd: &Path, agent: &str, tag: &str, model: &str, prompt: &str) 
     let mut s = TaskSpec::new(prompt, cwd, agent, format!("{tag}/{agent}: {model}"));
     s.model = Some(format!("fk/{model}"));
     s
+}
+
+/// The notes of the warm servers running (`<state>/serve/<pid>.json`): their pids.
+pub fn noted_servers(state: &Path) -> Vec<i32> {
+    let mut pids: Vec<i32> = std::fs::read_dir(state.join("serve"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_suffix(".json")?.parse().ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort();
+    pids
+}
+
+/// The test's own cleanup, should it fail half-way: the servers noted in a state directory are
+/// stopped (a server left running is the behaviour under test, so nothing else stops it).
+pub struct StopNotedServers(pub std::path::PathBuf);
+
+impl Drop for StopNotedServers {
+    fn drop(&mut self) {
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            let note: Option<serde_json::Value> = std::fs::read(e.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            if let Some(n) = note
+                && let (Some(pid), Some(start)) = (n["pid"].as_i64(), n["start_time"].as_u64())
+            {
+                let server = run_supervisor::ProcId {
+                    pid: pid as i32,
+                    start_time: start,
+                };
+                bridge_proc::stop_left_group(server, Duration::from_secs(3));
+            }
+        }
+    }
+}
+
+/// Points a task's record at a bridge that is gone (in-process, both supervisors are the same
+/// process, so the first one's end is played by its record).
+pub fn owner_gone(state: &Path, id: u64) {
+    let path = state.join(format!("tasks/{id}/task.json"));
+    let mut t: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = run_supervisor::ProcId::of(child.id() as i32).unwrap();
+    child.wait().unwrap();
+    t["owner"] = serde_json::json!({"pid": dead.pid, "start_time": dead.start_time});
+    std::fs::write(&path, serde_json::to_vec(&t).unwrap()).unwrap();
 }
