@@ -212,7 +212,12 @@ fn live_verify_passes_fails_feeds_the_failure_back_and_stays_in_the_fence() {
     // Outside git the file and the tool call are named from the task's cwd (opencode titles
     // them from `/`).
     assert!(r[0].contains("-> write(hello.txt) [completed]"), "{}", r[0]);
-    assert!(r[0].contains("\n  hello.txt (written)"), "{}", r[0]);
+    // With the lines the write's input tells (what it replaced is not in it).
+    assert!(
+        r[0].contains("\n  hello.txt +1 -unknown (written)"),
+        "{}",
+        r[0]
+    );
 
     assert!(
         r[1].contains("failure: verify: verify failed (exit 3)"),
@@ -233,7 +238,11 @@ fn live_verify_passes_fails_feeds_the_failure_back_and_stays_in_the_fence() {
         "The check for this task failed after your turn"
     ));
     assert!(proj.join("fixed.txt").is_file());
-    assert!(r[2].contains("\n  fixed.txt (written)"), "{}", r[2]);
+    assert!(
+        r[2].contains("\n  fixed.txt +1 -unknown (written)"),
+        "{}",
+        r[2]
+    );
 
     assert!(
         r[3].contains("verify: failed (exit 2) after 2 runs"),
