@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::Shared;
+use super::table::Shared;
 use crate::audit::{self, Asked, Denied};
 use crate::changes::ChangedFiles;
 use crate::classify::Failure;

@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use super::output::{enlarge_pipe, follow_output, follower, output_file, read_stream};
 use super::record::Save;
-use super::{Shared, StopReason, persist};
+use super::record::StopReason;
+use super::table::{Shared, persist};
 use crate::classify::ExitInfo;
 use crate::command::{Capabilities, LaunchContext, PrivateTmp, TMP_VARS};
 use crate::runner::backend;
@@ -397,7 +398,7 @@ pub(super) fn world_for(
 /// task's tree is its worktree, with the git directories the bridge recorded when it made it;
 /// any other task's is inside the root.
 pub(super) fn project_for(
-    cfg: &super::SupervisorConfig,
+    cfg: &crate::spec::SupervisorConfig,
     id: TaskId,
     cwd: &Path,
 ) -> bridge_fence::Project {

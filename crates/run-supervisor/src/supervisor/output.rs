@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::record::{Record, Save};
-use super::{Shared, persist};
+use super::table::{Shared, persist};
 use crate::capture::{LineSplitter, Piece};
 use crate::events::TextBuffer;
 use crate::runner::Runner;

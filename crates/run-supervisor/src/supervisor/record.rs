@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use super::StopReason;
 use crate::capture::{HeadTail, REPLY_CHARS, cut_text};
 use crate::changes::ChangedFiles;
 use crate::classify::{ExitInfo, Failure};
@@ -23,6 +22,16 @@ use crate::runner::{Stream, backend};
 use crate::task::{TaskOutput, TaskSnapshot, TaskState};
 use crate::usage::{Pricing, Usage};
 use bridge_proc::ProcId;
+
+/// Why a task is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StopReason {
+    Cancel,
+    Shutdown,
+    /// A budget window it counts against is spent (the message is the record's
+    /// `budget_stop`).
+    Budget,
+}
 
 /// A task of this supervisor.
 #[derive(Debug)]

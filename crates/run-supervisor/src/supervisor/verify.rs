@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::StopReason;
 use super::child::{AttemptCtx, fence_for, into_world};
+use super::record::StopReason;
 use crate::command::{LaunchContext, PrivateTmp, TMP_VARS};
 use crate::runner::backend;
 use crate::verify::VerifyOutcome;

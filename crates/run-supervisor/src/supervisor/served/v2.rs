@@ -11,8 +11,8 @@ use tokio::sync::watch;
 
 use super::super::child::{AttemptCtx, AttemptEnd};
 use super::super::output::{finish_stdout, fold_stdout};
-use super::super::record::Save;
-use super::super::{StopReason, persist};
+use super::super::record::{Save, StopReason};
+use super::super::table::persist;
 use super::{MAX_LINE, STOP_WAIT, Server, lost};
 use crate::capture::LineSplitter;
 use crate::classify::ExitInfo;
