@@ -24,6 +24,7 @@ pub mod model;
 pub mod paths;
 pub mod proctable;
 mod remote;
+pub mod serve_process;
 pub mod server;
 pub mod source;
 pub mod sse;

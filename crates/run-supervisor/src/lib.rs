@@ -71,7 +71,7 @@ pub use command::Capabilities;
 pub use events::{RunSummary, TokenUsage, ToolCall};
 pub use proctable::{OpencodeProcess, ProcessKind, WarmServer};
 pub use runner::Runner;
-pub use runner::serve::pool::serve_watch;
+pub use runner::serve::notes::serve_watch;
 pub use runner::serve::{ServerCheck, check_server, server_agents, server_client};
 pub use spec::{Engine, OnExit, REQUEST_TTL, RequestKey, SupervisorConfig, TaskSpec};
 pub use supervisor::{

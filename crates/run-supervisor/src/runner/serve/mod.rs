@@ -12,6 +12,7 @@
 //! rules for good), on top of the overlay its server was started with.
 
 pub(crate) mod events;
+pub(crate) mod notes;
 pub(crate) mod pool;
 pub(crate) mod session;
 pub(crate) mod v2;
