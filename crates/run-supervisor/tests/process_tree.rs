@@ -182,7 +182,7 @@ async fn a_shutdown_leaves_every_run_running_and_recorded_and_refuses_new_ones()
     let _g = SERIAL.lock().await;
     let w = World::new();
     let state = tempfile::tempdir().unwrap();
-    let (mut cfg, _) = w.config_with_pidfile();
+    let (mut cfg, pidfile) = w.config_with_pidfile();
     cfg.state_dir = Some(state.path().to_path_buf());
     let sup = Supervisor::new(cfg);
     let a = sup.start(w.spec("tree")).unwrap();
@@ -192,6 +192,10 @@ async fn a_shutdown_leaves_every_run_running_and_recorded_and_refuses_new_ones()
         let s = wait_until(&sup, id, Duration::from_secs(20), running).await;
         roots.push(ProcId::of(s.pid.unwrap()).unwrap());
     }
+    // The tree's descendants are all started before the shutdown: one forked after the test's
+    // cleanup looked for them would be left behind as a zombie of ours (the test process is
+    // the runs' subreaper), as it once was in CI.
+    let kids = read_pidfile(&pidfile, 2).await;
     sup.shutdown().await;
     for (id, root) in [a, b].into_iter().zip(&roots) {
         assert!(root.is_alive(), "the run of task {id} was stopped");
@@ -206,7 +210,7 @@ async fn a_shutdown_leaves_every_run_running_and_recorded_and_refuses_new_ones()
         Err(StartError::ShuttingDown)
     ));
     // The test's own cleanup: these runs are its children.
-    let mut known = std::collections::BTreeSet::new();
+    let mut known: std::collections::BTreeSet<ProcId> = kids.iter().copied().collect();
     for root in &roots {
         bridge_proc::terminate_tree(*root, &mut known, Duration::from_millis(400)).await;
     }

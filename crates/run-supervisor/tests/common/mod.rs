@@ -37,7 +37,17 @@ pub async fn assert_no_zombies() {
         }
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
-    panic!("zombie children left: {:?}", zombie_children());
+    let named: Vec<String> = zombie_children()
+        .into_iter()
+        .map(|pid| {
+            let comm = procfs::process::Process::new(pid)
+                .and_then(|p| p.stat())
+                .map(|s| s.comm)
+                .unwrap_or_default();
+            format!("{pid} ({comm})")
+        })
+        .collect();
+    panic!("zombie children left: {named:?}");
 }
 
 /// Asserts every process is gone (or its pid now belongs to another process).
