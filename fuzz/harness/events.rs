@@ -127,7 +127,7 @@ pub fn run(data: &[u8]) {
         },
         ExitInfo::default(),
     ] {
-        if let Some(f) = classify::classify(&summary, &stderr, exit) {
+        if let Some(f) = run_supervisor::classify_run(&summary, &stderr, exit) {
             check_failure(&f);
         }
     }

@@ -11,8 +11,9 @@ use std::time::Instant;
 use bridge_testkit::{FakeLlm, OpencodeSandbox};
 use serde_json::json;
 
+use crate::client::Bridge;
 use crate::flood::Cpu;
-use crate::{Bridge, Row, median};
+use crate::table::{Row, median};
 
 /// Figures of one engine: the first task's wall time, the later ones', the bridge's CPU per
 /// later task.

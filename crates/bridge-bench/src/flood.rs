@@ -15,7 +15,8 @@ use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::{Bridge, Row};
+use crate::client::Bridge;
+use crate::table::Row;
 
 /// CPU seconds of a process (`/proc/<pid>/stat`): its own user and system time, and the user
 /// and system time of its reaped children.

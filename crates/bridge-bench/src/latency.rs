@@ -8,7 +8,8 @@ use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::{Bridge, Row, pct};
+use crate::client::Bridge;
+use crate::table::{Row, pct};
 
 /// One call: when it was sent (s since the start of its series), how long it took (ms), and
 /// how long of that the bridge's answering thread spent runnable but waiting for a CPU, and

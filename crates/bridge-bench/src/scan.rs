@@ -16,7 +16,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::time::{ClockId, clock_gettime};
 use nix::unistd::Pid;
 
-use crate::{Row, median, pct};
+use crate::table::{Row, median, pct};
 
 /// Real opencode processes started for the second round.
 const SERVES: usize = 3;

@@ -11,7 +11,7 @@ use std::time::Instant;
 use bridge_policy::secrets::scan;
 
 use crate::scan::thread_cpu_ms;
-use crate::{Row, median, min};
+use crate::table::{Row, median, min};
 
 fn corpus(name: &str) -> Result<Vec<(String, String)>, String> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -12,7 +12,8 @@ use run_supervisor::usage::ledger::{self, Row};
 use run_supervisor::usage::{CostBasis, Usage};
 use serde_json::json;
 
-use crate::{Bridge, Row as BenchRow, median, pct, time_calls};
+use crate::client::{Bridge, time_calls};
+use crate::table::{Row as BenchRow, median, pct};
 
 /// Rows of the benchmark's ledger.
 pub const ROWS: usize = 10_000;

@@ -34,7 +34,7 @@
 
 use std::time::SystemTime;
 
-use crate::ToolCall;
+use crate::calls::ToolCall;
 use crate::changes::ChangedFiles;
 use crate::footprint::Touched;
 

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ToolCall;
+use crate::calls::ToolCall;
 
 /// Where the list came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,7 +291,7 @@ pub fn relative_to(title: &str, cwd: &Path) -> String {
 
 /// The files named by the run's completed file-writing tool calls (outside git), each with
 /// the lines its calls added and removed where every call's input told them
-/// ([`crate::runner::opencode::events::line_counts`]; one call that does not tell makes the
+/// (the runners' `line_counts`, in run-supervisor; one call that does not tell makes the
 /// count unknown, never 0).
 pub fn from_tool_calls(calls: &[ToolCall], cwd: &Path) -> ChangedFiles {
     let mut by_path: std::collections::BTreeMap<String, (Option<u64>, Option<u64>)> =

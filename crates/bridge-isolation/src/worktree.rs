@@ -971,7 +971,7 @@ pub fn checkout_of(dir: &Path) -> Option<PathBuf> {
 /// The files a task's agent itself wrote (its completed write/edit/patch calls), as paths
 /// relative to the checkout's top `top`; relative titles are taken as relative to the task's
 /// `cwd`. (git's changed files would not do: two tasks in one tree each see the other's edits.)
-pub fn files_written(calls: &[crate::ToolCall], cwd: &Path, top: &Path) -> Vec<String> {
+pub fn files_written(calls: &[crate::calls::ToolCall], cwd: &Path, top: &Path) -> Vec<String> {
     let rel = cwd.strip_prefix(top).unwrap_or(Path::new(""));
     let mut v: Vec<String> = crate::changes::from_tool_calls(calls, top)
         .files
@@ -1297,7 +1297,7 @@ mod tests {
 
     #[test]
     fn files_written_are_relative_to_the_checkout_and_shared_ones_are_found() {
-        let call = |tool: &str, title: &str| crate::ToolCall {
+        let call = |tool: &str, title: &str| crate::calls::ToolCall {
             tool: tool.into(),
             status: "completed".into(),
             title: Some(title.into()),

@@ -127,9 +127,9 @@ fn money(v: f64, step: f64) -> String {
 /// An amount with its sign in front (`-$0.4000`).
 fn signed_usd(v: f64) -> String {
     if v < 0.0 {
-        format!("-{}", crate::usage::usd(-v))
+        format!("-{}", crate::human::usd(-v))
     } else {
-        crate::usage::usd(v)
+        crate::human::usd(v)
     }
 }
 
@@ -356,15 +356,15 @@ pub fn page(s: &Summary, since: &str, compare_model: &str, report: &str) -> Stri
     let totals = if s.compare_priced {
         format!(
             "Cost {}, Claude-equivalent ({}) {}, saved {}. Savings are an estimate: the same tokens at Claude's list price (tokenizers differ).",
-            crate::usage::usd(s.totals.cost_usd),
+            crate::human::usd(s.totals.cost_usd),
             esc(compare_model),
-            crate::usage::usd(s.totals.claude_equivalent_usd),
-            crate::usage::usd(s.totals.saved_usd)
+            crate::human::usd(s.totals.claude_equivalent_usd),
+            crate::human::usd(s.totals.saved_usd)
         )
     } else {
         format!(
             "Cost {}; Claude-equivalent and savings unknown ({} has no price).",
-            crate::usage::usd(s.totals.cost_usd),
+            crate::human::usd(s.totals.cost_usd),
             esc(compare_model)
         )
     };

@@ -147,6 +147,15 @@ pub fn table(rows: &[Vec<String>], right: &[usize]) -> Vec<String> {
         .collect()
 }
 
+/// An amount of USD: 4 decimals below $1, 2 above.
+pub fn usd(v: f64) -> String {
+    if v.abs() < 1.0 {
+        format!("${v:.4}")
+    } else {
+        format!("${v:.2}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,14 +8,8 @@ use run_supervisor::usage::{CostBasis, Usage};
 
 use crate::human::count;
 
-/// An amount of USD: 4 decimals below $1, 2 above.
-pub fn usd(v: f64) -> String {
-    if v.abs() < 1.0 {
-        format!("${v:.4}")
-    } else {
-        format!("${v:.2}")
-    }
-}
+/// An amount of USD (it lives with the other human formats).
+pub use crate::human::usd;
 
 /// Where prices come from and what the compare model costs (`opencode_policy`, the
 /// instructions, `doctor`, `opencode_usage`): one line.

@@ -405,29 +405,29 @@ fn env_references(content: &str) -> Vec<String> {
 
 /// Canonicalises `cwd` and checks that it lies inside `root` (also canonicalised), so `..`
 /// and symlinks cannot lead a task out of the allowed tree.
-pub fn check_cwd(cwd: &Path, root: &Path) -> Result<PathBuf, crate::StartError> {
+pub fn check_cwd(cwd: &Path, root: &Path) -> Result<PathBuf, crate::error::StartError> {
     let canon = cwd
         .canonicalize()
-        .map_err(|e| crate::StartError::CwdMissing {
+        .map_err(|e| crate::error::StartError::CwdMissing {
             cwd: cwd.to_path_buf(),
             reason: e.to_string(),
         })?;
     if !canon.is_dir() {
-        return Err(crate::StartError::CwdMissing {
+        return Err(crate::error::StartError::CwdMissing {
             cwd: cwd.to_path_buf(),
             reason: "not a directory".into(),
         });
     }
     let root_c = root
         .canonicalize()
-        .map_err(|e| crate::StartError::CwdMissing {
+        .map_err(|e| crate::error::StartError::CwdMissing {
             cwd: root.to_path_buf(),
             reason: format!("OPENCODE_BRIDGE_ROOT cannot be resolved: {e}"),
         })?;
     if canon.starts_with(&root_c) {
         Ok(canon)
     } else {
-        Err(crate::StartError::CwdOutsideRoot {
+        Err(crate::error::StartError::CwdOutsideRoot {
             cwd: canon,
             root: root_c,
         })
@@ -604,15 +604,15 @@ mod tests {
         assert!(check_cwd(&inside, root.path()).is_ok());
         assert!(matches!(
             check_cwd(&inside.join("../.."), root.path()),
-            Err(crate::StartError::CwdOutsideRoot { .. })
+            Err(crate::error::StartError::CwdOutsideRoot { .. })
         ));
         assert!(matches!(
             check_cwd(&root.path().join("link"), root.path()),
-            Err(crate::StartError::CwdOutsideRoot { .. })
+            Err(crate::error::StartError::CwdOutsideRoot { .. })
         ));
         assert!(matches!(
             check_cwd(&root.path().join("nope"), root.path()),
-            Err(crate::StartError::CwdMissing { .. })
+            Err(crate::error::StartError::CwdMissing { .. })
         ));
     }
 }

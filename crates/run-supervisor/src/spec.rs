@@ -1,6 +1,37 @@
 //! What a task is (given by the caller) and how the supervisor is configured.
 
-pub use crate::runner::serve::Engine;
+/// How opencode tasks are run ([`bridge_env::ENGINE`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// An `opencode run` process per attempt (what a machine where no server starts falls back
+    /// to).
+    Run,
+    /// A session on a warm local `opencode serve` (the default).
+    #[default]
+    Serve,
+}
+
+impl Engine {
+    /// The variable's value, or why it is not accepted.
+    pub fn parse(value: &str) -> Result<Engine, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "run" => Ok(Engine::Run),
+            "" | "serve" => Ok(Engine::Serve),
+            _ => Err(format!(
+                "{}={value:?} is not accepted; use run or serve",
+                bridge_env::ENGINE.name
+            )),
+        }
+    }
+
+    /// `run` or `serve`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Run => "run",
+            Engine::Serve => "serve",
+        }
+    }
+}
 
 /// What a clean stop of the bridge does to its running tasks ([`env::ON_EXIT`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,8 +66,8 @@ impl OnExit {
         }
     }
 }
-use crate::worktree::Isolation;
 use bridge_env as env;
+use bridge_isolation::worktree::Isolation;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -73,10 +104,10 @@ pub struct TaskSpec {
     /// A free-form label the caller can filter the task list by.
     pub label: Option<String>,
     /// Permissions the policy believes denied in this run, for the post-run audit of its tool
-    /// calls ([`crate::audit`]); read-only agents always count `edit`, `bash` and `task` denied.
-    pub denied: crate::audit::Denied,
+    /// calls ([`bridge_isolation::audit`]); read-only agents always count `edit`, `bash` and `task` denied.
+    pub denied: bridge_isolation::audit::Denied,
     /// Run in the caller's checkout ([`Isolation::None`], the default) or in a detached git
-    /// worktree of its own whose change is applied on request (see [`crate::worktree`]).
+    /// worktree of its own whose change is applied on request (see [`bridge_isolation::worktree`]).
     pub isolation: Isolation,
     /// Run on this server of the bridge's config file (a session there) instead of the
     /// configured engine.
@@ -86,7 +117,7 @@ pub struct TaskSpec {
     pub max_cost_usd: Option<f64>,
     /// The caller's idempotency key (`request_id`): a start with the key of a task accepted
     /// on the same state directory less than [`REQUEST_TTL`] ago returns that task instead
-    /// of starting another ([`crate::Supervisor::start_or_existing`]).
+    /// of starting another ([`crate::supervisor::Supervisor::start_or_existing`]).
     pub request: Option<RequestKey>,
     /// A shell command (`sh -c`) run in the task's cwd after the agent's turn, in the run's
     /// fence and world; its exit status decides ([`crate::verify`]).
@@ -169,7 +200,7 @@ impl TaskSpec {
             env: Vec::new(),
             session: None,
             label: None,
-            denied: crate::audit::Denied::default(),
+            denied: bridge_isolation::audit::Denied::default(),
             isolation: Isolation::None,
             server: None,
             max_cost_usd: None,
@@ -266,9 +297,9 @@ pub struct SupervisorConfig {
     /// [`env::PRUNE_DAYS`]: finished tasks older than this are removed from
     /// the registry when a supervisor opens it. Nothing else is ever pruned.
     pub prune_after: Duration,
-    /// Reads what an opencode run's session used, for the post-run audit ([`crate::audit`]).
+    /// Reads what an opencode run's session used, for the post-run audit ([`bridge_isolation::audit`]).
     /// `None` (the default): runs are not audited (their result says so).
-    pub session_reader: Option<std::sync::Arc<dyn crate::audit::SessionReader>>,
+    pub session_reader: Option<std::sync::Arc<dyn bridge_isolation::audit::SessionReader>>,
     /// [`env::ENGINE`]: how opencode tasks run when they name no server ([`Engine`]).
     pub engine: Engine,
     /// The remote servers of the bridge's config file, by name (`TaskSpec::server`).
@@ -276,7 +307,7 @@ pub struct SupervisorConfig {
     /// [`env::SERVE_IDLE_MIN`]: a warm local server with no turn running this long stops,
     /// whether or not a bridge is attached (its watcher or the next bridge stops it).
     pub serve_idle: Duration,
-    /// [`env::ON_EXIT`]: what [`crate::Supervisor::shutdown`] does to running tasks.
+    /// [`env::ON_EXIT`]: what [`crate::supervisor::Supervisor::shutdown`] does to running tasks.
     pub on_exit: OnExit,
     /// The program that watches a warm local server once started (run as `PROGRAM serve-watch
     /// NOTE`, see [`crate::serve_watch`]): it applies the idle rule while no bridge runs. The
@@ -292,13 +323,13 @@ pub struct SupervisorConfig {
     /// task it accepts ([`crate::registry::unsettled`]). `None` outside Claude Code.
     pub client_session: Option<String>,
     /// Prices and the compare model: what a task's usage costs, estimated where opencode
-    /// recorded 0, and its Claude-equivalent ([`crate::usage`]).
-    pub pricing: crate::usage::Pricing,
+    /// recorded 0, and its Claude-equivalent ([`bridge_ledger::usage`]).
+    pub pricing: bridge_ledger::usage::Pricing,
     /// USD per UTC day / month for all tasks (`OPENCODE_BRIDGE_BUDGET_DAY_USD`,
     /// `_MONTH_USD`, or the config file's `[budget]`): a start is refused once spent.
-    pub budgets: crate::usage::budget::Budgets,
+    pub budgets: bridge_ledger::usage::budget::Budgets,
     /// The config file's per-project budgets.
-    pub project_budgets: Vec<crate::usage::budget::ProjectBudget>,
+    pub project_budgets: Vec<bridge_ledger::usage::budget::ProjectBudget>,
     /// More variables of the bridge's environment that reach runs (`OPENCODE_BRIDGE_PASS_ENV`:
     /// names, or prefixes ending in `*`); see [`crate::command::confine_env`].
     pub pass_env: Vec<String>,
@@ -336,8 +367,8 @@ impl Default for SupervisorConfig {
             serve_watcher: None,
             api_timeout: Duration::from_millis(env::API_TIMEOUT_MS.default_number()),
             client_session: None,
-            pricing: crate::usage::Pricing::default(),
-            budgets: crate::usage::budget::Budgets::default(),
+            pricing: bridge_ledger::usage::Pricing::default(),
+            budgets: bridge_ledger::usage::budget::Budgets::default(),
             project_budgets: Vec::new(),
             pass_env: Vec::new(),
         }
@@ -420,11 +451,12 @@ impl SupervisorConfig {
             .map(|v| parse_pass_env(&v))
             .unwrap_or_default();
         c.state_dir = env::state_dir(&get);
-        c.pricing = crate::usage::Pricing::from_lookup(&get, &[]);
+        c.pricing = bridge_ledger::usage::Pricing::from_lookup(&get, &[]);
         // A budget that does not parse refuses every start (its error says why) rather than
         // being no budget: see `usage::budget::parse_usd`.
-        let usd = |k: &str| get(k).map(|v| crate::usage::budget::parse_usd(&v).unwrap_or(0.0));
-        c.budgets = crate::usage::budget::Budgets {
+        let usd =
+            |k: &str| get(k).map(|v| bridge_ledger::usage::budget::parse_usd(&v).unwrap_or(0.0));
+        c.budgets = bridge_ledger::usage::budget::Budgets {
             day_usd: usd(env::BUDGET_DAY_USD.name),
             month_usd: usd(env::BUDGET_MONTH_USD.name),
         };

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::capture::Cut;
-use crate::changes::ChangedFiles;
 use crate::classify::Failure;
-use crate::events::{TokenUsage, ToolCall};
+use bridge_isolation::ToolCall;
+use bridge_isolation::changes::ChangedFiles;
+use bridge_ledger::usage::TokenUsage;
 
 /// Identifies a task of this supervisor (1, 2, 3, ...).
 pub type TaskId = u64;
@@ -114,16 +115,16 @@ pub struct TaskSnapshot {
     pub retry_in: Option<Duration>,
     /// opencode is waiting to retry a request the provider refused (a rate limit, a quota):
     /// the provider's message and when opencode tries again (a running served task only).
-    pub provider_wait: Option<crate::quota::ProviderWait>,
+    pub provider_wait: Option<bridge_ledger::quota::ProviderWait>,
     /// Token totals of the current/last attempt.
     pub tokens: TokenUsage,
     /// Cost of the current/last attempt.
     pub cost: f64,
     /// What the task used and cost, every attempt added up, estimated where opencode recorded
     /// 0, with its Claude-equivalent (`None`: a record written before usage was kept).
-    pub usage: Option<crate::usage::Usage>,
+    pub usage: Option<bridge_ledger::usage::Usage>,
     /// Each attempt's usage, first to last.
-    pub attempt_usage: Vec<crate::usage::Usage>,
+    pub attempt_usage: Vec<bridge_ledger::usage::Usage>,
     /// Tool calls seen in the current/last attempt.
     pub tool_calls: usize,
     /// Exit code of the last attempt.
@@ -218,7 +219,7 @@ pub struct WaitReport {
     pub satisfied: bool,
 }
 
-/// A task whose session id is not known yet (see [`Supervisor::sessionless`](crate::Supervisor::sessionless)).
+/// A task whose session id is not known yet (see [`Supervisor::sessionless`](crate::supervisor::Supervisor::sessionless)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sessionless {
     /// Task id.

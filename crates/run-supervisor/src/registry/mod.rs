@@ -26,10 +26,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::changes::ChangedFiles;
 use crate::classify::{Failure, FailureKind};
-use crate::events::{TokenUsage, ToolCall};
 use crate::task::TaskState;
+use bridge_isolation::ToolCall;
+use bridge_isolation::changes::ChangedFiles;
+use bridge_ledger::usage::TokenUsage;
 use bridge_proc::ProcId;
 
 mod client;
@@ -209,13 +210,13 @@ pub(crate) struct TaskRecord {
     /// sync start's answer, an MCP task's result); absent while nobody has read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_read_ms: Option<u64>,
-    /// What the task used and cost, its attempts added up ([`crate::usage::Usage`]); absent
+    /// What the task used and cost, its attempts added up ([`bridge_ledger::usage::Usage`]); absent
     /// before version 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::usage::Usage>,
+    pub usage: Option<bridge_ledger::usage::Usage>,
     /// Each attempt's usage, first to last.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attempt_usage: Vec<crate::usage::Usage>,
+    pub attempt_usage: Vec<bridge_ledger::usage::Usage>,
     /// The caller's `request_id` and what its start asked ([`crate::spec::RequestKey`]);
     /// absent for a start without one and in files written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -297,7 +298,7 @@ pub(crate) enum Owner {
     Orphan(ProcId),
     /// Its bridge is gone, and it runs as a session on a server: a remote one (a bridge with
     /// that server in its config follows it again), or the warm local one it ran on, still
-    /// running ([`crate::Supervisor::follow_left_tasks`]).
+    /// running ([`crate::supervisor::Supervisor::follow_left_tasks`]).
     Resumable,
     /// Its bridge is gone and so is its run: the outcome is unknown.
     Lost,

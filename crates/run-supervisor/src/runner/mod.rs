@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use crate::classify::{ExitInfo, Failure};
 use crate::command::{Launch, LaunchContext};
-use crate::events::{ReadLine, RunSummary};
-use crate::proctable::OpencodeProcess;
+use crate::runner::opencode::events::{ReadLine, RunSummary};
 use crate::spec::{SupervisorConfig, TaskSpec};
+use opencode_client::proctable::OpencodeProcess;
 
 pub(crate) mod claude;
 pub(crate) mod opencode;
@@ -159,7 +159,7 @@ pub(crate) trait Backend: Sync {
     /// starts on the same account).
     fn account_key(&self, model: Option<&str>) -> String;
 
-    /// The process-table entry of a running task of ours when [`crate::proctable::scan`] does
+    /// The process-table entry of a running task of ours when [`opencode_client::proctable::scan`] does
     /// not list it. `program` is the configured opencode binary, `table` what the scan found.
     fn own_process(
         &self,
@@ -178,7 +178,7 @@ pub(crate) trait Stream: Send + std::fmt::Debug {
     fn classify(&self, summary: &RunSummary, stderr: &str, exit: ExitInfo) -> Option<Failure>;
 
     /// When the quota window that refused the attempt resets, if the refusal said.
-    fn quota_reset(&self, summary: &RunSummary) -> Option<crate::quota::Reset>;
+    fn quota_reset(&self, summary: &RunSummary) -> Option<bridge_ledger::quota::Reset>;
 }
 
 /// Folds a prepared line the way every runner does for lines it cannot read.

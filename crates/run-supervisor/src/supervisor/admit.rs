@@ -12,15 +12,15 @@ use super::budgets::{NEXT_RESERVATION, budget_name, held_with, own_held};
 use super::isolated;
 use super::record::{Record, Save, StopReason};
 use super::table::{MAX_FINISHED_TASKS, Shared, forget_finished, persist};
-use crate::StartError;
 use crate::command;
+use crate::error::StartError;
 use crate::registry::TaskRecord;
 use crate::runner::serve::Place;
 use crate::runner::{Runner, backend};
 use crate::spec::TaskSpec;
 use crate::task::TaskId;
-use crate::usage::budget::{self, Verdict};
-use crate::usage::reserve;
+use bridge_ledger::usage::budget::{self, Verdict};
+use bridge_ledger::usage::reserve;
 
 /// What [`Supervisor::start_or_existing`](super::Supervisor::start_or_existing) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +84,7 @@ pub(super) fn request_on_disk(
 pub(super) struct Admitted {
     /// Its checked working directory (an isolated task's worktree is made from it).
     pub(super) cwd: PathBuf,
-    pub(super) isolated: Option<crate::worktree::Checked>,
+    pub(super) isolated: Option<bridge_isolation::worktree::Checked>,
     pub(super) model: Option<String>,
     pub(super) runner: Runner,
     pub(super) place: Option<Place>,
@@ -201,12 +201,12 @@ pub(super) fn place_of(
         None => {}
     }
     Ok(
-        (backend(runner).traits().serves && cfg.engine == crate::Engine::Serve)
+        (backend(runner).traits().serves && cfg.engine == crate::spec::Engine::Serve)
             .then_some(Place::Local),
     )
 }
 
-/// A start's reservation ([`crate::usage::reserve`]), made only when the budgets let it
+/// A start's reservation ([`bridge_ledger::usage::reserve`]), made only when the budgets let it
 /// start: its `max_cost_usd`, or the default from the ledger. With a state directory the
 /// check and the reservation happen under the reservations file's lock, so starts of every
 /// bridge on it are decided one after another. Returns the reservation's key (`None`:
@@ -219,7 +219,7 @@ pub(super) fn reserve(
     let cfg = &shared.config;
     let now = crate::registry::now_ms();
     let limited = !(cfg.budgets.is_empty() && cfg.project_budgets.is_empty());
-    let decide = |rows: &[crate::usage::ledger::RowRef<'_>],
+    let decide = |rows: &[bridge_ledger::usage::ledger::RowRef<'_>],
                   held: &[budget::Held]|
      -> Result<f64, StartError> {
         let amount = spec
@@ -252,11 +252,11 @@ pub(super) fn reserve(
     let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let me = shared.me;
     let made = reserve::update(&dir, |list| {
-        let text = crate::usage::ledger::read_text(&dir).unwrap_or_default();
-        let (rows, _) = crate::usage::ledger::parse_text(&text);
+        let text = bridge_ledger::usage::ledger::read_text(&dir).unwrap_or_default();
+        let (rows, _) = bridge_ledger::usage::ledger::parse_text(&text);
         let rows: Vec<_> = rows
             .iter()
-            .map(crate::usage::ledger::TextRow::view)
+            .map(bridge_ledger::usage::ledger::TextRow::view)
             .collect();
         let amount = decide(&rows, &held_with(shared, list))?;
         list.push(reserve::Reservation {
@@ -330,7 +330,7 @@ pub(super) fn accept(
         {
             return Err(StartError::QuotaWindow {
                 account,
-                until: crate::utc::format(until),
+                until: bridge_ledger::utc::format(until),
             });
         }
         let running = inner
@@ -461,6 +461,6 @@ fn over_budget(s: &budget::Standing, amount: f64, capped: bool) -> StartError {
                 reserve::DEFAULT_FLOOR_USD
             )
         },
-        resets: crate::utc::format(crate::registry::from_ms(s.resets_ms)),
+        resets: bridge_ledger::utc::format(crate::registry::from_ms(s.resets_ms)),
     }))
 }

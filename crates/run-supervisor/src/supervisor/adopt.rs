@@ -15,7 +15,7 @@ use crate::runner::serve::Place;
 use crate::runner::{Runner, backend};
 use crate::spec::TaskSpec;
 use crate::task::{TaskId, TaskState};
-use crate::usage::reserve;
+use bridge_ledger::usage::reserve;
 
 /// A task taken in, to be followed: what its pass needs.
 pub(super) struct Adopted {
@@ -135,11 +135,11 @@ fn reserve_adopted(shared: &Shared, cwd: &Path, cap: Option<f64>) -> (Option<u64
     let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let me = shared.me;
     let made = reserve::update(&dir, |list| {
-        let text = crate::usage::ledger::read_text(&dir).unwrap_or_default();
-        let (rows, _) = crate::usage::ledger::parse_text(&text);
+        let text = bridge_ledger::usage::ledger::read_text(&dir).unwrap_or_default();
+        let (rows, _) = bridge_ledger::usage::ledger::parse_text(&text);
         let rows: Vec<_> = rows
             .iter()
-            .map(crate::usage::ledger::TextRow::view)
+            .map(bridge_ledger::usage::ledger::TextRow::view)
             .collect();
         let amount = cap.unwrap_or_else(|| reserve::default_amount(&rows, now));
         list.push(reserve::Reservation {

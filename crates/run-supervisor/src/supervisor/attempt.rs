@@ -184,7 +184,7 @@ pub(super) async fn run_task_inner(
             }
             AttemptEnd::Stopped(StopReason::Shutdown)
                 if matches!(place, Some(crate::runner::serve::Place::Remote(_)))
-                    || cfg.on_exit == crate::OnExit::Leave =>
+                    || cfg.on_exit == crate::spec::OnExit::Leave =>
             {
                 // The run or the session goes on; the next bridge adopts it.
                 shared.with(id, |r| r.detached = true);

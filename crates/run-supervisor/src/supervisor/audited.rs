@@ -1,6 +1,6 @@
-//! The post-run audit where a task ends ([`crate::audit`]): what the task asked, read when it is
+//! The post-run audit where a task ends ([`bridge_isolation::audit`]): what the task asked, read when it is
 //! accepted; what its session used, read through the configured
-//! [`SessionReader`](crate::audit::SessionReader) on the blocking pool once its last attempt
+//! [`SessionReader`](bridge_isolation::audit::SessionReader) on the blocking pool once its last attempt
 //! ended; and the task's final state and failure, settled from both. Fail closed: a proven
 //! mismatch turns a success into a failure; an unreadable session does not fail the task.
 
@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::table::Shared;
-use crate::audit::{self, Asked, Denied};
-use crate::changes::ChangedFiles;
 use crate::classify::Failure;
-use crate::footprint::Touched;
 use crate::runner::backend;
 use crate::spec::TaskSpec;
 use crate::task::{TaskId, TaskState};
+use bridge_isolation::audit::{self, Asked, Denied};
+use bridge_isolation::changes::ChangedFiles;
+use bridge_isolation::footprint::Touched;
 
 /// What a task asked for, kept from its spec for the audit at its end.
 #[derive(Debug, Clone)]
@@ -128,7 +128,7 @@ const PROTECTED_ADVICE: &str = "the bridge put them back as they were; if the ch
 pub(super) fn protected(
     state: TaskState,
     failure: Option<Failure>,
-    restored: &crate::protect::Restored,
+    restored: &bridge_isolation::protect::Restored,
 ) -> (TaskState, Option<Failure>) {
     let Some(message) = restored.message() else {
         return (state, failure);
@@ -137,7 +137,7 @@ pub(super) fn protected(
         (TaskState::Succeeded, _) | (_, None) => (
             TaskState::Failed,
             Some(Failure::with_advice(
-                crate::FailureKind::Agent,
+                crate::classify::FailureKind::Agent,
                 message,
                 PROTECTED_ADVICE,
             )),

@@ -1,4 +1,4 @@
-//! The budgets as they stand while tasks run ([`crate::usage::budget`]): what every running
+//! The budgets as they stand while tasks run ([`bridge_ledger::usage::budget`]): what every running
 //! task holds (this supervisor's from the table, other bridges' from the reservations file),
 //! the ledger's rows they are weighed with, and the watch that stops a task once a window it
 //! counts against is spent. Not a stage of a task's pass: admission reserves through it, an
@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::record::StopReason;
 use super::table::{Inner, Shared};
-use crate::usage::budget::{self, Verdict};
-use crate::usage::reserve;
+use bridge_ledger::usage::budget::{self, Verdict};
+use bridge_ledger::usage::reserve;
 use bridge_proc::ProcId;
 
 /// Keys of reservations, unique in this process (several supervisors may share it in tests).
@@ -68,15 +68,15 @@ pub(super) fn held_with(shared: &Shared, list: &[reserve::Reservation]) -> Vec<b
 /// `f` of the ledger's rows under `dir` (none without a state directory or ledger).
 pub(super) fn with_ledger<R>(
     dir: Option<&Path>,
-    f: impl FnOnce(&[crate::usage::ledger::RowRef<'_>]) -> R,
+    f: impl FnOnce(&[bridge_ledger::usage::ledger::RowRef<'_>]) -> R,
 ) -> R {
     let text = dir
-        .and_then(|d| crate::usage::ledger::read_text(d).ok())
+        .and_then(|d| bridge_ledger::usage::ledger::read_text(d).ok())
         .unwrap_or_default();
-    let (rows, _) = crate::usage::ledger::parse_text(&text);
+    let (rows, _) = bridge_ledger::usage::ledger::parse_text(&text);
     let rows: Vec<_> = rows
         .iter()
-        .map(crate::usage::ledger::TextRow::view)
+        .map(bridge_ledger::usage::ledger::TextRow::view)
         .collect();
     f(&rows)
 }
@@ -108,7 +108,7 @@ pub(super) fn check(shared: &Shared, cwd: Option<&Path>) -> Verdict {
 /// and what was spent today (UTC) in all.
 pub(super) fn report_of(
     shared: &Shared,
-    rows: &[crate::usage::ledger::RowRef<'_>],
+    rows: &[bridge_ledger::usage::ledger::RowRef<'_>],
     cwd: Option<&Path>,
 ) -> (Vec<budget::Standing>, f64) {
     let now = crate::registry::now_ms();
@@ -235,7 +235,7 @@ fn tick(shared: &Shared) {
                 budget_name(s),
                 s.spent,
                 s.budget,
-                crate::utc::format(crate::registry::from_ms(s.resets_ms))
+                bridge_ledger::utc::format(crate::registry::from_ms(s.resets_ms))
             ));
             r.stop.send_replace(Some(StopReason::Budget));
         }

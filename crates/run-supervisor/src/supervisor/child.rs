@@ -48,9 +48,9 @@ pub(super) enum AttemptEnd {
     NoLocalServer(String),
     /// The task's usage passed its `max_cost_usd` (what it had cost).
     OverBudget(f64),
-    /// opencode would wait on a provider's limit longer than [`crate::quota::LONGEST_WAIT`]
+    /// opencode would wait on a provider's limit longer than [`bridge_ledger::quota::LONGEST_WAIT`]
     /// or than the task's time left (true: the time left was the shorter).
-    ProviderLimit(crate::quota::ProviderWait, bool),
+    ProviderLimit(bridge_ledger::quota::ProviderWait, bool),
 }
 
 /// Runs attempt number `attempt` of the task to its end (see [`AttemptEnd`]).
@@ -273,7 +273,7 @@ pub(super) async fn run_attempt(
     }
 
     if matches!(stop_reason, Some(AttemptEnd::Stopped(StopReason::Shutdown)))
-        && cfg.on_exit == crate::OnExit::Leave
+        && cfg.on_exit == crate::spec::OnExit::Leave
     {
         // Left running at the bridge's stop: its process group goes on (its stdout is a file,
         // its prompt went on stdin); its temporary directory and prompt file stay with it, and
@@ -319,7 +319,7 @@ pub(super) async fn run_attempt(
 /// oversized prompt's file, and the environment the run will see.
 pub(super) fn fence_for(
     ctx: &AttemptCtx<'_>,
-    runner: crate::Runner,
+    runner: crate::runner::Runner,
     launch: &crate::command::Launch,
     tmp: &Path,
 ) -> Result<bridge_fence::Fence, String> {
@@ -341,7 +341,7 @@ pub(super) fn world_of(ctx: &AttemptCtx<'_>) -> bridge_fence::World {
 /// of the bridge's ([`crate::command::confine_env`]) and the world's directories.
 pub(super) fn into_world(
     ctx: &AttemptCtx<'_>,
-    runner: crate::Runner,
+    runner: crate::runner::Runner,
     launch: &mut crate::command::Launch,
 ) -> Result<(), String> {
     let kind = backend(runner).traits().fence;
@@ -368,7 +368,7 @@ fn user_dirs(set: &[(String, String)]) -> bridge_fence::UserDirs {
 /// server a served task runs on: the same project, access and environment).
 pub(super) fn world_for(
     ctx: &AttemptCtx<'_>,
-    runner: crate::Runner,
+    runner: crate::runner::Runner,
     launch: &crate::command::Launch,
     tmp: &Path,
 ) -> bridge_fence::RunWorld {
@@ -402,11 +402,14 @@ pub(super) fn project_for(
     id: TaskId,
     cwd: &Path,
 ) -> bridge_fence::Project {
-    let worktrees = cfg.state_dir.as_deref().map(crate::worktree::root);
+    let worktrees = cfg
+        .state_dir
+        .as_deref()
+        .map(bridge_isolation::worktree::root);
     let (boundary, own) = match (worktrees.as_deref(), cfg.state_dir.as_deref()) {
         (Some(w), Some(state)) if cwd.starts_with(w) => (
             w.join(id.to_string()),
-            crate::worktree::load(state, id).and_then(|i| i.own()),
+            bridge_isolation::worktree::load(state, id).and_then(|i| i.own()),
         ),
         _ => (
             cfg.root.canonicalize().unwrap_or_else(|_| cfg.root.clone()),

@@ -4,8 +4,11 @@
 
 use std::path::Path;
 
-use crate::worktree::{Checked, Isolation, WorktreeInfo, check, collect, create, load, plan};
-use crate::{StartError, TaskSpec};
+use crate::error::StartError;
+use crate::spec::TaskSpec;
+use bridge_isolation::worktree::{
+    Checked, Isolation, WorktreeInfo, check, collect, create, load, plan,
+};
 
 /// At `start`: refuses isolation that cannot work (a read-only agent, no git, no commit, no
 /// state directory), before the task gets an id.

@@ -8,9 +8,9 @@ use super::budgets::release_in;
 use super::table::{MAX_FINISHED_TASKS, Shared, forget_finished};
 use crate::capture::HeadTail;
 use crate::classify::{Failure, FailureKind};
-use crate::quota;
 use crate::runner::backend;
 use crate::task::{TaskId, TaskState};
+use bridge_ledger::quota;
 
 /// stderr bytes kept once a task has finished (its tail).
 const FINISHED_STDERR: usize = 64 * 1024;
@@ -79,7 +79,7 @@ pub(super) async fn finish(
         && let Some(rows) = shared.with(id, ledger_rows)
         && !rows.is_empty()
     {
-        let write = move || crate::usage::ledger::append(&dir, &rows);
+        let write = move || bridge_ledger::usage::ledger::append(&dir, &rows);
         if let Ok(Err(e)) = tokio::task::spawn_blocking(write).await {
             tracing::warn!("task {id}: its usage could not be added to the ledger: {e}");
         }
@@ -95,15 +95,15 @@ pub(super) async fn finish(
 }
 
 /// The ledger's rows of a finished task: one per attempt.
-fn ledger_rows(r: &mut super::record::Record) -> Vec<crate::usage::ledger::Row> {
+fn ledger_rows(r: &mut super::record::Record) -> Vec<bridge_ledger::usage::ledger::Row> {
     let at_ms = crate::registry::now_ms();
     let runner = r.runner.to_string();
-    let lane = crate::usage::ledger::lane_of(&r.rec.title);
+    let lane = bridge_ledger::usage::ledger::lane_of(&r.rec.title);
     r.attempt_usages()
         .into_iter()
         .enumerate()
-        .map(|(i, usage)| crate::usage::ledger::Row {
-            v: crate::usage::ledger::LEDGER_VERSION,
+        .map(|(i, usage)| bridge_ledger::usage::ledger::Row {
+            v: bridge_ledger::usage::ledger::LEDGER_VERSION,
             at_ms,
             task: r.rec.id,
             attempt: i as u32 + 1,

@@ -21,9 +21,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::StartError;
 use crate::command::{self, Capabilities};
-use crate::proctable::{self, OpencodeProcess};
+use crate::error::StartError;
 use crate::registry::{self, Owner, TaskRecord, judge, settle_lost};
 use crate::runner::Runner;
 use crate::runner::{OwnRun, backend};
@@ -31,8 +30,9 @@ use crate::spec::{SupervisorConfig, TaskSpec};
 use crate::task::{
     CancelOutcome, Sessionless, TaskId, TaskOutput, TaskSnapshot, TaskState, WaitReport,
 };
-use crate::usage::budget::{self, Verdict};
+use bridge_ledger::usage::budget::{self, Verdict};
 use bridge_proc::{self as procs, ProcId};
+use opencode_client::proctable::{self, OpencodeProcess};
 
 mod admit;
 mod adopt;
@@ -171,7 +171,7 @@ impl Supervisor {
             .collect()
     }
 
-    /// Whether a task in `cwd` may start now by the budgets ([`crate::usage::budget`]): the
+    /// Whether a task in `cwd` may start now by the budgets ([`bridge_ledger::usage::budget`]): the
     /// ledger's spend in each window plus what running tasks (of every bridge on the state
     /// directory) have used so far or reserved. What a start asks after it was accepted (its
     /// own reservation is in already).
@@ -188,7 +188,7 @@ impl Supervisor {
     /// [`budget_report`](Self::budget_report) over ledger rows the caller has read already.
     pub fn budget_report_of(
         &self,
-        rows: &[crate::usage::ledger::RowRef<'_>],
+        rows: &[bridge_ledger::usage::ledger::RowRef<'_>],
         cwd: Option<&Path>,
     ) -> (Vec<budget::Standing>, f64) {
         budgets::report_of(&self.shared, rows, cwd)

@@ -12,8 +12,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use super::record::{Record, Save};
 use super::table::{Shared, persist};
 use crate::capture::{LineSplitter, Piece};
-use crate::events::TextBuffer;
 use crate::runner::Runner;
+use crate::runner::opencode::events::TextBuffer;
 use crate::runner::{Prepared, backend};
 use crate::task::TaskId;
 

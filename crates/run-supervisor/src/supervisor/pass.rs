@@ -13,11 +13,11 @@ use super::ledger::{finish, release_reservation};
 use super::record::StopReason;
 use super::table::Shared;
 use super::{attempt, audited, child, isolated};
-use crate::changes::{self, GitSnapshot};
 use crate::classify::{Failure, FailureKind};
-use crate::footprint::{self, Footprint};
 use crate::spec::TaskSpec;
 use crate::task::{TaskId, TaskState};
+use bridge_isolation::changes::{self, GitSnapshot};
+use bridge_isolation::footprint::{self, Footprint};
 
 /// A task's pass from its world to its end; `cwd` is where it works, `bin` what it runs.
 pub(super) async fn run_task(
@@ -89,14 +89,15 @@ pub(super) async fn run_task(
     };
     // An editing run in the caller's checkout must leave its protected paths as they were
     // (an isolated task's worktree is the caller's to apply, and `apply` holds them back).
-    let protected = if !read_only && !remote && spec.isolation == crate::Isolation::None {
-        let top = child::project_for(&shared.config, id, &cwd).top;
-        tokio::task::spawn_blocking(move || crate::protect::Protected::take(&top))
-            .await
-            .ok()
-    } else {
-        None
-    };
+    let protected =
+        if !read_only && !remote && spec.isolation == bridge_isolation::worktree::Isolation::None {
+            let top = child::project_for(&shared.config, id, &cwd).top;
+            tokio::task::spawn_blocking(move || bridge_isolation::protect::Protected::take(&top))
+                .await
+                .ok()
+        } else {
+            None
+        };
     let expected = audited::Expected::of(&spec);
     let dir = cwd.clone();
     let (state, failure) = attempt::run_task_inner(&shared, id, spec, cwd, bin, stop_rx).await;

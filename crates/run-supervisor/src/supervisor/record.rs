@@ -13,14 +13,14 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 use crate::capture::{HeadTail, REPLY_CHARS, cut_text};
-use crate::changes::ChangedFiles;
 use crate::classify::{ExitInfo, Failure};
-use crate::events::{RunSummary, ToolCall};
 use crate::registry::{self, Owner, TaskOutputRecord, TaskRecord};
 use crate::runner::Runner;
+use crate::runner::opencode::events::{RunSummary, ToolCall};
 use crate::runner::{Stream, backend};
 use crate::task::{TaskOutput, TaskSnapshot, TaskState};
-use crate::usage::{Pricing, Usage};
+use bridge_isolation::changes::ChangedFiles;
+use bridge_ledger::usage::{Pricing, Usage};
 use bridge_proc::ProcId;
 
 /// Why a task is asked to stop.
@@ -58,7 +58,7 @@ pub(super) struct Record {
     pub(super) stop: watch::Sender<Option<StopReason>>,
     pub(super) done: watch::Sender<bool>,
     pub(super) changes: Option<ChangedFiles>,
-    /// The post-run audit's line, once the task ended ([`crate::audit`]).
+    /// The post-run audit's line, once the task ended ([`bridge_isolation::audit`]).
     pub(super) audit: Option<String>,
     /// What the registry last got: events folded, session id known.
     pub(super) persisted_events: usize,
@@ -79,14 +79,14 @@ pub(super) struct Record {
     pub(super) server_pid: Option<u32>,
     /// opencode is waiting to retry a request the provider refused (its retry status), shown
     /// in the task's status until it is busy again.
-    pub(super) provider_wait: Option<crate::quota::ProviderWait>,
+    pub(super) provider_wait: Option<bridge_ledger::quota::ProviderWait>,
     /// The reset of a provider's limit that ended the task (a wait too long to sit through):
     /// what the quota window learns, before what the attempt's own output says.
-    pub(super) provider_reset: Option<crate::quota::Reset>,
+    pub(super) provider_reset: Option<bridge_ledger::quota::Reset>,
     /// A remote served task left running on its server at this bridge's shutdown: it is not
     /// finished, and the next bridge follows it again.
     pub(super) detached: bool,
-    /// Prices and the compare model ([`crate::usage`]).
+    /// Prices and the compare model ([`bridge_ledger::usage`]).
     pub(super) pricing: Pricing,
     /// The usage of the attempts before the current one, by attempt number.
     pub(super) prior: Vec<(u32, Usage)>,
@@ -98,7 +98,7 @@ pub(super) struct Record {
     pub(super) structured: Option<serde_json::Value>,
     /// The tool calls of the turns before a check's follow-up (the same session's work).
     pub(super) earlier_calls: Vec<ToolCall>,
-    /// What the task reserved at its start ([`crate::usage::reserve`]): the key of its entry
+    /// What the task reserved at its start ([`bridge_ledger::usage::reserve`]): the key of its entry
     /// in the reservations file (`None`: no state directory) and the amount, USD.
     pub(super) reserved: (Option<u64>, f64),
     /// Why a spent budget window stopped the task (its failure's message).
@@ -339,7 +339,7 @@ impl Record {
     }
 
     /// When the quota window that refused this task resets, if the refusal said so.
-    pub(super) fn quota_reset(&self) -> Option<crate::quota::Reset> {
+    pub(super) fn quota_reset(&self) -> Option<bridge_ledger::quota::Reset> {
         self.provider_reset
             .or_else(|| self.stream.quota_reset(&self.summary))
     }
@@ -459,7 +459,7 @@ mod tests {
         let mut r = Record::new(rec, Runner::Opencode, 1024, stop, true, Pricing::default());
         r.attempts = 2;
         r.state = TaskState::Failed;
-        r.failure = Some(Failure::new(crate::FailureKind::Auth, "bad key"));
+        r.failure = Some(Failure::new(crate::classify::FailureKind::Auth, "bad key"));
         r.finished = Some(r.accepted + Duration::from_millis(1500));
         let own = r.snapshot(Duration::from_secs(60), Some("1.18.33"));
         let stored = view(&r.record(r.state, Some("1.18.33")));

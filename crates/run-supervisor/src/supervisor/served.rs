@@ -293,8 +293,8 @@ pub(super) async fn run_served_attempt(
                         let over = wait.as_ref().and_then(|w| {
                             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                             let wait_for = w.wait_from(std::time::SystemTime::now());
-                            (wait_for > crate::quota::LONGEST_WAIT || wait_for >= left)
-                                .then(|| (w.clone(), wait_for >= left && left <= crate::quota::LONGEST_WAIT))
+                            (wait_for > bridge_ledger::quota::LONGEST_WAIT || wait_for >= left)
+                                .then(|| (w.clone(), wait_for >= left && left <= bridge_ledger::quota::LONGEST_WAIT))
                         });
                         shared.with(id, |r| r.provider_wait = wait);
                         if let Some((w, past_left)) = over {
@@ -377,7 +377,7 @@ pub(super) async fn run_served_attempt(
     // running (always on a remote server): it keeps running on its server, and the next bridge
     // follows it again.
     let keep_running = matches!(end, AttemptEnd::Stopped(StopReason::Shutdown))
-        && (matches!(place, Place::Remote(_)) || cfg.on_exit == crate::OnExit::Leave);
+        && (matches!(place, Place::Remote(_)) || cfg.on_exit == crate::spec::OnExit::Leave);
     if keep_running && let Some(lease) = &server.lease {
         lease.leave_running();
     }

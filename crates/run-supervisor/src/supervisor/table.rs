@@ -101,7 +101,7 @@ impl Shared {
             if let Some(dir) = config.state_dir.as_deref() {
                 // Isolated tasks' worktrees neither applied nor discarded go at the same age.
                 let done = |id| reg.read_task(id).is_none_or(|t| t.state().is_finished());
-                let gone = crate::worktree::prune(dir, config.prune_after, done);
+                let gone = bridge_isolation::worktree::prune(dir, config.prune_after, done);
                 if gone > 0 {
                     tracing::info!(worktrees = gone, "isolated tasks' worktrees pruned");
                 }

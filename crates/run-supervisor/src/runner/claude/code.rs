@@ -23,8 +23,8 @@ use serde_json::Value;
 use crate::argv::Argv;
 use crate::classify::{ExitInfo, Failure, FailureKind, classify_error, stderr_tail};
 use crate::command::{DROPPED_ENV, Launch};
-use crate::events::{ErrorEvent, RunSummary, TokenUsage, ToolCall};
 pub use crate::runner::Runner;
+use crate::runner::opencode::events::{ErrorEvent, RunSummary, TokenUsage, ToolCall};
 use crate::spec::TaskSpec;
 
 /// Bare model names that mean Claude Code's own aliases. The one list: [`is_claude_alias`]
@@ -256,8 +256,8 @@ pub struct ClaudeStream {
     /// The `result` event, once seen.
     pub result: Option<ClaudeResult>,
     /// `rate_limit_event` with status `rejected`: when the window resets (its `resetsAt`,
-    /// held to [`crate::quota::HORIZON`] from when the event was read).
-    pub limit_reset: Option<crate::quota::Reset>,
+    /// held to [`bridge_ledger::quota::HORIZON`] from when the event was read).
+    pub limit_reset: Option<bridge_ledger::quota::Reset>,
     /// True when a `rate_limit_event` said `rejected`.
     pub limit_rejected: bool,
 }
@@ -268,7 +268,7 @@ type LineCounts = (Option<u64>, Option<u64>);
 /// The lines a Claude Code file-writing call adds and removes, from its input: `Write`
 /// `{file_path, content}`, `Edit` `{old_string, new_string, replace_all}`, `MultiEdit`
 /// `{edits: [...]}`, counted as opencode's `write`, `edit` and `multiedit` are
-/// ([`crate::events::line_counts`]). Anything else: unknown.
+/// ([`crate::runner::opencode::events::line_counts`]). Anything else: unknown.
 fn line_counts_of(tool: &str, input: &Value) -> LineCounts {
     let edit = |e: &Value| {
         serde_json::json!({
@@ -298,7 +298,7 @@ fn line_counts_of(tool: &str, input: &Value) -> LineCounts {
         }
         _ => return (None, None),
     };
-    crate::events::line_counts(name, &as_opencode)
+    crate::runner::opencode::events::line_counts(name, &as_opencode)
 }
 
 fn title_of(input: &Value) -> Option<String> {
@@ -323,11 +323,11 @@ fn content_text(c: &Value) -> String {
 impl ClaudeStream {
     /// When the usage-limit window that refused the run resets: the `rate_limit_event`'s
     /// `resetsAt`, else the epoch seconds in the result's text (`…|<secs>`).
-    pub fn reset(&self, result_text: Option<&str>) -> Option<crate::quota::Reset> {
+    pub fn reset(&self, result_text: Option<&str>) -> Option<bridge_ledger::quota::Reset> {
         self.limit_reset.or_else(|| {
             result_text
                 .and_then(reset_in_text)
-                .map(|s| crate::quota::Reset::at_epoch_secs(s, SystemTime::now()))
+                .map(|s| bridge_ledger::quota::Reset::at_epoch_secs(s, SystemTime::now()))
         })
     }
 
@@ -360,7 +360,9 @@ impl ClaudeStream {
                     self.limit_reset = info
                         .get("resetsAt")
                         .and_then(Value::as_f64)
-                        .and_then(|f| crate::quota::Reset::at_epoch_secs_f64(f, SystemTime::now()))
+                        .and_then(|f| {
+                            bridge_ledger::quota::Reset::at_epoch_secs_f64(f, SystemTime::now())
+                        })
                         .or(self.limit_reset);
                 }
             }
@@ -521,7 +523,7 @@ pub struct Classified {
     /// The failure.
     pub failure: Failure,
     /// When a usage-limit window resets.
-    pub reset: Option<crate::quota::Reset>,
+    pub reset: Option<bridge_ledger::quota::Reset>,
 }
 
 /// Classifies a finished `claude -p` run (`None`: it succeeded).
@@ -650,12 +652,12 @@ pub(crate) fn process_entry(
     title: &str,
     model: Option<&str>,
     session_id: Option<&str>,
-) -> Option<crate::proctable::OpencodeProcess> {
+) -> Option<opencode_client::proctable::OpencodeProcess> {
     let info = bridge_proc::ProcInfo::of(pid)?;
-    Some(crate::proctable::OpencodeProcess {
+    Some(opencode_client::proctable::OpencodeProcess {
         pid,
         ppid: info.ppid,
-        kind: crate::proctable::ProcessKind::Other("claude -p".into()),
+        kind: opencode_client::proctable::ProcessKind::Other("claude -p".into()),
         elapsed: info.elapsed,
         agent: Some(agent.to_owned()),
         title: (!title.is_empty()).then(|| title.to_owned()),
@@ -918,7 +920,7 @@ mod tests {
     fn claude_code_text_keeps_the_same_caps_as_opencode_text() {
         // Before the summary's fields were private, this parser wrote `final_text` directly
         // and a long answer (or result) was kept whole.
-        let big = "x".repeat(crate::events::FINAL_CAP + 10_000);
+        let big = "x".repeat(crate::runner::opencode::events::FINAL_CAP + 10_000);
         let assistant = serde_json::json!({"type": "assistant", "session_id": "s1",
             "message": {"id": "m1", "content": [{"type": "text", "text": big}]}});
         let result = serde_json::json!({"type": "result", "subtype": "success",
@@ -927,7 +929,7 @@ mod tests {
             let (s, _) = fold(&line.to_string());
             assert_eq!(
                 s.final_text().len(),
-                crate::events::FINAL_CAP,
+                crate::runner::opencode::events::FINAL_CAP,
                 "{}",
                 &line["type"]
             );
@@ -988,7 +990,7 @@ mod tests {
         )
     }
 
-    fn kind(lines: &str) -> (FailureKind, Option<crate::quota::Reset>, String) {
+    fn kind(lines: &str) -> (FailureKind, Option<bridge_ledger::quota::Reset>, String) {
         let (s, c) = fold(lines);
         assert!(!s.produced_output());
         let k = classify(
@@ -1079,7 +1081,7 @@ mod tests {
         let at = UNIX_EPOCH + Duration::from_secs(soon);
         assert_eq!(reset.map(|r| (r.at, r.clamped)), Some((at, false)));
         assert!(
-            msg.contains(&format!("resets at {}", crate::utc::format(at))),
+            msg.contains(&format!("resets at {}", bridge_ledger::utc::format(at))),
             "{msg}"
         );
         let event = |resets: &str| {
@@ -1112,7 +1114,7 @@ mod tests {
             let reset = reset.unwrap_or_else(|| panic!("{far}: no reset"));
             assert!(reset.clamped, "{far}");
             assert!(
-                reset.at <= SystemTime::now() + crate::quota::HORIZON,
+                reset.at <= SystemTime::now() + bridge_ledger::quota::HORIZON,
                 "{far}"
             );
             assert!(msg.contains("at the latest"), "{far}: {msg}");

@@ -7,10 +7,10 @@ use crate::classify::{ExitInfo, Failure};
 pub mod code;
 
 use crate::command::{Launch, LaunchContext};
-use crate::events::RunSummary;
-use crate::proctable::OpencodeProcess;
+use crate::runner::opencode::events::RunSummary;
 use crate::spec::{SupervisorConfig, TaskSpec};
 use code::{self as cc, ClaudeStream};
+use opencode_client::proctable::OpencodeProcess;
 
 #[derive(Debug)]
 pub(crate) struct Claude;
@@ -86,7 +86,7 @@ impl Stream for ClaudeStream {
         cc::classify(summary, self, stderr, exit).map(|c| c.failure)
     }
 
-    fn quota_reset(&self, _summary: &RunSummary) -> Option<crate::quota::Reset> {
+    fn quota_reset(&self, _summary: &RunSummary) -> Option<bridge_ledger::quota::Reset> {
         self.reset(self.result.as_ref().map(|r| r.text.as_str()))
     }
 }

@@ -14,6 +14,7 @@ use serde_json::Value;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::capture::HeadTail;
+pub use crate::classify::ErrorEvent;
 
 pub use bridge_ledger::TokenUsage;
 
@@ -85,23 +86,6 @@ pub fn line_counts(tool: &str, input: &Value) -> (Option<u64>, Option<u64>) {
         }
         _ => (None, None),
     }
-}
-
-/// An `error` event: opencode's NamedError `{name, data}` flattened.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ErrorEvent {
-    /// Error name, e.g. `APIError`, `ContextOverflowError`, `UnknownError`.
-    pub name: String,
-    /// `data.message` (empty when absent).
-    pub message: String,
-    /// `data.statusCode` for API errors.
-    pub status_code: Option<u16>,
-    /// `data.isRetryable` for API errors.
-    pub is_retryable: Option<bool>,
-    /// `data.responseBody` (raw text) when present.
-    pub response_body: Option<String>,
-    /// The whole `error` object as received.
-    pub raw: Value,
 }
 
 /// One parsed line. Strings borrow from the line when they needed no unescaping (see

@@ -9,11 +9,11 @@ use std::time::SystemTime;
 use super::{Backend, OwnRun, Prepared, Stream, Traits, push_common};
 use crate::classify::{ExitInfo, Failure, FailureKind};
 use crate::command::{self, Launch, LaunchContext};
-use crate::events::{ReadLine, RunSummary};
-use crate::proctable::{self, OpencodeProcess};
-use crate::quota;
+use crate::runner::opencode::events::{ReadLine, RunSummary};
 use crate::spec::{SupervisorConfig, TaskSpec};
+use bridge_ledger::quota;
 use classify::classify;
+use opencode_client::proctable::{self, OpencodeProcess};
 
 #[derive(Debug)]
 pub(crate) struct Opencode;

@@ -23,7 +23,7 @@ pub(crate) enum Action {
     Idle,
     /// opencode is waiting to retry a request the provider refused (`session.status` of type
     /// `retry`), or, `None`, it is busy again after such a wait.
-    Retry(Option<crate::quota::ProviderWait>),
+    Retry(Option<bridge_ledger::quota::ProviderWait>),
 }
 
 /// Follows one session (and its child sessions) on an event stream.
@@ -171,7 +171,7 @@ impl Follow {
                         self.busy = true;
                         let status = props.get("status")?;
                         let now = std::time::SystemTime::now();
-                        crate::quota::ProviderWait::from_status(status, now)
+                        bridge_ledger::quota::ProviderWait::from_status(status, now)
                             .map(|w| Action::Retry(Some(w)))
                     }
                     "idle" if self.busy => {
@@ -310,7 +310,7 @@ mod tests {
             panic!("no wait")
         };
         assert!(w.next.clamped, "{w:?}");
-        assert!(w.wait_from(std::time::SystemTime::now()) > crate::quota::LONGEST_WAIT);
+        assert!(w.wait_from(std::time::SystemTime::now()) > bridge_ledger::quota::LONGEST_WAIT);
         // No time at all: no wait is claimed, never a panic.
         for next in [json!(-1), json!("NaN"), json!(null), json!(1e308)] {
             match f.on_event(&retry(next.clone())) {

@@ -19,39 +19,6 @@ pub(crate) mod v2;
 
 use std::path::{Path, PathBuf};
 
-/// How opencode tasks are run ([`bridge_env::ENGINE`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Engine {
-    /// An `opencode run` process per attempt (what a machine where no server starts falls back
-    /// to).
-    Run,
-    /// A session on a warm local `opencode serve` (the default).
-    #[default]
-    Serve,
-}
-
-impl Engine {
-    /// The variable's value, or why it is not accepted.
-    pub fn parse(value: &str) -> Result<Engine, String> {
-        match value.trim().to_ascii_lowercase().as_str() {
-            "run" => Ok(Engine::Run),
-            "" | "serve" => Ok(Engine::Serve),
-            _ => Err(format!(
-                "{}={value:?} is not accepted; use run or serve",
-                bridge_env::ENGINE.name
-            )),
-        }
-    }
-
-    /// `run` or `serve`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::Run => "run",
-            Engine::Serve => "serve",
-        }
-    }
-}
-
 /// Where a served task runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Place {
@@ -204,6 +171,7 @@ pub(crate) fn map_dir(cwd: &Path, local_root: &Path, remote_root: &Path) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Engine;
 
     #[test]
     fn engines_and_places_read_and_show() {

@@ -245,7 +245,7 @@ pub(crate) struct Pool {
     watcher: Option<PathBuf>,
     /// The limit of each call to a noted server.
     timeout: Duration,
-    /// The idle time ([`crate::SupervisorConfig::serve_idle`]).
+    /// The idle time ([`crate::spec::SupervisorConfig::serve_idle`]).
     idle: Duration,
     /// The last time a local server could not be started, and why: for [`DOWN_FOR`] after it,
     /// tasks run as `opencode run` without trying again (a server that hangs at start would

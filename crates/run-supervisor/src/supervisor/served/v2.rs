@@ -220,7 +220,7 @@ pub(super) async fn run_v2_turn(
         }
     };
     let keep_running = matches!(end, Some(AttemptEnd::Stopped(StopReason::Shutdown)))
-        && (matches!(place, Place::Remote(_)) || cfg.on_exit == crate::OnExit::Leave);
+        && (matches!(place, Place::Remote(_)) || cfg.on_exit == crate::spec::OnExit::Leave);
     if keep_running {
         if let Some(lease) = &server.lease {
             lease.leave_running();
