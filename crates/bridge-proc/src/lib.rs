@@ -17,6 +17,8 @@
 //! - [`group`]: a child leading its own process group, stopped and reaped on every path;
 //! - [`deadline`]: deadlines from durations that come from outside, which never panic;
 //! - [`capture`]: a short command in its own group, with a timeout and capped output;
+//! - [`stream`]: bounded buffers for a long run's output (its head and tail, lines cut from
+//!   chunks, results cut to their character limits);
 //! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit;
 //! - [`sched`]: a short scheduler slice for the thread that answers calls, which threads and
 //!   processes it starts do not inherit, and a higher nice value for the runs.
@@ -32,6 +34,7 @@ pub mod group;
 pub mod ident;
 pub mod info;
 pub mod sched;
+pub mod stream;
 pub mod tree;
 
 pub use capture::{CaptureError, CaptureLimits, Captured, run_capture};

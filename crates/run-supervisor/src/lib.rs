@@ -36,7 +36,8 @@
 #![deny(unsafe_code)]
 
 pub mod argv;
-pub mod capture;
+/// Bounded output buffers (from `bridge-proc`).
+pub use bridge_proc::stream as capture;
 pub mod classify;
 pub mod command;
 mod error;

@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use crate::capture::Cut;
 use crate::classify::Failure;
 use bridge_isolation::ToolCall;
 use bridge_isolation::changes::ChangedFiles;
 use bridge_ledger::usage::TokenUsage;
+use bridge_proc::stream::Cut;
 
 /// Identifies a task of this supervisor (1, 2, 3, ...).
 pub type TaskId = u64;

@@ -6,11 +6,11 @@ use std::time::{Instant, SystemTime};
 
 use super::budgets::release_in;
 use super::table::{MAX_FINISHED_TASKS, Shared, forget_finished};
-use crate::capture::HeadTail;
 use crate::classify::{Failure, FailureKind};
 use crate::runner::backend;
 use crate::task::{TaskId, TaskState};
 use bridge_ledger::quota;
+use bridge_proc::stream::HeadTail;
 
 /// stderr bytes kept once a task has finished (its tail).
 const FINISHED_STDERR: usize = 64 * 1024;

@@ -11,11 +11,11 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::record::{Record, Save};
 use super::table::{Shared, persist};
-use crate::capture::{LineSplitter, Piece};
 use crate::runner::Runner;
 use crate::runner::opencode::events::TextBuffer;
 use crate::runner::{Prepared, backend};
 use crate::task::TaskId;
+use bridge_proc::stream::{LineSplitter, Piece};
 
 /// Longest line read from a run's stdout; longer lines are counted as malformed and skipped up
 /// to the next newline (see [`LineSplitter`]).

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::capture::{HeadTail, REPLY_CHARS, cut_text};
 use crate::classify::{ExitInfo, Failure};
 use crate::registry::{self, Owner, TaskOutputRecord, TaskRecord};
 use crate::runner::Runner;
@@ -22,6 +21,7 @@ use crate::task::{TaskOutput, TaskSnapshot, TaskState};
 use bridge_isolation::changes::ChangedFiles;
 use bridge_ledger::usage::{Pricing, Usage};
 use bridge_proc::ProcId;
+use bridge_proc::stream::{HeadTail, REPLY_CHARS, cut_text};
 
 /// Why a task is asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

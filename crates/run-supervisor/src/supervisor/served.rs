@@ -18,12 +18,12 @@ use super::output::{finish_stdout, fold_stdout};
 use super::record::Save;
 use super::record::StopReason;
 use super::table::persist;
-use crate::capture::LineSplitter;
 use crate::classify::ExitInfo;
 use crate::command::{LaunchContext, build_launch};
 use crate::runner::serve::events::{Action, Follow, turn_done_in};
 use crate::runner::serve::pool::Lease;
 use crate::runner::serve::{Place, map_dir, session};
+use bridge_proc::stream::LineSplitter;
 
 mod v2;
 use v2::run_v2_turn;

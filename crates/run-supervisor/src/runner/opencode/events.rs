@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::capture::HeadTail;
 pub use crate::classify::ErrorEvent;
+use bridge_proc::stream::HeadTail;
 
 pub use bridge_ledger::TokenUsage;
 
@@ -664,7 +664,7 @@ pub fn parse_error(err: &Value) -> ErrorEvent {
 pub const FINAL_CAP: usize = 400_000;
 
 /// Appends the longest prefix of `add` that keeps `s` within `cap` bytes and ends on a
-/// character boundary. Never grows `s` past `cap` (see [`crate::capture::grown_capacity`]).
+/// character boundary. Never grows `s` past `cap` (see [`bridge_proc::stream::grown_capacity`]).
 fn push_capped(s: &mut String, add: &str, cap: usize) {
     let room = cap.saturating_sub(s.len());
     let mut n = add.len().min(room);
@@ -676,7 +676,7 @@ fn push_capped(s: &mut String, add: &str, cap: usize) {
     }
     let need = s.len() + n;
     if need > s.capacity() {
-        let target = crate::capture::grown_capacity(s.capacity(), need, cap);
+        let target = bridge_proc::stream::grown_capacity(s.capacity(), need, cap);
         s.reserve_exact(target - s.len());
     }
     s.push_str(&add[..n]);

@@ -14,11 +14,11 @@ use super::super::output::{finish_stdout, fold_stdout};
 use super::super::record::{Save, StopReason};
 use super::super::table::persist;
 use super::{MAX_LINE, STOP_WAIT, Server, lost};
-use crate::capture::LineSplitter;
 use crate::classify::ExitInfo;
 use crate::runner::serve::Place;
 use crate::runner::serve::events::Follow;
 use crate::runner::serve::v2;
+use bridge_proc::stream::LineSplitter;
 
 /// How long the location's models may take to load on the server.
 const MODELS_WAIT: Duration = Duration::from_secs(60);

@@ -17,7 +17,7 @@ const GROW_WHOLE: usize = 64 * 1024;
 
 /// The capacity a buffer bounded by `limit` bytes should grow to when it needs `need` bytes:
 /// doubling while small, then `limit` at once.
-pub(crate) fn grown_capacity(capacity: usize, need: usize, limit: usize) -> usize {
+pub fn grown_capacity(capacity: usize, need: usize, limit: usize) -> usize {
     if need > GROW_WHOLE {
         limit.max(need)
     } else {
