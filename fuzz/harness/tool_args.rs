@@ -10,7 +10,8 @@
 
 use serde_json::Value;
 
-use crate::tools::{Call, REPLY_CAP_CHARS, TOOL_NAMES, parse_call, valid_model};
+use crate::tools::schema::valid_model;
+use crate::tools::{Call, REPLY_CAP_CHARS, TOOL_NAMES, parse_call};
 
 /// Runs one input (see the module docs).
 pub fn run(data: &[u8]) {

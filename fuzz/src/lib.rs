@@ -21,6 +21,6 @@ pub mod tool_args;
 /// `bridge-policy`, `bridge-render`, `run-supervisor`), except for its own unit tests (they
 /// need the binary's dev-dependencies), hence not under `cfg(test)`.
 #[cfg(not(test))]
-#[path = "../../bins/opencode-bridge/src/tools.rs"]
-#[allow(dead_code)]
+#[path = "../../bins/opencode-bridge/src/tools/mod.rs"]
+#[allow(dead_code, unused_imports)]
 mod tools;

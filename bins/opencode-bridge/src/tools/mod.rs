@@ -13,7 +13,7 @@
 mod args;
 mod call;
 mod limits;
-mod schema;
+pub(crate) mod schema;
 
 pub use call::{Call, OutputArgs, SessionsArgs, StartArgs, is_tool, parse_call};
 pub use limits::*;
