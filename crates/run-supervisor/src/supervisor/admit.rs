@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
-use super::budgets::{NEXT_RESERVATION, budget_name, held_with, own_held};
+use super::budgets::{budget_name, held_with, own_held, reserve_in};
 use super::isolated;
 use super::record::{Record, Save, StopReason};
 use super::table::{MAX_FINISHED_TASKS, Shared, forget_finished, persist};
@@ -249,26 +249,8 @@ pub(super) fn reserve(
             .collect();
         return decide(&[], &held).map(|a| (None, a));
     };
-    let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let me = shared.me;
-    let made = reserve::update(&dir, |list| {
-        let text = bridge_ledger::usage::ledger::read_text(&dir).unwrap_or_default();
-        let (rows, _) = bridge_ledger::usage::ledger::parse_text(&text);
-        let rows: Vec<_> = rows
-            .iter()
-            .map(bridge_ledger::usage::ledger::TextRow::view)
-            .collect();
-        let amount = decide(&rows, &held_with(shared, list))?;
-        list.push(reserve::Reservation {
-            pid: me.pid,
-            start_time: me.start_time,
-            key,
-            project: cwd.to_path_buf(),
-            amount_usd: amount,
-            used_usd: 0.0,
-            at_ms: now,
-        });
-        Ok(amount)
+    let (key, made) = reserve_in(shared, &dir, cwd, now, |rows, list| {
+        decide(rows, &held_with(shared, list))
     });
     match made {
         Ok(amount) => amount.map(|a| (Some(key), a)),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::sync::watch;
 
-use super::budgets::{NEXT_RESERVATION, release};
+use super::budgets::{release, reserve_in};
 use super::record::{Record, Save, StopReason};
 use super::table::{Shared, persist};
 use crate::registry::{self, Owner, TaskRecord, judge, settle_lost};
@@ -132,29 +132,12 @@ fn reserve_adopted(shared: &Shared, cwd: &Path, cap: Option<f64>) -> (Option<u64
     let Some(dir) = shared.state_dir().map(Path::to_path_buf) else {
         return (None, reserve::DEFAULT_FLOOR_USD);
     };
-    let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let me = shared.me;
-    let made = reserve::update(&dir, |list| {
-        let text = bridge_ledger::usage::ledger::read_text(&dir).unwrap_or_default();
-        let (rows, _) = bridge_ledger::usage::ledger::parse_text(&text);
-        let rows: Vec<_> = rows
-            .iter()
-            .map(bridge_ledger::usage::ledger::TextRow::view)
-            .collect();
-        let amount = cap.unwrap_or_else(|| reserve::default_amount(&rows, now));
-        list.push(reserve::Reservation {
-            pid: me.pid,
-            start_time: me.start_time,
-            key,
-            project: cwd.to_path_buf(),
-            amount_usd: amount,
-            used_usd: 0.0,
-            at_ms: now,
-        });
-        amount
+    let (key, made) = reserve_in(shared, &dir, cwd, now, |rows, _| {
+        Ok::<_, std::convert::Infallible>(cap.unwrap_or_else(|| reserve::default_amount(rows, now)))
     });
     match made {
-        Ok(amount) => (Some(key), amount),
+        Ok(Ok(amount)) => (Some(key), amount),
+        Ok(Err(never)) => match never {},
         Err(e) => {
             tracing::warn!("an adopted task's budget reservation could not be written ({e})");
             (None, reserve::DEFAULT_FLOOR_USD)

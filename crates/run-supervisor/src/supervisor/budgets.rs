@@ -15,8 +15,7 @@ use bridge_ledger::usage::reserve;
 use bridge_proc::ProcId;
 
 /// Keys of reservations, unique in this process (several supervisors may share it in tests).
-pub(super) static NEXT_RESERVATION: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(1);
+static NEXT_RESERVATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// This supervisor's running tasks as the budgets count them, with their reservation's key.
 pub(super) fn own_held(inner: &Inner) -> Vec<(Option<u64>, budget::Held)> {
@@ -79,6 +78,38 @@ pub(super) fn with_ledger<R>(
         .map(bridge_ledger::usage::ledger::TextRow::view)
         .collect();
     f(&rows)
+}
+
+/// Adds this bridge's reservation for a task in `cwd` to the reservations file under `dir`,
+/// under the file's lock: `amount` decides it from the ledger's rows and the reservations
+/// held so far (an `Err` adds none and is returned as it is). Returns the reservation's key
+/// and what `amount` decided, or why the file could not be written.
+pub(super) fn reserve_in<E>(
+    shared: &Shared,
+    dir: &Path,
+    cwd: &Path,
+    now: u64,
+    amount: impl FnOnce(
+        &[bridge_ledger::usage::ledger::RowRef<'_>],
+        &[reserve::Reservation],
+    ) -> Result<f64, E>,
+) -> (u64, std::io::Result<Result<f64, E>>) {
+    let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let me = shared.me;
+    let made = reserve::update(dir, |list| {
+        let amount = with_ledger(Some(dir), |rows| amount(rows, list))?;
+        list.push(reserve::Reservation {
+            pid: me.pid,
+            start_time: me.start_time,
+            key,
+            project: cwd.to_path_buf(),
+            amount_usd: amount,
+            used_usd: 0.0,
+            at_ms: now,
+        });
+        Ok(amount)
+    });
+    (key, made)
 }
 
 /// Whether a task in `cwd` may start now by the budgets: the ledger's spend in each window plus
