@@ -55,9 +55,11 @@ fn numeric_variables_past_their_range_are_named_in_one_line_and_the_bridge_answe
 /// Every extreme `retry-after` on both engines, all at once (each task has a minute). On the
 /// serve engine opencode's retry status names the wait: the largest one (opencode holds it to
 /// about 24.8 days) ends the task at once with kind `rate_limit` and the reset held to 7 days.
-/// `opencode run` prints nothing while it waits, so there the task's time limit ends it. What
-/// opencode makes of `1e308`, `-1` and `NaN` is its own business (a back-off, or an error after
-/// its retries); the bridge must end each task and keep answering.
+/// `opencode run` prints nothing while it waits: there opencode's log in the run's world says
+/// the provider refused, so the task's status says it waits on the provider's rate limit, and
+/// the time limit ends it with kind `rate_limit` (not `timeout`). What opencode makes of
+/// `1e308`, `-1` and `NaN` is its own business (a back-off, or an error after its retries); the
+/// bridge must end each task and keep answering.
 #[test]
 fn live_extreme_retry_after_values_never_stop_the_bridge_on_either_engine() {
     let oc = require_opencode!();
@@ -97,6 +99,32 @@ fn live_extreme_retry_after_values_never_stop_the_bridge_on_either_engine() {
     }
     let mut next = 100;
     let deadline = Instant::now() + Duration::from_secs(300);
+    // While the run engine's e429huge task waits, its status says on what.
+    {
+        let (_, server, ids) = servers.iter_mut().find(|(e, _, _)| *e == "run").unwrap();
+        let (_, id) = ids.iter().find(|(m, _)| m == "e429huge").unwrap();
+        let mut last = String::new();
+        let seen = loop {
+            next += 1;
+            let (status, _) = server.call_text(next, "opencode_status", json!({"id": id}));
+            if status.contains("waiting on the provider's rate limit: Rate limit reached") {
+                break true;
+            }
+            let first = status.lines().next().unwrap_or("");
+            let ended = ["succeeded", "failed", "cancelled", "timed_out"]
+                .iter()
+                .any(|w| first.contains(w));
+            last = status.clone();
+            if ended || Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        assert!(
+            seen,
+            "the run engine's status never named the provider's limit: {last}"
+        );
+    }
     for (engine, server, ids) in &mut servers {
         for (model, id) in ids.iter() {
             // Every poll is a call the bridge answers while opencode waits.
@@ -119,6 +147,11 @@ fn live_extreme_retry_after_values_never_stop_the_bridge_on_either_engine() {
             if *engine == "serve" && model == "e429huge" {
                 assert_eq!(kind, "rate_limit", "{status}");
                 assert!(status.contains("at the latest"), "{status}");
+                assert!(status.contains("Rate limit reached"), "{status}");
+            }
+            if *engine == "run" && model == "e429huge" {
+                assert_eq!(kind, "rate_limit", "{status}");
+                assert!(status.contains("past the task's time left"), "{status}");
                 assert!(status.contains("Rate limit reached"), "{status}");
             }
             next += 1;

@@ -163,6 +163,33 @@ impl ProviderWait {
     }
 }
 
+/// opencode retrying a request a provider refused, where it does not say when it retries: an
+/// `opencode run` prints no event while it waits, and its log (`opencode.log` in the run's
+/// data directory) says only that the provider refused, with the provider's message, at each
+/// try (`message="stream error" ... error.error="AI_APICallError: Rate limit reached ..."`,
+/// 1.18.33).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderStall {
+    /// When the first refusal of this wait was logged (read by the bridge).
+    pub since: SystemTime,
+    /// How many refusals were logged since (opencode tries again after each wait).
+    pub refusals: u32,
+    /// The provider's last message, one line, at most 300 characters.
+    pub message: String,
+}
+
+impl ProviderStall {
+    /// Whether the provider's message speaks of quota or credit rather than a rate.
+    pub fn is_quota(&self) -> bool {
+        speaks_of_quota(&self.message)
+    }
+
+    /// How long opencode has been held, at `now` (zero for a clock that went back).
+    pub fn held_for(&self, now: SystemTime) -> Duration {
+        now.duration_since(self.since).unwrap_or(Duration::ZERO)
+    }
+}
+
 /// Words of a provider's message that speak of quota or credit (not of a rate); the failure
 /// classifier reads the same list.
 pub const QUOTA_WORDS: &[&str] = &[

@@ -199,6 +199,10 @@ fn status_header(s: &TaskSnapshot) -> String {
         out.push_str(&provider_wait_line(w, std::time::SystemTime::now()));
         out.push('\n');
     }
+    if let Some(w) = &s.provider_stall {
+        out.push_str(&provider_stall_line(w, std::time::SystemTime::now()));
+        out.push('\n');
+    }
     if let Some(f) = &s.failure {
         out.push_str(&format!(
             "failure: {}: {}\nadvice: {}\n",
@@ -733,6 +737,11 @@ pub fn status_line(s: &TaskSnapshot) -> String {
             "waiting on the provider's limit until {}",
             run_supervisor::utc::format(w.next.at)
         ));
+    } else if let Some(w) = &s.provider_stall {
+        parts.push(format!(
+            "waiting on the provider's limit since {}",
+            run_supervisor::utc::format(w.since)
+        ));
     } else if let Some(wait) = s.retry_in {
         parts.push(format!(
             "retry {} in {}",
@@ -765,6 +774,27 @@ pub fn env_refusal(error: &str) -> String {
 /// What the server says on stderr when it starts with a numeric variable outside its range.
 pub fn env_error_at_start(error: &str) -> String {
     format!("opencode-bridge: {error}; every opencode_start is refused until it is fixed")
+}
+
+/// A running `opencode run` held by a provider's refusals: the limit, how long and how often
+/// (`now` for how long). `opencode run` does not say when it tries again.
+pub fn provider_stall_line(
+    w: &run_supervisor::quota::ProviderStall,
+    now: std::time::SystemTime,
+) -> String {
+    let what = if w.is_quota() { "quota" } else { "rate limit" };
+    let message = if w.message.is_empty() {
+        "no message".to_owned()
+    } else {
+        one_line(&w.message, 300)
+    };
+    format!(
+        "waiting on the provider's {what}: {message}; refused {} time{} since {} ({} ago); opencode retries, and `opencode run` does not say when",
+        w.refusals,
+        if w.refusals == 1 { "" } else { "s" },
+        run_supervisor::utc::format(w.since),
+        duration_ms(w.held_for(now).as_millis() as u64)
+    )
 }
 
 /// A running task whose opencode waits on a provider's limit: the limit, and when opencode

@@ -239,6 +239,7 @@ fn snapshot(id: u64, state: TaskState) -> TaskSnapshot {
         failure: None,
         retry_in: None,
         provider_wait: None,
+        provider_stall: None,
         tokens: TokenUsage {
             input: 12_000,
             output: 800,
@@ -819,6 +820,44 @@ fn provider_wait_and_its_end() {
             format!(
                 "{}: {}\nadvice: {}",
                 ended.kind, ended.message, ended.advice
+            ),
+        ]
+        .join("\n")
+    );
+}
+
+/// An `opencode run` held by a provider's refusals (read from its log): the status line, and
+/// the failures at the time limit and past the bridge's longest wait.
+#[test]
+fn provider_stall_and_its_end() {
+    use run_supervisor::quota::ProviderStall;
+    use std::time::UNIX_EPOCH;
+    let now = UNIX_EPOCH + Duration::from_secs(1_893_456_000);
+    let stall = |held: u64, refusals: u32, message: &str| ProviderStall {
+        since: now - Duration::from_secs(held),
+        refusals,
+        message: message.into(),
+    };
+    let rate = stall(75, 2, "Rate limit reached for requests");
+    let quota = stall(
+        400,
+        1,
+        "You exceeded your current quota, please check your plan and billing details.",
+    );
+    let at_time_limit = run_supervisor::classify::provider_stall(&rate, true, now);
+    let too_long = run_supervisor::classify::provider_stall(&quota, false, now);
+    insta::assert_snapshot!(
+        "provider_stall",
+        [
+            tasks::provider_stall_line(&rate, now),
+            tasks::provider_stall_line(&quota, now),
+            format!(
+                "{}: {}\nadvice: {}",
+                at_time_limit.kind, at_time_limit.message, at_time_limit.advice
+            ),
+            format!(
+                "{}: {}\nadvice: {}",
+                too_long.kind, too_long.message, too_long.advice
             ),
         ]
         .join("\n")

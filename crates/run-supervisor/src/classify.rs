@@ -382,6 +382,51 @@ pub fn provider_limit(
     Failure::with_advice(kind, message, &advice)
 }
 
+/// The failure of an `opencode run` held by a provider's refusals past the task's time left
+/// (`past_left`) or past [`bridge_ledger::quota::LONGEST_WAIT`]: kind `quota` when the
+/// provider's message speaks of quota or credit, else `rate_limit`. `opencode run` does not
+/// say when it tries again, so the message says how long it was held and the advice points at
+/// the serve engine, which shows the reset.
+pub fn provider_stall(
+    stall: &bridge_ledger::quota::ProviderStall,
+    past_left: bool,
+    now: std::time::SystemTime,
+) -> Failure {
+    let kind = if stall.is_quota() {
+        FailureKind::Quota
+    } else {
+        FailureKind::RateLimit
+    };
+    let bound = if past_left {
+        "past the task's time left".to_owned()
+    } else {
+        format!(
+            "longer than the {} minutes the bridge waits on a provider",
+            bridge_ledger::quota::LONGEST_WAIT.as_secs() / 60
+        )
+    };
+    let message = format!(
+        "the provider's limit stopped the task: {}; opencode was refused {} time{} and waited to try again for {}, {bound}; `opencode run` does not say when the limit resets",
+        if stall.message.is_empty() {
+            "(no message)"
+        } else {
+            stall.message.as_str()
+        },
+        stall.refusals,
+        if stall.refusals == 1 { "" } else { "s" },
+        wait_words(stall.held_for(now).as_secs()),
+    );
+    let advice = format!(
+        "{} Start the task again later, or use a model of another provider meanwhile; on the serve engine (OPENCODE_BRIDGE_ENGINE=serve, the default) the task says when the limit resets.",
+        if kind == FailureKind::Quota {
+            "The provider account is out of quota or credit until its window resets."
+        } else {
+            "The provider is rate-limiting this account."
+        }
+    );
+    Failure::with_advice(kind, message, &advice)
+}
+
 /// A wait in words: `45 s`, `12 min`, `3 h 20 min`, `24 days 20 h`.
 fn wait_words(secs: u64) -> String {
     match secs {

@@ -116,6 +116,9 @@ pub struct TaskSnapshot {
     /// opencode is waiting to retry a request the provider refused (a rate limit, a quota):
     /// the provider's message and when opencode tries again (a running served task only).
     pub provider_wait: Option<bridge_ledger::quota::ProviderWait>,
+    /// An `opencode run` held by a provider's refusals, which it does not say when it retries
+    /// (read from opencode's log; a running task of the run engine only).
+    pub provider_stall: Option<bridge_ledger::quota::ProviderStall>,
     /// Token totals of the current/last attempt.
     pub tokens: TokenUsage,
     /// Cost of the current/last attempt.

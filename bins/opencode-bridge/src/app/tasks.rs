@@ -49,8 +49,14 @@ impl App {
                 let waits: String = ids
                     .iter()
                     .filter_map(|id| {
-                        let w = self.supervisor.status(*id)?.provider_wait?;
-                        let line = render::tasks::provider_wait_line(&w, SystemTime::now());
+                        let s = self.supervisor.status(*id)?;
+                        let line = match (&s.provider_wait, &s.provider_stall) {
+                            (Some(w), _) => render::tasks::provider_wait_line(w, SystemTime::now()),
+                            (None, Some(w)) => {
+                                render::tasks::provider_stall_line(w, SystemTime::now())
+                            }
+                            (None, None) => return None,
+                        };
                         Some(format!("; task {id}: {line}"))
                     })
                     .collect();

@@ -222,6 +222,15 @@ pub(super) async fn run_task_inner(
                 });
                 return (TaskState::Failed, Some(f));
             }
+            AttemptEnd::ProviderStall(stall, past_left) => {
+                let f = crate::classify::provider_stall(
+                    &stall,
+                    past_left,
+                    std::time::SystemTime::now(),
+                );
+                shared.with(id, |r| r.provider_stall = None);
+                return (TaskState::Failed, Some(f));
+            }
             AttemptEnd::SpawnFailed(msg) => {
                 return (
                     TaskState::Failed,

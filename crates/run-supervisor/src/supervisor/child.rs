@@ -51,6 +51,9 @@ pub(super) enum AttemptEnd {
     /// opencode would wait on a provider's limit longer than [`bridge_ledger::quota::LONGEST_WAIT`]
     /// or than the task's time left (true: the time left was the shorter).
     ProviderLimit(bridge_ledger::quota::ProviderWait, bool),
+    /// An `opencode run` held by a provider's refusals (read from its log) past the task's time
+    /// left (true) or past [`bridge_ledger::quota::LONGEST_WAIT`].
+    ProviderStall(bridge_ledger::quota::ProviderStall, bool),
 }
 
 /// Runs attempt number `attempt` of the task to its end (see [`AttemptEnd`]).
@@ -93,6 +96,8 @@ pub(super) async fn run_attempt(
     if let Err(e) = into_world(ctx, runner, &mut launch) {
         return AttemptEnd::SpawnFailed(e);
     }
+    // From the log's end before the run starts: what it logs of a provider's refusals.
+    let mut stall_watch = super::stall::StallWatch::for_attempt(runner, spec, &launch);
     let _prompt_file = match &launch.prompt_file {
         Some((path, content)) => {
             if let Some(dir) = path.parent()
@@ -226,7 +231,10 @@ pub(super) async fn run_attempt(
                 break;
             }
             _ = tokio::time::sleep_until(deadline) => {
-                stop_reason = Some(AttemptEnd::TimedOut);
+                // Held by a provider at the time limit: its limit, not the time, is the cause.
+                stop_reason = Some(
+                    super::stall::held_end(shared, id, true).unwrap_or(AttemptEnd::TimedOut),
+                );
                 break;
             }
             _ = tick.tick() => {
@@ -260,6 +268,15 @@ pub(super) async fn run_attempt(
                         .unwrap_or(0.0);
                     if spent > max {
                         stop_reason = Some(AttemptEnd::OverBudget(spent));
+                        break;
+                    }
+                }
+                if let Some(watch) = stall_watch.as_mut()
+                    && ticks.is_multiple_of(10)
+                {
+                    watch.poll(shared, id).await;
+                    if let Some(end) = super::stall::held_end(shared, id, false) {
+                        stop_reason = Some(end);
                         break;
                     }
                 }

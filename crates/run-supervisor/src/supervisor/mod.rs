@@ -46,6 +46,7 @@ mod output;
 mod pass;
 mod record;
 mod served;
+mod stall;
 mod table;
 mod verify;
 

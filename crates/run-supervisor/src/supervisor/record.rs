@@ -80,6 +80,10 @@ pub(super) struct Record {
     /// opencode is waiting to retry a request the provider refused (its retry status), shown
     /// in the task's status until it is busy again.
     pub(super) provider_wait: Option<bridge_ledger::quota::ProviderWait>,
+    /// An `opencode run` held by a provider's refusals (read from opencode's log), with how
+    /// many events the run had printed when the first was logged: an event after it ends the
+    /// wait.
+    pub(super) provider_stall: Option<(bridge_ledger::quota::ProviderStall, usize)>,
     /// The reset of a provider's limit that ended the task (a wait too long to sit through):
     /// what the quota window learns, before what the attempt's own output says.
     pub(super) provider_reset: Option<bridge_ledger::quota::Reset>,
@@ -144,6 +148,7 @@ impl Record {
             next_attempt_note: None,
             server_pid: None,
             provider_wait: None,
+            provider_stall: None,
             provider_reset: None,
             detached: false,
             pricing,
@@ -230,6 +235,7 @@ impl Record {
         self.retry_at = None;
         self.failure = None;
         self.provider_wait = None;
+        self.provider_stall = None;
         self.provider_reset = None;
     }
 
@@ -321,6 +327,7 @@ impl Record {
         }
         if running {
             s.provider_wait = self.provider_wait.clone();
+            s.provider_stall = self.provider_stall.as_ref().map(|(w, _)| w.clone());
         }
         s
     }
@@ -377,6 +384,7 @@ pub(super) fn view(t: &TaskRecord) -> TaskSnapshot {
         failure: t.failure.as_ref().map(registry::StoredFailure::to_failure),
         retry_in: None,
         provider_wait: None,
+        provider_stall: None,
         tokens: t.tokens.into(),
         cost: t.cost,
         usage: t.usage.clone(),

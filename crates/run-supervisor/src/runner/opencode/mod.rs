@@ -2,6 +2,7 @@
 
 pub mod classify;
 pub mod events;
+pub(crate) mod log;
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
