@@ -776,18 +776,24 @@ pub fn env_error_at_start(error: &str) -> String {
     format!("opencode-bridge: {error}; every opencode_start is refused until it is fixed")
 }
 
+/// A provider's limit in words: `quota` or `rate limit`, and its message on one line.
+fn limit_words(quota: bool, message: &str) -> (&'static str, String) {
+    let what = if quota { "quota" } else { "rate limit" };
+    let message = if message.is_empty() {
+        "no message".to_owned()
+    } else {
+        one_line(message, 300)
+    };
+    (what, message)
+}
+
 /// A running `opencode run` held by a provider's refusals: the limit, how long and how often
 /// (`now` for how long). `opencode run` does not say when it tries again.
 pub fn provider_stall_line(
     w: &run_supervisor::quota::ProviderStall,
     now: std::time::SystemTime,
 ) -> String {
-    let what = if w.is_quota() { "quota" } else { "rate limit" };
-    let message = if w.message.is_empty() {
-        "no message".to_owned()
-    } else {
-        one_line(&w.message, 300)
-    };
+    let (what, message) = limit_words(w.is_quota(), &w.message);
     format!(
         "waiting on the provider's {what}: {message}; refused {} time{} since {} ({} ago); opencode retries, and `opencode run` does not say when",
         w.refusals,
@@ -803,12 +809,7 @@ pub fn provider_wait_line(
     w: &run_supervisor::quota::ProviderWait,
     now: std::time::SystemTime,
 ) -> String {
-    let what = if w.is_quota() { "quota" } else { "rate limit" };
-    let message = if w.message.is_empty() {
-        "no message".to_owned()
-    } else {
-        one_line(&w.message, 300)
-    };
+    let (what, message) = limit_words(w.is_quota(), &w.message);
     let held = if w.next.clamped {
         " (the provider asked for longer; the bridge counts at most 7 days)"
     } else {

@@ -345,20 +345,8 @@ pub fn provider_limit(
     past_left: bool,
     now: std::time::SystemTime,
 ) -> Failure {
-    let kind = if wait.is_quota() {
-        FailureKind::Quota
-    } else {
-        FailureKind::RateLimit
-    };
+    let (kind, bound) = limit_kind_and_bound(wait.is_quota(), past_left);
     let secs = wait.wait_from(now).as_secs();
-    let bound = if past_left {
-        "past the task's time left".to_owned()
-    } else {
-        format!(
-            "longer than the {} minutes the bridge waits on a provider",
-            bridge_ledger::quota::LONGEST_WAIT.as_secs() / 60
-        )
-    };
     let message = format!(
         "the provider's limit stopped the task: {}; opencode would send retry {} only in {}, {bound}; the limit {}",
         if wait.message.is_empty() {
@@ -392,19 +380,7 @@ pub fn provider_stall(
     past_left: bool,
     now: std::time::SystemTime,
 ) -> Failure {
-    let kind = if stall.is_quota() {
-        FailureKind::Quota
-    } else {
-        FailureKind::RateLimit
-    };
-    let bound = if past_left {
-        "past the task's time left".to_owned()
-    } else {
-        format!(
-            "longer than the {} minutes the bridge waits on a provider",
-            bridge_ledger::quota::LONGEST_WAIT.as_secs() / 60
-        )
-    };
+    let (kind, bound) = limit_kind_and_bound(stall.is_quota(), past_left);
     let message = format!(
         "the provider's limit stopped the task: {}; opencode was refused {} time{} and waited to try again for {}, {bound}; `opencode run` does not say when the limit resets",
         if stall.message.is_empty() {
@@ -425,6 +401,25 @@ pub fn provider_stall(
         }
     );
     Failure::with_advice(kind, message, &advice)
+}
+
+/// A provider's limit: kind `quota` or `rate_limit`, and which bound its wait passed (the
+/// task's time left, or the bridge's longest wait).
+fn limit_kind_and_bound(quota: bool, past_left: bool) -> (FailureKind, String) {
+    let kind = if quota {
+        FailureKind::Quota
+    } else {
+        FailureKind::RateLimit
+    };
+    let bound = if past_left {
+        "past the task's time left".to_owned()
+    } else {
+        format!(
+            "longer than the {} minutes the bridge waits on a provider",
+            bridge_ledger::quota::LONGEST_WAIT.as_secs() / 60
+        )
+    };
+    (kind, bound)
 }
 
 /// A wait in words: `45 s`, `12 min`, `3 h 20 min`, `24 days 20 h`.
