@@ -125,8 +125,12 @@ impl StallWatch {
 /// The end of an attempt held by a provider: at the task's time limit (`past_left`) while a
 /// wait is on, or once a wait has lasted past [`LONGEST_WAIT`]. `None` otherwise.
 pub(super) fn held_end(shared: &Shared, id: TaskId, past_left: bool) -> Option<AttemptEnd> {
+    // An event printed since the first refusal (not yet seen by a poll) means it got through.
     let stall = shared
-        .with(id, |r| r.provider_stall.as_ref().map(|(s, _)| s.clone()))
+        .with(id, |r| match &r.provider_stall {
+            Some((s, at)) if r.summary.events() <= *at => Some(s.clone()),
+            _ => None,
+        })
         .flatten()?;
     if past_left || stall.held_for(SystemTime::now()) > LONGEST_WAIT {
         Some(AttemptEnd::ProviderStall(stall, past_left))
