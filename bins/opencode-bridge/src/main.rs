@@ -40,7 +40,16 @@ use std::sync::Arc;
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
-    let cli = cli::Cli::parse();
+    // The relocation table is the loader's alone, read before this line: its pages go back
+    // before the server allocates anything (docs/PERFORMANCE.md, "Cold-start memory").
+    bridge_proc::image::release_loader_tables();
+    // With no argument (how Claude Code starts the server) there is nothing for clap to parse:
+    // building its command tree and the environment help would cost a cold start memory.
+    let cli = if std::env::args_os().len() <= 1 {
+        cli::Cli { command: None }
+    } else {
+        cli::Cli::parse()
+    };
     init_logging();
     // One thread is enough: tool calls are short, blocking reads go to the blocking pool.
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -20,7 +20,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The server name clients see in `serverInfo`.
 pub const SERVER_NAME: &str = "opencode-bridge";
@@ -29,10 +29,13 @@ pub const SERVER_NAME: &str = "opencode-bridge";
 #[derive(Debug, Clone)]
 pub struct Bridge {
     app: Arc<App>,
-    /// With the output schemas.
-    tools: Arc<Vec<Tool>>,
-    /// The same without output schemas, for clients that get no structured results.
+    /// The tools without output schemas: what a client that gets no structured results (Claude
+    /// Code, by default) lists, built at start.
     plain_tools: Arc<Vec<Tool>>,
+    /// The same with their output schemas, built the first time a client that gets structured
+    /// results lists them: as JSON values the schemas take a quarter of a cold start's heap,
+    /// which Claude Code never needs.
+    tools: Arc<OnceLock<Arc<Vec<Tool>>>>,
     instructions: Arc<String>,
     /// The last `resources/list` answer (see [`crate::mcp_resources::LIST_DEADLINE`]).
     listing: Arc<crate::mcp_resources::Listing>,
@@ -69,33 +72,22 @@ fn derived_output_schemas() -> serde_json::Map<String, serde_json::Value> {
 
 impl Bridge {
     pub fn new(app: Arc<App>) -> Bridge {
-        let mut schemas = output_schemas();
-        let tools: Vec<Tool> = tools::definitions()
-            .into_iter()
-            .map(|def| {
-                let schema = match schemas.remove(def.name) {
-                    Some(serde_json::Value::Object(map)) => Some(Arc::new(map)),
-                    _ => None,
-                };
-                to_tool(def, schema)
-            })
-            .collect();
-        let plain_tools = tools
-            .iter()
-            .cloned()
-            .map(|mut t| {
-                t.output_schema = None;
-                t
-            })
-            .collect();
+        let plain_tools = tools::definitions().into_iter().map(to_tool).collect();
         let instructions = app.instructions();
         Bridge {
             app,
-            tools: Arc::new(tools),
+            tools: Arc::default(),
             plain_tools: Arc::new(plain_tools),
             instructions: Arc::new(instructions),
             listing: Arc::default(),
         }
+    }
+
+    /// The tools with their output schemas, built on first use.
+    fn structured_tools(&self) -> Arc<Vec<Tool>> {
+        self.tools
+            .get_or_init(|| Arc::new(with_output_schemas(&self.plain_tools)))
+            .clone()
     }
 
     /// Whether the client of this request gets output schemas and structured results
@@ -156,7 +148,21 @@ fn search_hint(name: &str) -> &'static str {
     }
 }
 
-fn to_tool(def: ToolDef, output_schema: Option<Arc<rmcp::model::JsonObject>>) -> Tool {
+/// The tools with their output schemas (those [`crate::structured`] has).
+fn with_output_schemas(plain: &[Tool]) -> Vec<Tool> {
+    let mut schemas = output_schemas();
+    plain
+        .iter()
+        .map(|tool| match schemas.remove(tool.name.as_ref()) {
+            Some(serde_json::Value::Object(map)) => {
+                tool.clone().with_raw_output_schema(Arc::new(map))
+            }
+            _ => tool.clone(),
+        })
+        .collect()
+}
+
+fn to_tool(def: ToolDef) -> Tool {
     let schema = match def.schema {
         serde_json::Value::Object(map) => map,
         _ => unreachable!("tool schemas are objects"),
@@ -188,14 +194,10 @@ fn to_tool(def: ToolDef, output_schema: Option<Arc<rmcp::model::JsonObject>>) ->
             tools::REPLY_CAP_CHARS.into(),
         );
     }
-    let tool = Tool::new(def.name, def.description, Arc::new(schema))
+    Tool::new(def.name, def.description, Arc::new(schema))
         .with_title(def.title)
         .with_annotations(annotations)
-        .with_meta(meta);
-    match output_schema {
-        Some(schema) => tool.with_raw_output_schema(schema),
-        None => tool,
-    }
+        .with_meta(meta)
 }
 
 impl ServerHandler for Bridge {
@@ -221,9 +223,9 @@ impl ServerHandler for Bridge {
     ) -> Result<ListToolsResult, McpError> {
         no_cursor("tools/list", request)?;
         let tools = if self.structured_for(&context) {
-            &self.tools
+            self.structured_tools()
         } else {
-            &self.plain_tools
+            self.plain_tools.clone()
         };
         Ok(ListToolsResult::with_all_items(tools.as_ref().clone()))
     }
@@ -292,7 +294,10 @@ impl ServerHandler for Bridge {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.tools.iter().find(|t| t.name == name).cloned()
+        self.structured_tools()
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
     }
 
     async fn call_tool(

@@ -36,7 +36,7 @@ pub const MAX_LINE: usize = 16 * 1024 * 1024;
 pub const NAME_CLIP: usize = 64;
 
 /// Capacity of each in-memory pipe to and from rmcp.
-const PIPE: usize = 64 * 1024;
+const PIPE: usize = 16 * 1024;
 
 /// Request methods a client may send under MCP (rmcp parses each into its own type; one that
 /// reaches rmcp as a custom request had params that did not fit).

@@ -20,6 +20,8 @@
 //! - [`stream`]: bounded buffers for a long run's output (its head and tail, lines cut from
 //!   chunks, results cut to their character limits);
 //! - [`env`](mod@env): [`DROPPED_ENV`], the variables a child opencode must not inherit;
+//! - [`image`]: the pages of the bridge's own executable only the dynamic loader needed (its
+//!   relocation table), given back at start;
 //! - [`sched`]: a short scheduler slice for the thread that answers calls, which threads and
 //!   processes it starts do not inherit, and a higher nice value for the runs.
 //!
@@ -32,6 +34,7 @@ pub mod deadline;
 pub mod env;
 pub mod group;
 pub mod ident;
+pub mod image;
 pub mod info;
 pub mod sched;
 pub mod stream;
