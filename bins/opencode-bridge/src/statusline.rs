@@ -10,11 +10,10 @@
 //! on any error prints a short neutral line and exits 0. The saving is each row's
 //! Claude-equivalent as written (the full report recomputes it at today's prices).
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 use run_supervisor::usage::CostBasis;
-use run_supervisor::usage::ledger::{self, Row};
+use run_supervisor::usage::ledger;
 
 /// What Claude Code shows when the figures cannot be read.
 pub const NEUTRAL: &str = "opencode: -";
@@ -41,60 +40,25 @@ pub fn line(dir: &Path, now_ms: u64) -> Option<String> {
     ))
 }
 
-/// Today's spend and saving: the ledger read backwards in blocks until a row an hour before
-/// `day_start` (rows are appended as tasks finish, so older ones come first).
+/// Today's spend and saving: the ledger's end from the first row an hour before `day_start`
+/// ([`ledger::read_text_since`]; rows are appended as tasks finish, so older ones come first).
 fn today(dir: &Path, day_start: u64) -> Option<(f64, f64)> {
-    let mut f = match std::fs::File::open(ledger::path(dir)) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some((0.0, 0.0)),
-        Err(_) => return None,
-    };
-    let mut end = f.seek(SeekFrom::End(0)).ok()?;
+    let text = ledger::read_text_since(dir, day_start).ok()?;
+    let (rows, _) = ledger::parse_text(&text);
     let (mut spent, mut saved) = (0.0, 0.0);
-    // Bytes of a line cut by the block boundary, carried to the next (earlier) block.
-    let mut carry: Vec<u8> = Vec::new();
-    const BLOCK: u64 = 64 * 1024;
-    loop {
-        let start = end.saturating_sub(BLOCK);
-        let mut buf = vec![0u8; (end - start) as usize];
-        f.seek(SeekFrom::Start(start)).ok()?;
-        f.read_exact(&mut buf).ok()?;
-        buf.extend_from_slice(&carry);
-        let mut lines: Vec<&[u8]> = buf.split(|b| *b == b'\n').collect();
-        // The first piece may be cut unless this block starts the file.
-        let first = if start > 0 {
-            Some(lines.remove(0))
-        } else {
-            None
-        };
-        for l in lines.iter().rev() {
-            if l.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let Ok(r) = serde_json::from_slice::<Row>(l) else {
-                continue;
-            };
-            // Bridges sharing the ledger append in nearly the order tasks finish: an hour's
-            // slack before stopping.
-            if r.at_ms < day_start.saturating_sub(3_600_000) {
-                return Some((spent, saved));
-            }
-            if r.at_ms < day_start {
-                continue;
-            }
-            spent += r.usage.budget_cost();
-            if let Some(eq) = r.usage.claude_equivalent
-                && r.usage.basis != CostBasis::Unknown
-            {
-                saved += eq - r.usage.cost;
-            }
+    for r in rows.iter().map(ledger::TextRow::view) {
+        if r.at_ms < day_start {
+            continue;
         }
-        match first {
-            Some(cut) => carry = cut.to_vec(),
-            None => return Some((spent, saved)),
+        let usage = r.usage;
+        spent += usage.budget_cost();
+        if let Some(eq) = usage.claude_equivalent
+            && usage.basis != CostBasis::Unknown
+        {
+            saved += eq - usage.cost;
         }
-        end = start;
     }
+    Some((spent, saved))
 }
 
 /// Tasks whose record says running and whose bridge is alive.

@@ -315,6 +315,70 @@ pub fn read_text(state_dir: &Path) -> std::io::Result<Text> {
     }
 }
 
+/// How far before the time asked for [`read_text_since`] goes on reading: bridges sharing a
+/// ledger append their rows as their tasks finish, so the file is in time order but for rows
+/// that two bridges wrote at nearly the same moment.
+pub const ORDER_SLACK_MS: u64 = 3_600_000;
+
+/// The end of the ledger file that holds every row at or after `since_ms` (empty when there is
+/// no ledger), for [`parse_text`]: read backwards in 64 kB blocks until a row older than
+/// `since_ms` less [`ORDER_SLACK_MS`], so that what a day's or a month's budget needs costs
+/// that window's rows, not a year's. Lines that are not rows are passed over; the text may
+/// start with older rows (those of the last block), which callers filter by time anyway.
+pub fn read_text_since(state_dir: &Path, since_ms: u64) -> std::io::Result<Text> {
+    use std::io::{Read, Seek, SeekFrom};
+    const BLOCK: u64 = 64 * 1024;
+    let mut f = match std::fs::File::open(path(state_dir)) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let cutoff = since_ms.saturating_sub(ORDER_SLACK_MS);
+    let mut start = f.seek(SeekFrom::End(0))?;
+    // The file's bytes from `start` to its end; the first `unjudged` of them (which may begin
+    // in the middle of a line) have not been looked at yet, the lines after them are recent.
+    let mut tail: Text = Vec::new();
+    let mut unjudged = 0;
+    loop {
+        let from = start.saturating_sub(BLOCK);
+        let mut block = vec![0u8; usize::try_from(start - from).unwrap_or(0)];
+        f.seek(SeekFrom::Start(from))?;
+        f.read_exact(&mut block)?;
+        unjudged += block.len();
+        block.extend_from_slice(&tail);
+        tail = block;
+        start = from;
+        // The lines in tail[..unjudged], last first: `end` is where the current one ends.
+        let mut end = unjudged;
+        loop {
+            let line_start = match tail[..end].iter().rposition(|b| *b == b'\n') {
+                Some(i) => i + 1,
+                None if start == 0 => 0,
+                // Cut by the block's start: judged with the block before it.
+                None => break,
+            };
+            if at_ms_of(&tail[line_start..end]).is_some_and(|at| at < cutoff) {
+                tail.drain(..end);
+                return Ok(tail);
+            }
+            if line_start == 0 {
+                return Ok(tail);
+            }
+            end = line_start - 1;
+        }
+        unjudged = end;
+    }
+}
+
+/// The time of a ledger line (`None`: not a row).
+fn at_ms_of(line: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct At {
+        at_ms: u64,
+    }
+    serde_json::from_slice::<At>(line).ok().map(|a| a.at_ms)
+}
+
 /// The rows of ledger text, borrowing its strings, and how many lines could not be read: the
 /// fast path of `opencode_usage` (no copy of any string per row).
 pub fn parse_text(text: &[u8]) -> (Vec<TextRow<'_>>, usize) {
@@ -506,6 +570,64 @@ pub(crate) mod tests {
                 claude_equivalent: Some(cost * 10.0),
             },
         }
+    }
+
+    #[test]
+    fn the_end_read_since_a_time_holds_every_later_row_and_stops_a_block_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_text_since(dir.path(), 0).unwrap().is_empty());
+        // 3,000 rows a minute apart (about 600 kB, ten blocks), then one written late out of
+        // order (within the slack) and a line that is not a row.
+        let minute = 60_000;
+        let rows: Vec<Row> = (0..3000)
+            .map(|i| row(i, 1, 10_000_000 + i * minute, 1.0))
+            .collect();
+        append(dir.path(), &rows).unwrap();
+        let late = row(
+            9_999,
+            1,
+            10_000_000 + 2_990 * minute - ORDER_SLACK_MS / 2,
+            7.0,
+        );
+        append(dir.path(), std::slice::from_ref(&late)).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path(dir.path()))
+            .unwrap()
+            .write_all(b"not a row\n")
+            .unwrap();
+        let whole = read_text(dir.path()).unwrap();
+        for since in [
+            0,
+            10_000_000 + 2_990 * minute,
+            10_000_000 + 1_000 * minute,
+            u64::MAX,
+        ] {
+            let tail = read_text_since(dir.path(), since).unwrap();
+            assert!(whole.ends_with(&tail), "{since}: not the file's end");
+            let (got, _) = parse_text(&tail);
+            let (all, bad) = parse_text(&whole);
+            assert_eq!(bad, 1);
+            let want: Vec<u64> = all
+                .iter()
+                .filter(|r| r.at_ms >= since)
+                .map(|r| r.task)
+                .collect();
+            let have: Vec<u64> = got
+                .iter()
+                .filter(|r| r.at_ms >= since)
+                .map(|r| r.task)
+                .collect();
+            assert_eq!(have, want, "{since}");
+            assert!(have.contains(&9_999) || since > late.at_ms);
+            // Only a block's worth (64 kB, about 320 rows) older than the slack is read.
+            let old = got
+                .iter()
+                .filter(|r| r.at_ms < since.saturating_sub(ORDER_SLACK_MS))
+                .count();
+            assert!(old <= 400, "{since}: {old} old rows read");
+        }
+        assert_eq!(read_text_since(dir.path(), 0).unwrap(), whole);
     }
 
     #[test]

@@ -64,13 +64,32 @@ pub(super) fn held_with(shared: &Shared, list: &[reserve::Reservation]) -> Vec<b
         .collect()
 }
 
-/// `f` of the ledger's rows under `dir` (none without a state directory or ledger).
+/// `f` of the ledger's rows under `dir` that a budget standing can count now (none without a
+/// state directory or ledger): those of the current UTC month when a month budget is set, else
+/// of the current UTC day, read from the ledger's end ([`ledger::read_text_since`]), so that a
+/// start or the server's instructions cost a window's rows, not the whole year's file.
+///
+/// [`ledger::read_text_since`]: bridge_ledger::usage::ledger::read_text_since
 pub(super) fn with_ledger<R>(
+    shared: &Shared,
     dir: Option<&Path>,
     f: impl FnOnce(&[bridge_ledger::usage::ledger::RowRef<'_>]) -> R,
 ) -> R {
+    with_ledger_since(
+        dir,
+        window_start(&shared.config, crate::registry::now_ms()),
+        f,
+    )
+}
+
+/// `f` of the ledger's rows under `dir` at or after `since` (and some before it).
+fn with_ledger_since<R>(
+    dir: Option<&Path>,
+    since: u64,
+    f: impl FnOnce(&[bridge_ledger::usage::ledger::RowRef<'_>]) -> R,
+) -> R {
     let text = dir
-        .and_then(|d| bridge_ledger::usage::ledger::read_text(d).ok())
+        .and_then(|d| bridge_ledger::usage::ledger::read_text_since(d, since).ok())
         .unwrap_or_default();
     let (rows, _) = bridge_ledger::usage::ledger::parse_text(&text);
     let rows: Vec<_> = rows
@@ -78,6 +97,18 @@ pub(super) fn with_ledger<R>(
         .map(bridge_ledger::usage::ledger::TextRow::view)
         .collect();
     f(&rows)
+}
+
+/// The start of the earliest budget window at `now`: the UTC month's when a month budget (the
+/// bridge's or a project's) is set, else the UTC day's (which the day's spend needs anyway).
+fn window_start(cfg: &crate::SupervisorConfig, now: u64) -> u64 {
+    let [(day, _), (month, _)] = bridge_ledger::utc::day_and_month_bounds(now);
+    let monthly = cfg.budgets.month_usd.is_some()
+        || cfg
+            .project_budgets
+            .iter()
+            .any(|p| p.budgets.month_usd.is_some());
+    if monthly { month } else { day }
 }
 
 /// Adds this bridge's reservation for a task in `cwd` to the reservations file under `dir`,
@@ -97,7 +128,10 @@ pub(super) fn reserve_in<E>(
     let key = NEXT_RESERVATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let me = shared.me;
     let made = reserve::update(dir, |list| {
-        let amount = with_ledger(Some(dir), |rows| amount(rows, list))?;
+        // The budgets' windows, and the days a reservation's default amount looks back on.
+        let lookback = now.saturating_sub(reserve::DEFAULT_LOOKBACK_DAYS * 86_400_000);
+        let since = window_start(&shared.config, now).min(lookback);
+        let amount = with_ledger_since(Some(dir), since, |rows| amount(rows, list))?;
         list.push(reserve::Reservation {
             pid: me.pid,
             start_time: me.start_time,
@@ -120,7 +154,7 @@ pub(super) fn check(shared: &Shared, cwd: Option<&Path>) -> Verdict {
         return Verdict::Allow(Vec::new());
     }
     let held = held_now(shared);
-    with_ledger(shared.state_dir(), |rows| {
+    with_ledger(shared, shared.state_dir(), |rows| {
         budget::verdict(
             budget::standings(
                 rows,
@@ -234,7 +268,7 @@ fn tick(shared: &Shared) {
     }
     let held = held_with(shared, &list);
     let now = crate::registry::now_ms();
-    let spent: Vec<(PathBuf, budget::Standing)> = with_ledger(shared.state_dir(), |rows| {
+    let spent: Vec<(PathBuf, budget::Standing)> = with_ledger(shared, shared.state_dir(), |rows| {
         let cwds: BTreeSet<PathBuf> = own.iter().map(|(_, h)| h.project.clone()).collect();
         cwds.into_iter()
             .filter_map(|cwd| {

@@ -183,7 +183,9 @@ impl Supervisor {
     /// Where every budget that applies to a task in `cwd` stands now, and what was spent today
     /// (UTC) in all: what `opencode_policy`, the instructions and `doctor` show.
     pub fn budget_report(&self, cwd: Option<&Path>) -> (Vec<budget::Standing>, f64) {
-        budgets::with_ledger(self.state_dir(), |rows| self.budget_report_of(rows, cwd))
+        budgets::with_ledger(&self.shared, self.state_dir(), |rows| {
+            self.budget_report_of(rows, cwd)
+        })
     }
 
     /// [`budget_report`](Self::budget_report) over ledger rows the caller has read already.
