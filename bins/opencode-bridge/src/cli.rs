@@ -388,7 +388,7 @@ async fn usage(app: &App, args: &Value, as_json: bool, csv: bool, html: Option<&
         let page = render::usage::usage_html(
             s,
             &since_text,
-            &app.supervisor().config().pricing.compare_model,
+            app.supervisor().config().pricing.compare_model(),
         );
         if let Err(e) = std::fs::write(file, page) {
             eprintln!(

@@ -247,7 +247,7 @@ mod tests {
         assert_eq!(cfg.budgets.day_usd, Some(2.0), "the variable wins");
         assert_eq!(cfg.budgets.month_usd, Some(40.0), "the file's month");
         assert_eq!(
-            cfg.pricing.prices.get("fk/cheap").map(|p| p.output),
+            cfg.pricing.prices().get("fk/cheap").map(|p| p.output),
             Some(2.0)
         );
         let err = apply_usage_config(

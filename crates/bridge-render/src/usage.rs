@@ -17,20 +17,23 @@ pub fn prices_line(pricing: &run_supervisor::usage::Pricing) -> String {
     let compare = match pricing.compare_price() {
         Some(p) => format!(
             "compare model {} at ${}/${} per million tokens in/out",
-            pricing.compare_model,
+            pricing.compare_model(),
             per_million(p.input),
             per_million(p.output)
         ),
         None => format!(
             "compare model {}: no price in these prices, so Claude-equivalents and savings are unknown",
-            pricing.compare_model
+            pricing.compare_model()
         ),
     };
-    let overrides = match pricing.prices.overrides {
+    let overrides = match pricing.prices().overrides {
         0 => String::new(),
         n => format!(", {n} from the bridge's config file"),
     };
-    format!("prices: {}{overrides}; {compare}\n", pricing.prices.source)
+    format!(
+        "prices: {}{overrides}; {compare}\n",
+        pricing.prices().source
+    )
 }
 
 fn per_million(v: f64) -> String {

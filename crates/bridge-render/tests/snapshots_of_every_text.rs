@@ -722,10 +722,8 @@ fn usage_texts() {
     ];
     insta::assert_snapshot!("usage_budgets", budgets.concat());
     let known = run_supervisor::usage::Pricing::default();
-    let unknown = run_supervisor::usage::Pricing {
-        compare_model: "anthropic/claude-nothing-9".into(),
-        ..known.clone()
-    };
+    let unknown =
+        run_supervisor::usage::Pricing::new(known.prices().clone(), "anthropic/claude-nothing-9");
     insta::assert_snapshot!(
         "usage_prices",
         usage::prices_line(&known) + &usage::prices_line(&unknown)

@@ -61,10 +61,10 @@ async fn live_costs_budgets_and_max_cost() {
     // 0), but the bridge's config gives it the same price.
     sb.price_models(&[("ok", cost.clone()), ("script", cost)])
         .unwrap();
-    let pricing = Pricing {
-        prices: Arc::new(Prices::load(None, &[("fk/toolbash".into(), PRICE)])),
-        compare_model: run_supervisor::usage::DEFAULT_COMPARE_MODEL.into(),
-    };
+    let pricing = Pricing::new(
+        Prices::load(None, &[("fk/toolbash".into(), PRICE)]),
+        run_supervisor::usage::DEFAULT_COMPARE_MODEL,
+    );
     let state = tempfile::tempdir().unwrap();
     let config = |day_usd: Option<f64>| SupervisorConfig {
         opencode_bin: Some(oc.clone()),
@@ -132,7 +132,7 @@ async fn live_costs_budgets_and_max_cost() {
             cost: m.cost,
         })
         .collect();
-    let from_store = Usage::from_messages(&messages, &pricing.prices, pricing.compare_price());
+    let from_store = Usage::from_messages(&messages, pricing.prices(), pricing.compare_price());
     assert_eq!(from_store.tokens, u_ok.tokens);
     assert!((from_store.cost - u_ok.cost).abs() < 1e-12);
     assert!(u_ok.claude_equivalent.unwrap() > 0.0, "{u_ok:?}");

@@ -261,12 +261,13 @@ impl App {
                 "opencode-bridge delegates easy and medium work to opencode agents, but its policy cannot be read: {e}. opencode_start refuses until this is fixed.\n"
             ),
         };
+        // No prices line: reading opencode's models cache (a megabyte of JSON) is left to the
+        // first call that prices something; `opencode_usage` and doctor show where prices come from.
         let (standings, today) = self.supervisor.budget_report(None);
         format!(
-            "{text}{}\n{}{}",
+            "{text}{}\n{}",
             self.settings.root_line(),
             render::usage::budget_lines(&standings, today),
-            render::usage::prices_line(&self.supervisor.config().pricing)
         )
     }
 

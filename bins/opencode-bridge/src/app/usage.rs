@@ -16,7 +16,7 @@ impl App {
             u.claude_equivalent = pricing.compare_price().map(|p| p.cost(&u.tokens));
             u
         });
-        render::usage::usage_line(usage.as_ref(), s.model.as_deref(), &pricing.compare_model)
+        render::usage::usage_line(usage.as_ref(), s.model.as_deref(), pricing.compare_model())
     }
 
     /// The usage ledger (empty without a state directory).
@@ -66,7 +66,7 @@ impl App {
             window,
             pricing.compare_price(),
         );
-        let compare = &self.supervisor.config().pricing.compare_model;
+        let compare = &self.supervisor.config().pricing.compare_model();
         let (standings, today) = self.supervisor.budget_report_of(&rows, None);
         let view = structured::UsageView::new(&summary, compare, &standings, today);
         Ok(Reply {

@@ -139,6 +139,228 @@ pub struct Prices {
 }
 
 /// A models.dev `cost` object as a price (`None`: not one).
+/// models.dev's JSON read for its prices only (see [`Prices::parse_models_dev`]).
+mod models_dev {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    use serde_json::Value;
+
+    /// Providers in file order: (provider, its models).
+    pub(super) struct Providers(pub Vec<(String, Vec<(String, Model)>)>);
+
+    /// What a model entry says about its price.
+    #[derive(Default)]
+    pub(super) struct Model {
+        /// `cost`, when it is a price (`input` and `output` numbers; the cache prices numbers
+        /// or null when given).
+        pub cost: Option<super::Price>,
+        /// `release_date`, when it is a string.
+        pub release_date: Option<String>,
+    }
+
+    /// A map visitor that skips every non-map value.
+    macro_rules! lenient_map {
+        ($name:ident, $out:ty, $expect:literal, |$map:ident| $body:block) => {
+            struct $name;
+            impl<'de> Visitor<'de> for $name {
+                type Value = $out;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str($expect)
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut $map: A) -> Result<$out, A::Error> $body
+                fn visit_bool<E>(self, _: bool) -> Result<$out, E> { Ok(<$out>::default()) }
+                fn visit_i64<E>(self, _: i64) -> Result<$out, E> { Ok(<$out>::default()) }
+                fn visit_u64<E>(self, _: u64) -> Result<$out, E> { Ok(<$out>::default()) }
+                fn visit_f64<E>(self, _: f64) -> Result<$out, E> { Ok(<$out>::default()) }
+                fn visit_str<E>(self, _: &str) -> Result<$out, E> { Ok(<$out>::default()) }
+                fn visit_unit<E>(self) -> Result<$out, E> { Ok(<$out>::default()) }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<$out, A::Error> {
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(<$out>::default())
+                }
+            }
+        };
+    }
+
+    lenient_map!(ModelVisitor, Model, "a model", |map| {
+        let mut model = Model::default();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "cost" => model.cost = map.next_value::<Cost>()?.0,
+                "release_date" => {
+                    model.release_date = match map.next_value::<Value>()? {
+                        Value::String(s) => Some(s),
+                        _ => None,
+                    }
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(model)
+    });
+
+    /// A number as a price field: `Num`, `Null`, or anything else (`Bad`, skipped unread).
+    #[derive(Default, Clone, Copy)]
+    enum Num {
+        #[default]
+        Missing,
+        Null,
+        Bad,
+        Of(f64),
+    }
+
+    struct NumVisitor;
+    impl<'de> Visitor<'de> for NumVisitor {
+        type Value = Num;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a number")
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
+            Ok(Num::Of(v as f64))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
+            Ok(Num::Of(v as f64))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
+            Ok(Num::Of(v))
+        }
+        fn visit_unit<E>(self) -> Result<Num, E> {
+            Ok(Num::Null)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Num, E> {
+            Ok(Num::Bad)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Num, E> {
+            Ok(Num::Bad)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Num, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Num::Bad)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Num, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Num::Bad)
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for Num {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(NumVisitor)
+        }
+    }
+
+    lenient_map!(CostVisitor, Option<super::Price>, "a price", |map| {
+        let (mut input, mut output, mut read, mut write) =
+            (Num::Missing, Num::Missing, Num::Missing, Num::Missing);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let slot = match key.as_ref() {
+                "input" => &mut input,
+                "output" => &mut output,
+                "cache_read" => &mut read,
+                "cache_write" => &mut write,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value()?;
+        }
+        // What `Price`'s own Deserialize accepts: both prices numbers, a cache price a
+        // number, null or absent.
+        let optional = |n: Num| match n {
+            Num::Of(v) => Ok(Some(v)),
+            Num::Missing | Num::Null => Ok(None),
+            Num::Bad => Err(()),
+        };
+        Ok(match (input, output, optional(read), optional(write)) {
+            (Num::Of(input), Num::Of(output), Ok(cache_read), Ok(cache_write)) => {
+                Some(super::Price {
+                    input,
+                    output,
+                    cache_read,
+                    cache_write,
+                })
+            }
+            _ => None,
+        })
+    });
+
+    struct Cost(Option<super::Price>);
+    impl<'de> serde::Deserialize<'de> for Cost {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(CostVisitor).map(Cost)
+        }
+    }
+
+    struct ModelEntry(Model);
+    impl<'de> serde::Deserialize<'de> for ModelEntry {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(ModelVisitor).map(ModelEntry)
+        }
+    }
+
+    lenient_map!(
+        ModelsVisitor,
+        Vec<(String, Model)>,
+        "a map of models",
+        |map| {
+            let mut models = Vec::new();
+            while let Some((id, ModelEntry(model))) = map.next_entry::<String, ModelEntry>()? {
+                models.push((id, model));
+            }
+            Ok(models)
+        }
+    );
+
+    struct Models(Vec<(String, Model)>);
+    impl<'de> serde::Deserialize<'de> for Models {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(ModelsVisitor).map(Models)
+        }
+    }
+
+    lenient_map!(ProviderVisitor, Vec<(String, Model)>, "a provider", |map| {
+        let mut models = Vec::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "models" {
+                models = map.next_value::<Models>()?.0;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(models)
+    });
+
+    struct Provider(Vec<(String, Model)>);
+    impl<'de> serde::Deserialize<'de> for Provider {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(ProviderVisitor).map(Provider)
+        }
+    }
+
+    struct ProvidersVisitor;
+    impl<'de> Visitor<'de> for ProvidersVisitor {
+        type Value = Providers;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object of providers")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Providers, A::Error> {
+            let mut out = Vec::new();
+            while let Some((name, Provider(models))) = map.next_entry::<String, Provider>()? {
+                out.push((name, models));
+            }
+            Ok(Providers(out))
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for Providers {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_map(ProvidersVisitor)
+        }
+    }
+}
+
 fn price_of(cost: &Value) -> Option<Price> {
     serde_json::from_value::<Price>(cost.clone()).ok()
 }
@@ -208,22 +430,22 @@ fn parse_jsonc(text: &str) -> Option<Value> {
 impl Prices {
     /// Reads models.dev's format: `{provider: {models: {id: {cost: {input, output,
     /// cache_read, cache_write}, release_date}}}}` (entries without `models` are skipped).
+    ///
+    /// Only those fields are kept, as the text is read: opencode's models cache is about a
+    /// megabyte of JSON (names, limits, modalities of some 1,500 models), which as a
+    /// `serde_json::Value` took more than 10 MB; anything else is skipped unread, and an entry
+    /// of another shape is passed over, as before.
     pub fn parse_models_dev(json: &str, source: PriceSource) -> Result<Prices, String> {
-        let v: Value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        let Some(providers) = v.as_object() else {
-            return Err("not a JSON object of providers".into());
-        };
+        let providers: models_dev::Providers =
+            serde_json::from_str(json).map_err(|e| e.to_string())?;
         let mut by_model = HashMap::new();
         let mut released = HashMap::new();
-        for (provider, p) in providers {
-            let Some(models) = p.get("models").and_then(Value::as_object) else {
-                continue;
-            };
-            for (id, m) in models {
-                if let Some(price) = m.get("cost").and_then(price_of) {
+        for (provider, models) in providers.0 {
+            for (id, model) in models {
+                if let Some(price) = model.cost {
                     let key = format!("{provider}/{id}");
-                    if let Some(d) = m.get("release_date").and_then(Value::as_str) {
-                        released.insert(key.clone(), d.to_owned());
+                    if let Some(d) = model.release_date {
+                        released.insert(key.clone(), d);
                     }
                     by_model.insert(key, price);
                 }
@@ -421,53 +643,120 @@ impl Prices {
 }
 
 /// The prices a supervisor uses and the model tasks are compared with.
-#[derive(Debug, Clone)]
+///
+/// Read on first use, not when made: opencode's models cache is about a megabyte of JSON, and
+/// a cold start (`initialize`, `tools/list`) prices nothing, so reading it there cost every
+/// start its parse and its memory. The environment is read when made (what the layers are),
+/// the files when first needed; clones share what was read.
+#[derive(Clone)]
 pub struct Pricing {
-    /// Prices by model.
-    pub prices: std::sync::Arc<Prices>,
-    /// `OPENCODE_BRIDGE_COMPARE_MODEL` (default [`DEFAULT_COMPARE_MODEL`]).
-    pub compare_model: String,
+    loaded: std::sync::Arc<std::sync::OnceLock<Loaded>>,
+    layers: std::sync::Arc<Layers>,
+}
+
+/// The prices once read, and the compare model resolved in them.
+#[derive(Debug)]
+struct Loaded {
+    prices: Prices,
+    compare_model: String,
+}
+
+/// Where the prices come from (see [`Prices::load_layers`]) and the compare model as named.
+#[derive(Debug, Default)]
+struct Layers {
+    cache: Option<PathBuf>,
+    files: Vec<PathBuf>,
+    overrides: Vec<(String, Price)>,
+    named: String,
+}
+
+impl std::fmt::Debug for Pricing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.loaded.get() {
+            Some(l) => f.debug_tuple("Pricing").field(l).finish(),
+            None => f.debug_tuple("Pricing").field(&self.layers).finish(),
+        }
+    }
 }
 
 impl Default for Pricing {
+    /// The bundled snapshot, compared with [`DEFAULT_COMPARE_MODEL`].
     fn default() -> Self {
-        let prices = Prices::bundled();
-        Pricing {
-            compare_model: prices.resolve(DEFAULT_COMPARE_MODEL),
-            prices: std::sync::Arc::new(prices),
-        }
+        Pricing::lazy(Layers {
+            named: DEFAULT_COMPARE_MODEL.to_owned(),
+            ..Layers::default()
+        })
     }
 }
 
 impl Pricing {
+    /// These prices, compared with `compare_model` as given.
+    pub fn new(prices: Prices, compare_model: impl Into<String>) -> Pricing {
+        let pricing = Pricing::lazy(Layers::default());
+        let _ = pricing.loaded.set(Loaded {
+            prices,
+            compare_model: compare_model.into(),
+        });
+        pricing
+    }
+
+    fn lazy(layers: Layers) -> Pricing {
+        Pricing {
+            loaded: std::sync::Arc::default(),
+            layers: std::sync::Arc::new(layers),
+        }
+    }
+
     /// From the environment `get` reads: the bundled snapshot, opencode's models cache over
     /// it, opencode's config files' prices over that, the compare model (an alias resolved
-    /// in those prices); `overrides` are the bridge's config file's prices, on top.
+    /// in those prices); `overrides` are the bridge's config file's prices, on top. The files
+    /// are read on first use.
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
         overrides: &[(String, Price)],
     ) -> Pricing {
-        let cache = Prices::opencode_cache_dir(&get);
-        let files = Prices::opencode_config_files(&get);
-        let prices = Prices::load_layers(cache.as_deref(), &files, overrides);
         let named = get(bridge_env::COMPARE_MODEL.name)
             .map(|m| m.trim().to_owned())
             .filter(|m| !m.is_empty())
             .unwrap_or_else(|| DEFAULT_COMPARE_MODEL.to_owned());
-        Pricing {
-            compare_model: prices.resolve(&named),
-            prices: std::sync::Arc::new(prices),
-        }
+        Pricing::lazy(Layers {
+            cache: Prices::opencode_cache_dir(&get),
+            files: Prices::opencode_config_files(&get),
+            overrides: overrides.to_vec(),
+            named,
+        })
+    }
+
+    fn loaded(&self) -> &Loaded {
+        self.loaded.get_or_init(|| {
+            let l = &self.layers;
+            let prices = Prices::load_layers(l.cache.as_deref(), &l.files, &l.overrides);
+            Loaded {
+                compare_model: prices.resolve(&l.named),
+                prices,
+            }
+        })
+    }
+
+    /// Prices by model.
+    pub fn prices(&self) -> &Prices {
+        &self.loaded().prices
+    }
+
+    /// `OPENCODE_BRIDGE_COMPARE_MODEL` (default [`DEFAULT_COMPARE_MODEL`]), an alias resolved
+    /// in the prices.
+    pub fn compare_model(&self) -> &str {
+        &self.loaded().compare_model
     }
 
     /// The compare model's price (`None`: it has none).
     pub fn compare_price(&self) -> Option<Price> {
-        self.prices.get(&self.compare_model)
+        self.prices().get(self.compare_model())
     }
 
     /// `tokens` and the reported `cost` of a run of `model` (see [`Usage::priced`]).
     pub fn usage(&self, tokens: TokenUsage, cost: f64, model: Option<&str>) -> Usage {
-        Usage::priced(tokens, cost, model, &self.prices, self.compare_price())
+        Usage::priced(tokens, cost, model, self.prices(), self.compare_price())
     }
 }
 
@@ -631,6 +920,58 @@ mod tests {
     }
 
     #[test]
+    fn models_dev_is_read_for_prices_only_and_odd_entries_are_passed_over() {
+        let json = r#"{
+          "_snapshot": {"date": "2026-12-01"},
+          "odd": "not a provider",
+          "listy": {"models": []},
+          "p\u0031": {
+            "name": "P one", "env": ["P1_KEY"], "doc": {"nested": [1, {"deep": true}]},
+            "models": {
+              "good": {"id": "good", "limit": {"context": 1}, "modalities": {"input": ["text"]},
+                       "cost": {"input": 1, "output": 2.5, "cache_read": null, "reasoning": 9},
+                       "release_date": "2026-01-02"},
+              "cached": {"cost": {"input": 3, "output": 4, "cache_read": 0.3, "cache_write": 3.75},
+                         "release_date": 20260102},
+              "text-cost": {"cost": {"input": "1", "output": 2}},
+              "bad-cache": {"cost": {"input": 1, "output": 2, "cache_write": "x"}},
+              "no-output": {"cost": {"input": 1}},
+              "list-cost": {"cost": [1, 2]},
+              "string-model": "x",
+              "free": {"cost": {"input": 0, "output": 0}},
+              "uncosted": {"release_date": "2026-01-01"}
+            }
+          }
+        }"#;
+        let p = Prices::parse_models_dev(json, PriceSource::default()).unwrap();
+        let mut keys: Vec<&str> = p.by_model.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["p1/cached", "p1/free", "p1/good"]);
+        assert_eq!(
+            p.get("p1/good"),
+            Some(Price {
+                input: 1.0,
+                output: 2.5,
+                cache_read: None,
+                cache_write: None
+            })
+        );
+        assert_eq!(p.get("p1/cached").unwrap().cache_write, Some(3.75));
+        assert_eq!(
+            p.released.get("p1/good").map(String::as_str),
+            Some("2026-01-02")
+        );
+        // A release date that is not a string is none; a model without a price has none kept.
+        assert!(!p.released.contains_key("p1/cached"));
+        assert!(!p.released.contains_key("p1/uncosted"));
+        assert!(Prices::parse_models_dev("[1]", PriceSource::default()).is_err());
+        assert!(
+            Prices::parse_models_dev("{\"a\": {\"models\": {\"m\": ", PriceSource::default())
+                .is_err()
+        );
+    }
+
+    #[test]
     fn the_bundled_snapshot_has_the_compare_model_and_a_date() {
         let p = Prices::bundled();
         assert!(p.get(DEFAULT_COMPARE_MODEL).is_some());
@@ -648,7 +989,7 @@ mod tests {
         assert_eq!(p.get("nobody/nothing"), None);
         // The default compare model is the newest Sonnet of the data, whatever its name.
         assert_eq!(
-            Pricing::default().compare_model,
+            Pricing::default().compare_model(),
             "anthropic/claude-sonnet-5-5"
         );
         assert_eq!(p.get("sonnet"), p.get("anthropic/claude-sonnet-5-5"));
@@ -777,6 +1118,6 @@ mod tests {
             },
             &[],
         );
-        assert_eq!(pr.compare_model, "anthropic/claude-sonnet-6");
+        assert_eq!(pr.compare_model(), "anthropic/claude-sonnet-6");
     }
 }
