@@ -43,6 +43,7 @@ fn main() -> anyhow::Result<()> {
     // The relocation table is the loader's alone, read before this line: its pages go back
     // before the server allocates anything (docs/PERFORMANCE.md, "Cold-start memory").
     bridge_proc::image::release_loader_tables();
+    bridge_proc::image::release_load_time_code();
     // With no argument (how Claude Code starts the server) there is nothing for clap to parse:
     // building its command tree and the environment help would cost a cold start memory.
     let cli = if std::env::args_os().len() <= 1 {

@@ -16,9 +16,12 @@
 //! real opencode, `opencode session list -n 50 --format json` is timed on a copy of the same store.
 //!
 //! Measures:
-//! - cold start: spawn, `initialize`, `notifications/initialized`, `tools/list`, stdin closed,
-//!   exit; wall time per run (median, p90) and peak RSS (`ru_maxrss` of the waited children, read
-//!   in a worker process that starts nothing else);
+//! - cold start: spawn, `initialize` (as Claude Code, `clientInfo.name` `claude-code`),
+//!   `notifications/initialized`, `tools/list`, stdin closed, exit; wall time per run (median,
+//!   p90) and peak RSS (`ru_maxrss` of the waited children, read in a worker process that starts
+//!   nothing else and stays small: a child's peak counts its parent's at the fork); the same in
+//!   a lived-in home (a 0.9 MB models cache, a year's ledger) and for a client that gets output
+//!   schemas;
 //! - `opencode_sessions` limit 50 and `opencode_session_output` tail on the large store: the
 //!   round trip of one `tools/call` on a warm server;
 //! - floods: 6 tasks of the fake opencode each writing 50 MB of events at once: the bridge's
@@ -89,10 +92,10 @@ fn main() {
     // 1. Cold start.
     if part("cold") {
         let runs = if quick { 20 } else { 200 };
-        match cold_start(&bridge, runs) {
+        match cold_start(&bridge, runs, "claude-code", false) {
             Ok((times, rss_kb)) => {
                 println!(
-                    "cold start: median {:.2} ms, p90 {:.2} ms, min {:.2} ms ({} runs); peak RSS {:.1} MB",
+                    "cold start as Claude Code starts it: median {:.2} ms, p90 {:.2} ms, min {:.2} ms ({} runs); peak RSS {:.1} MB",
                     median(&times),
                     pct(&times, 90),
                     min(&times),
@@ -113,6 +116,39 @@ fn main() {
                 ));
             }
             Err(e) => rows.push(Row::failed("cold start", &e)),
+        }
+        // The same in a home that has been used: opencode's models cache and a year's ledger,
+        // which a fresh temporary home hides.
+        match cold_start(&bridge, runs, "claude-code", true) {
+            Ok((times, rss_kb)) => {
+                println!(
+                    "cold start in a lived-in home ({LIVED_IN}): median {:.2} ms; peak RSS {:.1} MB",
+                    median(&times),
+                    rss_kb as f64 / 1024.0
+                );
+                rows.push(Row::le(
+                    "cold start peak RSS, lived-in home",
+                    5.0,
+                    rss_kb as f64 / 1024.0,
+                    "MB",
+                ));
+            }
+            Err(e) => rows.push(Row::failed("cold start, lived-in home", &e)),
+        }
+        // A client that gets structured results lists the tools with their output schemas.
+        match cold_start(&bridge, runs, "bridge-bench", false) {
+            Ok((times, rss_kb)) => {
+                println!(
+                    "cold start of a client that gets output schemas: median {:.2} ms; peak RSS {:.1} MB",
+                    median(&times),
+                    rss_kb as f64 / 1024.0
+                );
+                rows.push(Row::info(
+                    "cold start peak RSS, client with output schemas",
+                    format!("{:.2} MB", rss_kb as f64 / 1024.0),
+                ));
+            }
+            Err(e) => rows.push(Row::failed("cold start, output schemas", &e)),
         }
     }
 
@@ -185,14 +221,41 @@ fn main() {
 // ---------------------------------------------------------------------------------------------
 // 1. Cold start
 
+/// What the lived-in home of a cold start holds.
+const LIVED_IN: &str = "a 0.9 MB models cache of 1,620 models, a ledger of 10,000 rows";
+
 /// Runs the cold starts in a worker process that starts nothing else, so the peak RSS of its
-/// waited children is the bridge's.
-fn cold_start(bin: &Path, runs: usize) -> Result<(Vec<f64>, i64), String> {
+/// waited children is the bridge's: as `client` (its `clientInfo.name`), in a fresh home or a
+/// `lived_in` one. The home is written here, not in the worker: a child's peak RSS counts its
+/// parent's at the fork, so the worker must stay small.
+fn cold_start(
+    bin: &Path,
+    runs: usize,
+    client: &str,
+    lived_in: bool,
+) -> Result<(Vec<f64>, i64), String> {
+    let world = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let env = world_env(world.path());
+    if lived_in {
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let cache = PathBuf::from(get("XDG_CACHE_HOME").ok_or("no cache dir")?).join("opencode");
+        std::fs::create_dir_all(&cache).map_err(|e| format!("cache dir: {e}"))?;
+        std::fs::write(cache.join("models.json"), models_cache())
+            .map_err(|e| format!("models cache: {e}"))?;
+        let state = bridge_env::state_dir(get).ok_or("no state dir")?;
+        run_supervisor::usage::ledger::append(
+            &state,
+            &usage::ledger_rows(run_supervisor::registry::now_ms()),
+        )
+        .map_err(|e| format!("ledger: {e}"))?;
+    }
     let me = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
     let out = Command::new(me)
         .arg("--cold-start-worker")
         .arg(runs.to_string())
         .arg(bin)
+        .arg(client)
+        .arg(world.path())
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("worker: {e}"))?;
@@ -211,15 +274,50 @@ fn cold_start(bin: &Path, runs: usize) -> Result<(Vec<f64>, i64), String> {
     Ok((times, v["maxrss_kb"].as_i64().unwrap_or(0)))
 }
 
+/// A models.dev-shaped cache like opencode's own (about 0.9 MB): 90 providers of 18 models,
+/// each with the fields models.dev gives (names, limits, modalities, costs).
+fn models_cache() -> String {
+    let mut providers = serde_json::Map::new();
+    for p in 0..90u32 {
+        let mut models = serde_json::Map::new();
+        for m in 0..18u32 {
+            let id = format!("family-{m}-model-{p}-{}", 1000 + (p * 37 + m * 101) % 9000);
+            models.insert(
+                id.clone(),
+                json!({"id": id, "name": format!("Model {m} of {p}"), "family": "fam",
+                    "attachment": m % 2 == 0, "reasoning": true, "tool_call": true,
+                    "structured_output": false, "temperature": true, "knowledge": "2025-03",
+                    "release_date": format!("2025-0{}-1{}", 1 + m % 9, p % 10),
+                    "last_updated": "2025-06-01",
+                    "modalities": {"input": ["text", "image"], "output": ["text"]},
+                    "open_weights": false,
+                    "cost": {"input": f64::from(m) * 0.5, "output": f64::from(p % 30),
+                        "cache_read": 0.3, "cache_write": 3.75},
+                    "limit": {"context": 200000, "output": 64000},
+                    "provider": {"npm": "@ai-sdk/openai-compatible"}}),
+            );
+        }
+        providers.insert(
+            format!("provider{p}"),
+            json!({"id": format!("provider{p}"), "env": [format!("PROVIDER{p}_API_KEY")],
+                "npm": "@ai-sdk/openai-compatible", "api": format!("https://api.provider{p}.example/v1"),
+                "name": format!("Provider {p}"), "doc": format!("https://provider{p}.example/docs"),
+                "models": models}),
+        );
+    }
+    Value::Object(providers).to_string()
+}
+
 fn cold_start_worker(args: &[String]) {
     let runs: usize = args.first().and_then(|s| s.parse().ok()).unwrap_or(20);
     let bin = PathBuf::from(args.get(1).expect("bridge path"));
-    let world = tempfile::tempdir().expect("temp dir");
-    let env = world_env(world.path());
+    let client = args.get(2).map_or("bridge-bench", String::as_str);
+    let world = PathBuf::from(args.get(3).expect("world dir"));
+    let env = world_env(&world);
     let input = format!(
         "{}\n{}\n{}\n",
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
-            "capabilities": {}, "clientInfo": {"name": "bridge-bench", "version": "0"}}}),
+            "capabilities": {}, "clientInfo": {"name": client, "version": "0"}}}),
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}),
     );
@@ -229,7 +327,7 @@ fn cold_start_worker(args: &[String]) {
         let mut child = Command::new(&bin)
             .env_clear()
             .envs(env.iter().cloned())
-            .current_dir(world.path().join("root"))
+            .current_dir(world.join("root"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -1,20 +1,23 @@
-//! The bridge's own loaded image: giving back the pages only the dynamic loader needed.
+//! The bridge's own loaded image: giving back the pages only loading needed.
 //!
 //! A position-independent executable carries a table of relative relocations (`.rela.dyn`,
 //! about 23,000 entries, 540 kB in the release bridge). The loader reads all of it once, before
 //! `main`, to fix the pointers in `.data.rel.ro`; nothing reads it again (the bridge is linked
 //! with `-z now`, so no lazy binding, and it opens no shared object of its own). Its pages stay
 //! resident all the same, a tenth of a cold start's memory. [`release_loader_tables`] drops them
-//! with `madvise(MADV_DONTNEED)`.
+//! with `madvise(MADV_DONTNEED)`. [`release_load_time_code`] does the same for the code of libm
+//! and libgcc_s, which the loader ran (libm's variant resolvers, 64 kB of fault-around each) and
+//! the bridge seldom or never runs again.
 //!
-//! Why it is safe: only whole pages inside the table are given back, and only when the segment
-//! holding them is mapped read-only from the file (no `PF_W`): such pages were never written, so
-//! dropping them loses nothing, and were anything to read them again, the kernel would read them
-//! back from the executable (which cannot be written while it runs). Everything is read from the
-//! program headers the kernel hands the process (`AT_PHDR`, `AT_PHNUM`); nothing is opened.
+//! Why it is safe: only whole pages are given back, and only of segments mapped from their file
+//! and never written: the executable's table in a segment without `PF_W`, the libraries'
+//! executable segments (`PF_X` without `PF_W`, and no text relocations). Dropping such pages
+//! loses nothing; whatever reads or runs them again has the kernel read them back from the file
+//! (which cannot be written while it is mapped to run). Everything is read from the program
+//! headers the loader keeps (`AT_PHDR`, `dl_iterate_phdr`); nothing is opened.
 //!
-//! One of the workspace's two modules with `unsafe` code (with [`crate::sched`]): reading the
-//! program headers and dynamic section of the running executable, and one `madvise` call.
+//! One of the workspace's modules with `unsafe` code (with [`crate::sched`] and the fence's
+//! `pre_exec`): reading those program headers and dynamic sections, and `madvise`.
 
 #![allow(unsafe_code)]
 
@@ -24,6 +27,7 @@ const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_PHDR: u32 = 6;
 const PF_W: u32 = 2;
+const PF_X: u32 = 1;
 const DT_NULL: i64 = 0;
 const DT_RELA: i64 = 7;
 const DT_RELASZ: i64 = 8;
@@ -71,6 +75,103 @@ pub fn release_loader_tables() -> usize {
         }
     }
     released
+}
+
+/// Shared objects whose code runs while the process is loaded and seldom after: libm (at load
+/// the loader runs its resolvers, which choose each function's variant for this CPU, four
+/// 64 kB windows of its code; the bridge calls four of its functions, rarely) and libgcc_s
+/// (unwinding, for a panic's backtrace). Not the loader itself: every new thread runs its code.
+const LOAD_TIME: [&str; 2] = ["libm.so", "libgcc_s.so"];
+
+/// Gives back the resident code pages of [`LOAD_TIME`] objects (their executable segments,
+/// which are never written): the loader's work faulted them in, fault-around 64 kB at a time.
+/// What runs later is read back from the file as it runs. Returns the bytes given back.
+pub fn release_load_time_code() -> usize {
+    let page = page_size();
+    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr hands a valid info for the call's duration and `data` is the
+        // `&mut Vec` passed below; the program headers it points to live as long as the object.
+        let (info, ranges) = unsafe { (&*info, &mut *(data as *mut Vec<(usize, usize)>)) };
+        if info.dlpi_name.is_null() || info.dlpi_phdr.is_null() {
+            return 0;
+        }
+        // SAFETY: a NUL-terminated name owned by the loader.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        if !LOAD_TIME
+            .iter()
+            .any(|l| name.windows(l.len()).any(|w| w == l.as_bytes()))
+        {
+            return 0;
+        }
+        // SAFETY: dlpi_phnum program headers at dlpi_phdr.
+        let phdrs = unsafe {
+            std::slice::from_raw_parts(info.dlpi_phdr as *const Phdr, usize::from(info.dlpi_phnum))
+        };
+        let base = info.dlpi_addr as usize;
+        // An object whose code is relocated in place (DT_TEXTREL) has written text pages.
+        if textrel(base, phdrs) {
+            return 0;
+        }
+        for p in phdrs {
+            if p.p_type == PT_LOAD && p.p_flags & PF_X != 0 && p.p_flags & PF_W == 0 {
+                let start = base.wrapping_add(p.p_vaddr as usize);
+                ranges.push((start, p.p_filesz as usize));
+            }
+        }
+        0
+    }
+    let mut found: Vec<(usize, usize)> = Vec::new();
+    // SAFETY: the callback only reads what the loader hands it and pushes to `found`.
+    unsafe {
+        libc::dl_iterate_phdr(Some(each), (&mut found as *mut Vec<(usize, usize)>).cast());
+    }
+    for (start, len) in found {
+        let Some(first) = start.checked_next_multiple_of(page) else {
+            continue;
+        };
+        let end = start.saturating_add(len) / page * page;
+        if end > first {
+            ranges.push((first, end));
+        }
+    }
+    let mut released = 0;
+    for (first, end) in ranges {
+        // SAFETY: whole pages of an executable, never-written segment of a shared object mapped
+        // from its file (checked in `each`): dropping them loses nothing, a later call faults
+        // them back in from the file.
+        if unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED) }
+            == 0
+        {
+            released += end - first;
+        }
+    }
+    released
+}
+
+/// Whether the object at `base` with these program headers has text relocations.
+fn textrel(base: usize, phdrs: &[Phdr]) -> bool {
+    const DT_TEXTREL: i64 = 22;
+    const DT_FLAGS: i64 = 30;
+    const DF_TEXTREL: u64 = 4;
+    let Some(d) = phdrs.iter().find(|p| p.p_type == PT_DYNAMIC) else {
+        return false;
+    };
+    let addr = base.wrapping_add(d.p_vaddr as usize);
+    let count = d.p_memsz as usize / std::mem::size_of::<Dyn>();
+    if !addr.is_multiple_of(8) || count == 0 {
+        return true;
+    }
+    // SAFETY: the object's PT_DYNAMIC, mapped while it is loaded.
+    let entries = unsafe { std::slice::from_raw_parts(addr as *const Dyn, count) };
+    entries
+        .iter()
+        .take_while(|e| e.d_tag != DT_NULL)
+        .any(|e| e.d_tag == DT_TEXTREL || (e.d_tag == DT_FLAGS && e.d_val & DF_TEXTREL != 0))
 }
 
 fn page_size() -> usize {
@@ -253,5 +354,18 @@ mod tests {
             std::path::Path::new("/x").display()
         );
         assert_eq!(text, format!("Some({released}) /x"));
+    }
+
+    #[test]
+    fn load_time_code_is_given_back_and_runs_again_when_called() {
+        // Keep libm linked and resolved: `ln` of a value the optimizer cannot see is a call.
+        let x = std::hint::black_box(std::f64::consts::E);
+        assert!((x.ln() - 1.0).abs() < 1e-12);
+        let released = release_load_time_code();
+        assert!(released > 0, "no code of libm or libgcc_s given back");
+        assert_eq!(released % page_size(), 0);
+        // Called again, the code is read back from the file.
+        let y = std::hint::black_box(std::f64::consts::E * std::f64::consts::E);
+        assert!((y.ln() - 2.0).abs() < 1e-12);
     }
 }

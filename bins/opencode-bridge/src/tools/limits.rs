@@ -21,7 +21,9 @@ pub const TOOL_NAMES: [&str; 13] = [
     "opencode_usage",
 ];
 
-/// The largest `max_cost_usd`.
+/// The largest `max_cost_usd`. A whole number: the tool schema states it as an integer, so that
+/// listing the tools formats no float (which would fault in the float printer and its tables at
+/// every cold start).
 pub const MAX_COST_USD: f64 = 10_000.0;
 
 /// Tiers accepted by the schema (the policy's names, in the order of [`Tier::ALL`]); only the

@@ -53,8 +53,20 @@ fn run() -> Result<(), String> {
     let bin = target.join("release/opencode-bridge");
     let profile = work.path().join("callgrind.out");
     eprintln!("running a cold start under callgrind ...");
-    cold_start_under_callgrind(&bin, &profile)?;
-    let addrs = executed_addresses(&profile, "opencode-bridge")?;
+    // As Claude Code starts it (the tools without output schemas), then as a client that gets
+    // structured results (the schemas built too), both in a state directory whose usage ledger
+    // has today's rows (the instructions' budget line reads them): these paths sit together.
+    let state = work.path().join("state");
+    let now = run_supervisor::registry::now_ms();
+    let rows: Vec<_> = (0..3)
+        .map(|i| ledger_row(i, now - 60_000 * (3 - i)))
+        .collect();
+    run_supervisor::usage::ledger::append(&state, &rows).map_err(|e| format!("ledger: {e}"))?;
+    let mut addrs = Vec::new();
+    for client in ["claude-code", "startup-order"] {
+        cold_start_under_callgrind(&bin, &profile, client, &state)?;
+        addrs.extend(executed_addresses(&profile, "opencode-bridge")?);
+    }
     let sections = text_sections(&map)?;
     let (mut names, mut bytes) = symbols_hit(&sections, &addrs);
     if names.is_empty() {
@@ -99,7 +111,39 @@ const CONTENDED: [&str; 4] = [
 
 /// Runs the bridge under callgrind the way a client starts it: `initialize`, the initialized
 /// notification, `tools/list`, both answers read, stdin closed.
-fn cold_start_under_callgrind(bin: &Path, out: &Path) -> Result<(), String> {
+/// A ledger row of task `task` at `at_ms`.
+fn ledger_row(task: u64, at_ms: u64) -> run_supervisor::usage::ledger::Row {
+    use run_supervisor::usage::{CostBasis, TokenUsage, Usage};
+    run_supervisor::usage::ledger::Row {
+        v: run_supervisor::usage::ledger::LEDGER_VERSION,
+        at_ms,
+        task,
+        attempt: 1,
+        agent: "explore".into(),
+        model: Some("openai/gpt-5-mini".into()),
+        runner: "opencode".into(),
+        engine: None,
+        lane: "DOCS".into(),
+        project: "/home/u/p".into(),
+        usage: Usage {
+            tokens: TokenUsage {
+                input: 5_000,
+                output: 300,
+                ..TokenUsage::default()
+            },
+            cost: 0.002,
+            basis: CostBasis::Reported,
+            claude_equivalent: Some(0.02),
+        },
+    }
+}
+
+fn cold_start_under_callgrind(
+    bin: &Path,
+    out: &Path,
+    client: &str,
+    state: &Path,
+) -> Result<(), String> {
     let mut child = Command::new("valgrind")
         .args([
             "--tool=callgrind",
@@ -109,6 +153,7 @@ fn cold_start_under_callgrind(bin: &Path, out: &Path) -> Result<(), String> {
         ])
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(bin)
+        .env(bridge_env::STATE_DIR.name, state)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -116,8 +161,11 @@ fn cold_start_under_callgrind(bin: &Path, out: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot run valgrind (install it: apt-get install valgrind): {e}"))?;
     let mut stdin = child.stdin.take().ok_or("no stdin")?;
     let mut reader = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let initialize = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"{client}","version":"1"}}}}}}"#
+    );
     let lines = [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"startup-order","version":"1"}}}"#,
+        initialize.as_str(),
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
     ];
