@@ -351,22 +351,58 @@ pub fn serve_watch(note: &Path) -> i32 {
     let idle = Duration::from_millis(first.note.idle_ms.max(1_000));
     let every = reaper_tick(idle).max(Duration::from_millis(500));
     let mut asked = Instant::now();
+    let mut last = first;
+    // Since when the note has been gone while the server lives (see `orphan_idle`).
+    let mut orphaned: Option<Instant> = None;
     loop {
         std::thread::sleep(Duration::from_millis(250));
-        let Some(n) = Noted::read(note) else {
-            return 0;
-        };
-        if !n.alive() {
-            n.forget();
+        match Noted::read(note) {
+            Some(n) => {
+                last = n;
+                orphaned = None;
+            }
+            None if !last.alive() => return 0,
+            None => {
+                orphaned.get_or_insert_with(Instant::now);
+            }
+        }
+        if !last.alive() {
+            last.forget();
             return 0;
         }
         if asked.elapsed() < every {
             continue;
         }
         asked = Instant::now();
-        if apply_idle_rule(&n, idle, Duration::from_secs(10)) {
+        let timeout = Duration::from_secs(10);
+        let stopped = match orphaned.as_mut() {
+            None => apply_idle_rule(&last, idle, timeout),
+            Some(since) => orphan_idle(&last, since, idle, timeout),
+        };
+        if stopped {
             return 0;
         }
+    }
+}
+
+/// A live server whose note is gone: its state directory was removed under it (a bridge only
+/// removes a note once its server is gone), so no bridge can find, adopt or stop it again. Its
+/// watcher, which holds its identity from the note as it was, stops it (start time checked) once
+/// it has had no turn for the idle time since the note went or since its last turn (`since`).
+fn orphan_idle(n: &Noted, since: &mut Instant, idle: Duration, timeout: Duration) -> bool {
+    if since.elapsed() < idle {
+        return false;
+    }
+    let Some(http) = n.client(timeout) else {
+        return n.stop();
+    };
+    match n.has_turn(&http) {
+        Ok(true) => {
+            *since = Instant::now();
+            false
+        }
+        Ok(false) => n.stop(),
+        Err(_) => false,
     }
 }
 
@@ -460,6 +496,50 @@ mod tests {
         std::fs::write(attachment(&path, dead), b"").unwrap();
         assert_eq!(attached(&path), vec![me]);
         assert!(!attachment(&path, dead).exists());
+    }
+
+    /// A server whose state directory is removed under it is stopped by its watcher once idle,
+    /// not left running where no bridge can find it.
+    #[test]
+    fn a_server_whose_note_is_removed_is_stopped_by_its_watcher_once_idle() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("servers");
+        std::fs::create_dir(&state).unwrap();
+        // The "server": a process leading its own group, as a warm server does.
+        let mut server = std::process::Command::new("sleep")
+            .arg("600")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let id = ProcId::of(server.id() as i32).unwrap();
+        let me = ProcId::of(std::process::id() as i32).unwrap();
+        let path = note_in(&state, id, me);
+        update_note(&path, |n| n.idle_ms = 1_000);
+        touch(&path);
+        let watched = path.clone();
+        let watcher = std::thread::spawn(move || serve_watch(&watched));
+        // The watcher has read the note; the state directory goes well before the idle time.
+        std::thread::sleep(Duration::from_millis(400));
+        std::fs::remove_dir_all(&state).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(status) = server.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let Some(status) = status else {
+            let _ = server.kill();
+            let _ = server.wait();
+            panic!("the server was left running after its note was removed");
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(15), "{status:?}");
+        assert_eq!(watcher.join().unwrap(), 0);
     }
 
     /// The sweep forgets a server that is gone (its note, its files, its `TMPDIR`).
