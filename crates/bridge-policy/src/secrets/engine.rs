@@ -580,6 +580,10 @@ pub(super) enum ValueSyntax {
     Query,
 }
 
+/// How far [`read_value`] looks for the end of a punctuated password (at most 128 bytes, and
+/// room for the `,`/`;` trimmed after it).
+const WIDE_SCAN: usize = 256;
+
 /// Reads the value that starts at `at` of `hay`: its span (inside the quotes) and whether it
 /// was quoted; `None` when there is none. Each byte is read once per call, and a call is only
 /// made for a secret-ish name, after which the next search starts past the value.
@@ -609,14 +613,24 @@ pub(super) fn read_value(
             }
             let end = bare_end("\"'`,;()[]{}<>");
             // a password with brackets or `;` in it (`apikey = m{{h}o)p$…`): read on to the
-            // next blank or quote when what is there is such a password, not code
-            let wide = rest
+            // next blank or quote when what is there is such a password, not code. Such a
+            // password is at most 128 bytes (`punctuated_secret`), so its end is looked for in
+            // the next WIDE_SCAN bytes only: read to the end of the text, a long line without
+            // blanks was read again at every name on it (quadratic; the fuzzer's
+            // `AWS_SECRET_ACCESS_KEY=${…}` repeated took 0.8 s for 100 KB in release).
+            let mut window = rest.len().min(WIDE_SCAN);
+            while !rest.is_char_boundary(window) {
+                window -= 1;
+            }
+            let wide = rest[..window]
                 .find(|c: char| c.is_whitespace() || "\"'`".contains(c))
-                .unwrap_or(rest.len());
-            let wide = rest[..wide].trim_end_matches([',', ';']);
-            if wide.len() > end && punctuated_secret(wide) {
-                // read as a literal: the test for code does not apply to it
-                return Some((at..at + wide.len(), true));
+                .or((window == rest.len()).then_some(window));
+            if let Some(wide) = wide {
+                let wide = rest[..wide].trim_end_matches([',', ';']);
+                if wide.len() > end && punctuated_secret(wide) {
+                    // read as a literal: the test for code does not apply to it
+                    return Some((at..at + wide.len(), true));
+                }
             }
             (end > 0).then(|| (at..at + end, false))
         }
