@@ -254,10 +254,10 @@ fn joined(before: &str) -> bool {
 
 /// Whether a token starts its line (maybe after blanks): the name may be on the line before.
 fn starts_line(before: &str) -> bool {
-    before
-        .rsplit('\n')
-        .next()
-        .is_some_and(|l| l.trim().is_empty())
+    // Only the blanks at its end are read, not the whole line back to its start: on one long
+    // line that would be read again for every token on it.
+    let text = before.trim_end_matches(|c: char| c.is_whitespace() && c != '\n');
+    text.is_empty() || text.ends_with('\n')
 }
 
 /// The last `n` bytes of `s` (on a char boundary).
