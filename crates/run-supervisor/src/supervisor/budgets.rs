@@ -101,7 +101,7 @@ fn with_ledger_since<R>(
 
 /// The start of the earliest budget window at `now`: the UTC month's when a month budget (the
 /// bridge's or a project's) is set, else the UTC day's (which the day's spend needs anyway).
-fn window_start(cfg: &crate::SupervisorConfig, now: u64) -> u64 {
+fn window_start(cfg: &crate::spec::SupervisorConfig, now: u64) -> u64 {
     let [(day, _), (month, _)] = bridge_ledger::utc::day_and_month_bounds(now);
     let monthly = cfg.budgets.month_usd.is_some()
         || cfg

@@ -233,7 +233,8 @@ pub(super) async fn run_attempt(
             _ = tokio::time::sleep_until(deadline) => {
                 // Held by a provider at the time limit: its limit, not the time, is the cause.
                 stop_reason = Some(
-                    super::stall::held_end(shared, id, true).unwrap_or(AttemptEnd::TimedOut),
+                    super::stall::held_end(shared, id, true)
+                        .map_or(AttemptEnd::TimedOut, |s| AttemptEnd::ProviderStall(s, true)),
                 );
                 break;
             }
@@ -275,8 +276,8 @@ pub(super) async fn run_attempt(
                     && ticks.is_multiple_of(10)
                 {
                     watch.poll(shared, id).await;
-                    if let Some(end) = super::stall::held_end(shared, id, false) {
-                        stop_reason = Some(end);
+                    if let Some(stall) = super::stall::held_end(shared, id, false) {
+                        stop_reason = Some(AttemptEnd::ProviderStall(stall, false));
                         break;
                     }
                 }

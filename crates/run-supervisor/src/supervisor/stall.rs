@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::child::AttemptEnd;
 use super::table::Shared;
 use crate::classify::{FailureKind, classify_text, one_line};
 use crate::command::Launch;
@@ -122,9 +121,14 @@ impl StallWatch {
     }
 }
 
-/// The end of an attempt held by a provider: at the task's time limit (`past_left`) while a
-/// wait is on, or once a wait has lasted past [`LONGEST_WAIT`]. `None` otherwise.
-pub(super) fn held_end(shared: &Shared, id: TaskId, past_left: bool) -> Option<AttemptEnd> {
+/// The provider's hold that ends an attempt: at the task's time limit (`past_left`) while a
+/// wait is on, or once a wait has lasted past [`LONGEST_WAIT`]. `None` otherwise. The attempt
+/// (`child.rs`) makes it its end; this module knows nothing of attempts' ends.
+pub(super) fn held_end(
+    shared: &Shared,
+    id: TaskId,
+    past_left: bool,
+) -> Option<bridge_ledger::quota::ProviderStall> {
     // An event printed since the first refusal (not yet seen by a poll) means it got through.
     let stall = shared
         .with(id, |r| match &r.provider_stall {
@@ -133,7 +137,7 @@ pub(super) fn held_end(shared: &Shared, id: TaskId, past_left: bool) -> Option<A
         })
         .flatten()?;
     if past_left || stall.held_for(SystemTime::now()) > LONGEST_WAIT {
-        Some(AttemptEnd::ProviderStall(stall, past_left))
+        Some(stall)
     } else {
         None
     }
