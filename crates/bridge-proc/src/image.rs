@@ -130,15 +130,11 @@ pub fn release_load_time_code() -> usize {
     unsafe {
         libc::dl_iterate_phdr(Some(each), (&mut found as *mut Vec<(usize, usize)>).cast());
     }
-    for (start, len) in found {
-        let Some(first) = start.checked_next_multiple_of(page) else {
-            continue;
-        };
-        let end = start.saturating_add(len) / page * page;
-        if end > first {
-            ranges.push((first, end));
-        }
-    }
+    ranges.extend(
+        found
+            .into_iter()
+            .filter_map(|(start, len)| whole_pages(start, len, page)),
+    );
     let mut released = 0;
     for (first, end) in ranges {
         // SAFETY: whole pages of an executable, never-written segment of a shared object mapped
@@ -172,6 +168,13 @@ fn textrel(base: usize, phdrs: &[Phdr]) -> bool {
         .iter()
         .take_while(|e| e.d_tag != DT_NULL)
         .any(|e| e.d_tag == DT_TEXTREL || (e.d_tag == DT_FLAGS && e.d_val & DF_TEXTREL != 0))
+}
+
+/// The whole pages of [start, start + len), as a [first, end) range (`None`: not one page).
+fn whole_pages(start: usize, len: usize, page: usize) -> Option<(usize, usize)> {
+    let first = start.checked_next_multiple_of(page)?;
+    let end = start.saturating_add(len) / page * page;
+    (end > first).then_some((first, end))
 }
 
 fn page_size() -> usize {
@@ -290,11 +293,8 @@ impl Image {
     fn releasable(&self, page: usize) -> Vec<(usize, usize)> {
         self.relocation_tables()
             .into_iter()
-            .filter_map(|(start, len)| {
-                let first = start.checked_next_multiple_of(page)?;
-                let end = start.saturating_add(len) / page * page;
-                (end > first && self.read_only_file_backed(first, end)).then_some((first, end))
-            })
+            .filter_map(|(start, len)| whole_pages(start, len, page))
+            .filter(|&(first, end)| self.read_only_file_backed(first, end))
             .collect()
     }
 
